@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds etcd (Debian package) + kube-apiserver, kube-scheduler and kube-controller-manager v1.20.2
+# from Debian bookworm's `kubernetes` source package, once per machine, into a cache outside the repo.
+# Why from source: no registry reachable here ships these binaries (see shared/docs/real-control-plane.md).
+# Usage: build.sh [CACHE_DIR]   (default $GANG_EXTENDER_CP_CACHE or /var/cache/gang-extender/k8s-1.20.2)
+set -euo pipefail
+CACHE=${1:-${GANG_EXTENDER_CP_CACHE:-/var/cache/gang-extender/k8s-1.20.2}}
+BIN="$CACHE/bin"
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ] \
+   && command -v etcd >/dev/null 2>&1; then
+  echo "control plane already built in $BIN"; exit 0
+fi
+if [ "$(id -u)" != 0 ]; then echo "building the control plane needs root (apt-get)" >&2; exit 3; fi
+command -v apt-get >/dev/null || { echo "building the control plane needs apt-get" >&2; exit 3; }
+WORK=$(mktemp -d /tmp/k8s-src.XXXXXX)
+trap 'rm -rf "$WORK"; rm -f /etc/apt/sources.list.d/gang-extender-src.sources' EXIT
+awk 'BEGIN{RS="";ORS="\n\n"} NR==1' /etc/apt/sources.list.d/debian.sources \
+  | sed 's/^Types: deb$/Types: deb-src/' > /etc/apt/sources.list.d/gang-extender-src.sources
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  golang-go make rsync etcd-server etcd-client golang-github-modern-go-reflect2-dev openssl curl >/dev/null
+cd "$WORK"
+apt-get source --download-only kubernetes >/dev/null 2>&1
+tar xzf kubernetes_*.orig.tar.gz
+cd kubernetes-1.20.2
+# The vendored modern-go/reflect2 v1.0.1 segfaults at run time with Go >= 1.18; Debian's 1.0.2 works.
+R=vendor/github.com/modern-go/reflect2; rm -f $R/*.go $R/*.s
+cp /usr/share/gocode/src/github.com/modern-go/reflect2/*.go /usr/share/gocode/src/github.com/modern-go/reflect2/*.s $R/
+export GOPROXY=off GOFLAGS= CGO_ENABLED=0 KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_TREE_STATE=clean \
+       KUBE_GIT_COMMIT=faecb196815e248d3ecfb03c680a4507229c2a56 GOCACHE="$WORK/gocache"
+unset GOPATH
+make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >"$WORK/make.log" 2>&1 \
+  || { tail -50 "$WORK/make.log" >&2; exit 1; }
+mkdir -p "$BIN.tmp"
+cp _output/bin/kube-apiserver _output/bin/kube-scheduler _output/bin/kube-controller-manager "$BIN.tmp/"
+rm -rf "$BIN"; mv "$BIN.tmp" "$BIN"
+echo "control plane built in $BIN"
