@@ -1,0 +1,59 @@
+"""The inputs grouping reads: a read-only object lookup, and the error an invalid workload raises.
+
+Grouping is pure: everything it knows about the cluster comes through `ObjectLookup`, which the
+cluster cache (or, for `podgroups -f FILE`, the other objects in the file) provides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from extender.model.keys import api_group
+
+
+class ObjectLookup(Protocol):
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        """The object, or None when it is absent or cannot be read. `group` is the API group
+        ("" for core); lookups ignore the version."""
+        ...
+
+
+class GroupingError(ValueError):
+    """A workload whose grouping fields are invalid. `field` is the path of the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ListLookup:
+    """An `ObjectLookup` over a list of objects (a manifest file, a test fixture)."""
+
+    def __init__(self, objects: Iterable[dict[str, Any]]) -> None:
+        self._by_key: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+        for obj in objects:
+            if not isinstance(obj, dict):
+                continue
+            meta = obj.get("metadata") or {}
+            key = (
+                api_group(str(obj.get("apiVersion", ""))),
+                str(obj.get("kind", "")),
+                meta.get("namespace"),
+                str(meta.get("name", "")),
+            )
+            self._by_key[key] = obj
+
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        found = self._by_key.get((group, kind, namespace, name))
+        if found is None and namespace is not None:
+            # objects read from files often omit metadata.namespace; they mean "default"
+            if namespace == "default":
+                found = self._by_key.get((group, kind, None, name))
+        elif found is None:
+            found = self._by_key.get((group, kind, "default", name))
+        return found
+
+
+EMPTY_LOOKUP: ObjectLookup = ListLookup(())

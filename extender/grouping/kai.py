@@ -1,0 +1,420 @@
+"""KAI Scheduler's grouping contract: the podgrouper's derivation per workload kind, external
+`scheduling.run.ai/v2alpha2` PodGroups, and rendering our groups back as KAI PodGroups.
+
+Derived groups are named like KAI's podgrouper names them, `pg-<topOwnerName>-<topOwnerUID>`.
+
+Where we deliberately differ from KAI (each because a quorum larger than the pods that can ever
+exist would wait forever):
+- a batch Job's `kai.scheduler/batch-min-member` is clamped to the pods the Job runs at once
+  (min(parallelism, completions)); KAI does not clamp;
+- a replicatedJob template's `batch-min-member` is clamped to that Job's parallelism (KAI logs);
+- `dependsOn` counts as sequenced startup like `InOrder` for the JobSet root `minSubGroup`.
+Priority class is only set when the workload names one (KAI would default to `train`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from extender.grouping.base import GroupingError
+from extender.grouping.owners import annotations, kind_of, labels, meta
+from extender.model import labels as keys
+from extender.model.group import (
+    GroupSpec,
+    Policy,
+    Source,
+    SubGroup,
+    TopologyConstraint,
+)
+from extender.model.keys import GroupKey, api_group, group_key, object_uid
+
+DEFAULT_QUEUE = "default-queue"
+PROJECT_LABEL = "project"
+KAI_API_VERSION = "scheduling.run.ai/v2alpha2"
+
+JOB = ("batch", "Job")
+JOBSET = ("jobset.x-k8s.io", "JobSet")
+PYTORCHJOB = ("kubeflow.org", "PyTorchJob")
+KAI_PODGROUP = ("scheduling.run.ai", "PodGroup")
+
+
+def api_group_of(ref: dict[str, Any]) -> str:
+    return api_group(str(ref.get("apiVersion", "")))
+
+
+def derived_name(top: dict[str, Any]) -> str:
+    return f"pg-{meta(top).get('name', '')}-{object_uid(top)}"
+
+
+def derived_key(top: dict[str, Any]) -> GroupKey:
+    return group_key(str(meta(top).get("namespace") or "default"), derived_name(top))
+
+
+def is_skip_podgrouper(obj: dict[str, Any]) -> bool:
+    return annotations(obj).get(keys.SKIP_PODGROUPER) == "true"
+
+
+def template_pod(top: dict[str, Any]) -> dict[str, Any]:
+    """The pod template a workload stamps out, for reading queue and priority without a live pod."""
+    spec = top.get("spec") if isinstance(top.get("spec"), dict) else {}
+    group_kind = kind_of(top)
+    tmpl: Any = None
+    if group_kind == JOB:
+        tmpl = spec.get("template")
+    elif group_kind == JOBSET:
+        rjs = spec.get("replicatedJobs") or []
+        if rjs and isinstance(rjs[0], dict):
+            tmpl = ((rjs[0].get("template") or {}).get("spec") or {}).get("template")
+    elif group_kind == PYTORCHJOB:
+        specs = spec.get("pytorchReplicaSpecs") or {}
+        for role in ("Master", "Worker"):
+            if isinstance(specs.get(role), dict):
+                tmpl = specs[role].get("template")
+                break
+    return tmpl if isinstance(tmpl, dict) else {}
+
+
+def _parse_positive(value: Any, field: str) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise GroupingError(field, f"must be a positive integer, got {value!r}") from None
+    if n < 1:
+        raise GroupingError(field, f"must be a positive integer, got {value!r}")
+    return n
+
+
+def _annotation_field(prefix: str, key: str) -> str:
+    return f'{prefix}metadata.annotations["{key}"]'
+
+
+def topology_from(anns: dict[str, str]) -> TopologyConstraint | None:
+    """KAI's three topology annotations; a constraint needs a topology and at least one level."""
+    name = anns.get(keys.TOPOLOGY) or None
+    required = anns.get(keys.TOPOLOGY_REQUIRED) or None
+    preferred = anns.get(keys.TOPOLOGY_PREFERRED) or None
+    if name is None or (required is None and preferred is None):
+        return None
+    return TopologyConstraint(topology=name, required_level=required, preferred_level=preferred)
+
+
+def resolve_queue(top: dict[str, Any], pod: dict[str, Any]) -> str:
+    for key in (keys.QUEUE, PROJECT_LABEL):
+        for obj in (top, pod):
+            value = labels(obj).get(key)
+            if value:
+                return str(value)
+    return DEFAULT_QUEUE
+
+
+def resolve_priority_class(owners: Sequence[dict[str, Any]], pod: dict[str, Any]) -> str | None:
+    """`priorityClassName` label on an owner (nearest first), then on the pod, then the pod spec."""
+    for obj in (*owners, pod):
+        value = labels(obj).get(keys.PRIORITY_CLASS_LABEL)
+        if value:
+            return str(value)
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    value = spec.get("priorityClassName")
+    return str(value) if value else None
+
+
+def derive_group(
+    top: dict[str, Any], *, owners: Sequence[dict[str, Any]], pod: dict[str, Any] | None
+) -> GroupSpec | None:
+    """The group KAI's podgrouper derives for a top owner, or None for kinds we leave to a group of
+    one. `pod` is the live pod when there is one (else the workload's pod template is used)."""
+    pod_like = pod if pod is not None else template_pod(top)
+    group_kind = kind_of(top)
+    common: dict[str, Any] = {
+        "key": derived_key(top),
+        "source": Source.KAI_DERIVED,
+        "queue": resolve_queue(top, pod_like),
+        "priority_class": resolve_priority_class(owners, pod_like),
+        "owner": f"{group_kind[1]} {meta(top).get('namespace') or 'default'}/{meta(top).get('name', '')}",
+    }
+    if group_kind == JOB:
+        return _job_group(top, common)
+    if group_kind == JOBSET:
+        return _jobset_group(top, common)
+    if group_kind == PYTORCHJOB:
+        return _pytorch_group(top, common)
+    return None
+
+
+def _int_field(value: Any, field: str, *, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GroupingError(field, f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _job_group(job: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    parallelism = _int_field(spec.get("parallelism"), "spec.parallelism", default=1)
+    completions = spec.get("completions")
+    at_once = parallelism
+    if isinstance(completions, int) and not isinstance(completions, bool) and completions >= 0:
+        at_once = min(parallelism, completions)
+    min_member = 1
+    raw = annotations(job).get(keys.BATCH_MIN_MEMBER)
+    if raw is not None:
+        wanted = _parse_positive(raw, _annotation_field("", keys.BATCH_MIN_MEMBER))
+        min_member = max(1, min(wanted, at_once))
+    return GroupSpec(
+        policy=Policy.GANG, min_member=min_member, topology=topology_from(annotations(job)), **common
+    )
+
+
+def _is_sequenced(spec: dict[str, Any]) -> bool:
+    startup = spec.get("startupPolicy") if isinstance(spec.get("startupPolicy"), dict) else {}
+    if startup.get("startupPolicyOrder") == "InOrder":
+        return True
+    return any(isinstance(rj, dict) and rj.get("dependsOn") for rj in spec.get("replicatedJobs") or [])
+
+
+def replicated_jobs(jobset: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = jobset.get("spec") if isinstance(jobset.get("spec"), dict) else {}
+    rjs = spec.get("replicatedJobs")
+    if not isinstance(rjs, list) or not rjs:
+        raise GroupingError("spec.replicatedJobs", "a JobSet needs at least one replicatedJob")
+    for i, rj in enumerate(rjs):
+        if not isinstance(rj, dict) or not rj.get("name"):
+            raise GroupingError(f"spec.replicatedJobs[{i}].name", "every replicatedJob needs a name")
+    return rjs
+
+
+def rj_replicas(rj: dict[str, Any], index: int) -> int:
+    return _int_field(rj.get("replicas"), f"spec.replicatedJobs[{index}].replicas", default=1)
+
+
+def rj_parallelism(rj: dict[str, Any], index: int) -> int:
+    job_spec = ((rj.get("template") or {}).get("spec")) or {}
+    return _int_field(
+        job_spec.get("parallelism"), f"spec.replicatedJobs[{index}].template.spec.parallelism", default=1
+    )
+
+
+def _jobset_group(jobset: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
+    spec = jobset.get("spec") if isinstance(jobset.get("spec"), dict) else {}
+    rjs = replicated_jobs(jobset)
+    raw = annotations(jobset).get(keys.BATCH_MIN_MEMBER)
+    if raw is not None:
+        root_min = min(_parse_positive(raw, _annotation_field("", keys.BATCH_MIN_MEMBER)), len(rjs))
+    elif _is_sequenced(spec):
+        root_min = 1
+    else:
+        root_min = len(rjs)
+    subgroups: list[SubGroup] = []
+    for i, rj in enumerate(rjs):
+        name = str(rj["name"])
+        replicas = rj_replicas(rj, i)
+        parallelism = rj_parallelism(rj, i)
+        rj_anns = (rj.get("template") or {}).get("metadata") or {}
+        rj_anns = rj_anns.get("annotations") if isinstance(rj_anns.get("annotations"), dict) else {}
+        leaf_min = parallelism
+        if keys.BATCH_MIN_MEMBER in rj_anns:
+            field = _annotation_field(f"spec.replicatedJobs[{i}].template.", keys.BATCH_MIN_MEMBER)
+            leaf_min = min(_parse_positive(rj_anns[keys.BATCH_MIN_MEMBER], field), parallelism)
+        leaf_topology = topology_from(rj_anns)
+        subgroups.append(SubGroup(name=name, min_subgroup=replicas))
+        subgroups.extend(
+            SubGroup(name=f"{name}-replica-{j}", parent=name, min_member=leaf_min, topology=leaf_topology)
+            for j in range(replicas)
+        )
+    return GroupSpec(
+        policy=Policy.GANG,
+        min_subgroup=root_min,
+        topology=topology_from(annotations(jobset)),
+        subgroups=tuple(subgroups),
+        **common,
+    )
+
+
+def _pytorch_group(job: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    specs = spec.get("pytorchReplicaSpecs")
+    if not isinstance(specs, dict) or not specs:
+        raise GroupingError("spec.pytorchReplicaSpecs", "a PyTorchJob needs at least one replica spec")
+    total = 0
+    for role, rs in specs.items():
+        replicas = rs.get("replicas") if isinstance(rs, dict) else None
+        field = f"spec.pytorchReplicaSpecs.{role}.replicas"
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise GroupingError(field, f"must be a positive integer, got {replicas!r}")
+        total += replicas
+    min_member = total
+    elastic = spec.get("elasticPolicy") if isinstance(spec.get("elasticPolicy"), dict) else {}
+    if elastic.get("minReplicas") is not None:
+        min_member = _int_field(elastic["minReplicas"], "spec.elasticPolicy.minReplicas", default=total)
+    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    sched = run_policy.get("schedulingPolicy") if isinstance(run_policy.get("schedulingPolicy"), dict) else {}
+    if sched.get("minAvailable") is not None:
+        min_member = _int_field(
+            sched["minAvailable"], "spec.runPolicy.schedulingPolicy.minAvailable", default=total
+        )
+    min_member = min(min_member, total)
+    subgroups: list[SubGroup] = []
+    master = specs.get("Master")
+    master_replicas = master.get("replicas", 0) if isinstance(master, dict) else 0
+    if master_replicas:
+        subgroups.append(SubGroup(name="master", min_member=master_replicas))
+    if isinstance(specs.get("Worker"), dict):
+        subgroups.append(SubGroup(name="worker", min_member=max(0, min_member - master_replicas)))
+    return GroupSpec(
+        policy=Policy.GANG,
+        min_member=min_member,
+        topology=topology_from(annotations(job)),
+        subgroups=tuple(subgroups),
+        **common,
+    )
+
+
+def leaf_for_pod(group: GroupSpec, top: dict[str, Any], chain: Sequence[dict[str, Any]]) -> str | None:
+    """The leaf of a KAI-derived group that a pod (first of `chain`, then its owners) belongs to."""
+    if not group.subgroups:
+        return None
+    group_kind = kind_of(top)
+
+    def label(key: str) -> str | None:
+        for obj in chain:
+            value = labels(obj).get(key)
+            if value is not None:
+                return str(value)
+        return None
+
+    if group_kind == JOBSET:
+        rj, index = label(keys.REPLICATED_JOB_NAME), label(keys.JOB_INDEX)
+        if rj is None or index is None:
+            raise GroupingError(
+                f"metadata.labels[{keys.REPLICATED_JOB_NAME!r}]",
+                f"a JobSet pod needs labels {keys.REPLICATED_JOB_NAME} and {keys.JOB_INDEX}",
+            )
+        leaf = f"{rj}-replica-{index}"
+    elif group_kind == PYTORCHJOB:
+        role = label(keys.PYTORCH_REPLICA_TYPE)
+        if role is None:
+            raise GroupingError(
+                f"metadata.labels[{keys.PYTORCH_REPLICA_TYPE!r}]", "a PyTorchJob pod needs its replica type"
+            )
+        leaf = role.lower()
+    else:
+        return None
+    if leaf not in {s.name for s in group.leaves()}:
+        label_key = keys.REPLICATED_JOB_NAME if group_kind == JOBSET else keys.PYTORCH_REPLICA_TYPE
+        raise GroupingError(
+            f"metadata.labels[{label_key!r}]",
+            f"pod maps to subgroup {leaf!r}, which {group.key} does not have",
+        )
+    return leaf
+
+
+# External PodGroups (scheduling.run.ai/v2alpha2)
+
+
+def external_group(pg: dict[str, Any]) -> GroupSpec:
+    """A user- or controller-created KAI PodGroup as a group; `spec.queue` is authoritative."""
+    spec = pg.get("spec") if isinstance(pg.get("spec"), dict) else {}
+    namespace = str(meta(pg).get("namespace") or "default")
+    name = str(meta(pg).get("name", ""))
+
+    def topo(raw: Any) -> TopologyConstraint | None:
+        if not isinstance(raw, dict):
+            return None
+        tc = TopologyConstraint(
+            topology=raw.get("topology") or None,
+            required_level=raw.get("requiredTopologyLevel") or None,
+            preferred_level=raw.get("preferredTopologyLevel") or None,
+        )
+        return None if tc.is_empty() else tc
+
+    subgroups: list[SubGroup] = []
+    names: set[str] = set()
+    for i, sg in enumerate(spec.get("subGroups") or []):
+        if not isinstance(sg, dict) or not sg.get("name"):
+            raise GroupingError(f"spec.subGroups[{i}].name", "every subgroup needs a name")
+        if sg["name"] in names:
+            raise GroupingError(f"spec.subGroups[{i}].name", f"duplicate subgroup {sg['name']!r}")
+        names.add(sg["name"])
+        subgroups.append(
+            SubGroup(
+                name=str(sg["name"]),
+                parent=sg.get("parent") or None,
+                min_member=_int_field(sg.get("minMember"), f"spec.subGroups[{i}].minMember", default=0)
+                if sg.get("minMember") is not None
+                else None,
+                min_subgroup=sg.get("minSubGroup"),
+                topology=topo(sg.get("topologyConstraint")),
+            )
+        )
+    for i, sg in enumerate(subgroups):
+        if sg.parent is not None and sg.parent not in names:
+            raise GroupingError(f"spec.subGroups[{i}].parent", f"unknown parent subgroup {sg.parent!r}")
+    min_member = spec.get("minMember")
+    return GroupSpec(
+        key=group_key(namespace, name),
+        source=Source.KAI_PODGROUP,
+        policy=Policy.GANG,
+        min_member=_int_field(min_member, "spec.minMember", default=1) if min_member is not None else None,
+        min_subgroup=spec.get("minSubGroup"),
+        topology=topo(spec.get("topologyConstraint")),
+        subgroups=tuple(subgroups),
+        queue=spec.get("queue") or None,
+        priority_class=spec.get("priorityClassName") or None,
+        owner=f"PodGroup {namespace}/{name}",
+    )
+
+
+def podgroup_object(group: GroupSpec, *, top: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A group rendered as the `scheduling.run.ai/v2alpha2` PodGroup KAI would hold for it."""
+
+    def topo(tc: TopologyConstraint | None) -> dict[str, str] | None:
+        if tc is None or tc.is_empty():
+            return None
+        out = {"topology": tc.topology or ""}
+        if tc.required_level:
+            out["requiredTopologyLevel"] = tc.required_level
+        if tc.preferred_level:
+            out["preferredTopologyLevel"] = tc.preferred_level
+        return out
+
+    spec: dict[str, Any] = {}
+    if group.min_subgroup is not None:
+        spec["minSubGroup"] = group.min_subgroup
+    elif group.min_member is not None or not group.subgroups:
+        spec["minMember"] = group.min_member if group.min_member is not None else 1
+    if group.queue:
+        spec["queue"] = group.queue
+    if group.priority_class:
+        spec["priorityClassName"] = group.priority_class
+    if (tc := topo(group.topology)) is not None:
+        spec["topologyConstraint"] = tc
+    if group.subgroups:
+        rendered = []
+        for sg in group.subgroups:
+            entry: dict[str, Any] = {"name": sg.name}
+            if sg.parent is not None:
+                entry["parent"] = sg.parent
+            if sg.min_member is not None:
+                entry["minMember"] = sg.min_member
+            if sg.min_subgroup is not None:
+                entry["minSubGroup"] = sg.min_subgroup
+            if (stc := topo(sg.topology)) is not None:
+                entry["topologyConstraint"] = stc
+            rendered.append(entry)
+        spec["subGroups"] = rendered
+    metadata: dict[str, Any] = {"name": group.name, "namespace": group.namespace}
+    if top is not None:
+        api_version = str(top.get("apiVersion", ""))
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": api_version,
+                "kind": top.get("kind", ""),
+                "name": meta(top).get("name", ""),
+                "uid": object_uid(top),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {"apiVersion": KAI_API_VERSION, "kind": "PodGroup", "metadata": metadata, "spec": spec}

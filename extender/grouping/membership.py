@@ -1,0 +1,275 @@
+"""Which gang a pod belongs to, and which gangs a workload yields.
+
+Precedence for a pod (first that applies wins):
+1. External KAI PodGroup: `kai.scheduler/skip-podgrouper: "true"` on the pod or any readable
+   owner, or an ownerless pod that already carries `pod-group-name`. The pod joins the
+   `scheduling.run.ai` PodGroup its `pod-group-name` annotation names (missing: GROUP_MISSING, wait
+   silently), at the leaf its `kai.scheduler/subgroup-name` label names (unknown: INVALID_SUBGROUP,
+   only this pod is rejected). A skipping pod without `pod-group-name` falls through to 2.
+2. `spec.schedulingGroup.podGroupName`: the scheduling.k8s.io PodGroup object of that name (any of
+   the v1alpha2/v1alpha3/v1beta1 shapes). When it does not exist yet but the pod's JobSet has
+   `spec.scheduling`, the group compiled from the JobSet (same name); otherwise GROUP_MISSING.
+3. The top owner's kind: a JobSet with `spec.scheduling` -> its compiled group (GROUP_MISSING while
+   suspended); a JobSet without it, a batch Job, a PyTorchJob -> KAI's derived group.
+4. Anything else (plain pods, unknown owners): a group of one.
+A malformed workload yields INVALID with a message naming the field; nothing here raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.grouping import kai
+from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
+from extender.grouping.jobset_scheduling import (
+    compile_jobset,
+    has_scheduling,
+    is_suspended,
+    spec_group,
+)
+from extender.grouping.owners import OwnerChain, annotations, kind_of, labels, meta, walk_owners
+from extender.model import labels as keys
+from extender.model.group import GroupSpec, Membership, MembershipState, Source
+from extender.model.keys import group_key
+
+K8S_PODGROUP = ("scheduling.k8s.io", "PodGroup")
+K8S_WORKLOAD = ("scheduling.k8s.io", "Workload")
+POD = ("", "Pod")
+
+
+def invalid_subgroup_message(subgroup: str, group: GroupSpec) -> str:
+    return f'Pod references subgroup "{subgroup}", which does not exist in PodGroup {group.key}'
+
+
+def _namespace(obj: dict[str, Any]) -> str:
+    return str(meta(obj).get("namespace") or "default")
+
+
+def single_pod_group(pod: dict[str, Any]) -> GroupSpec:
+    ns, name = _namespace(pod), str(meta(pod).get("name", ""))
+    return GroupSpec(
+        key=group_key(ns, name),
+        source=Source.SINGLE_POD,
+        min_member=1,
+        priority_class=((pod.get("spec") or {}).get("priorityClassName") or None),
+        owner=f"Pod {ns}/{name}",
+    )
+
+
+def derive_membership(pod: dict, lookup: ObjectLookup) -> Membership:
+    """The pod's gang and leaf. Pure; never raises."""
+    try:
+        return _derive(pod, lookup)
+    except GroupingError as err:
+        return Membership(state=MembershipState.INVALID, message=str(err))
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        # a shape we did not anticipate: reject this pod with a message rather than crash the caller
+        return Membership(state=MembershipState.INVALID, message=f"malformed object: {err!r}")
+
+
+def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
+    chain = walk_owners(pod, lookup)
+    ns = _namespace(pod)
+
+    # 1. external KAI PodGroup
+    pg_name = annotations(pod).get(keys.POD_GROUP_NAME)
+    skipping = any(kai.is_skip_podgrouper(o) for o in (pod, *chain.owners))
+    ownerless = not (meta(pod).get("ownerReferences") or [])
+    if pg_name and (skipping or ownerless):
+        return _external_kai(pod, ns, str(pg_name), lookup)
+
+    # 2. scheduling.k8s.io PodGroup named by the pod
+    sg = (pod.get("spec") or {}).get("schedulingGroup")
+    k8s_name = sg.get("podGroupName") if isinstance(sg, dict) else None
+    if k8s_name:
+        obj = lookup.get(*K8S_PODGROUP, ns, str(k8s_name))
+        if obj is not None:
+            return Membership(state=MembershipState.MEMBER, group=k8s_group(obj, lookup))
+        compiled = _jobset_compiled(chain)
+        if compiled is not None and compiled.key == group_key(ns, str(k8s_name)):
+            return Membership(state=MembershipState.MEMBER, group=compiled)
+        return Membership(
+            state=MembershipState.GROUP_MISSING,
+            message=f"waiting for PodGroup {ns}/{k8s_name} (scheduling.k8s.io) to exist",
+        )
+
+    # 3. the top owner's kind
+    top = chain.top
+    if kind_of(top) == kai.JOBSET and has_scheduling(top):
+        if is_suspended(top):
+            return Membership(
+                state=MembershipState.GROUP_MISSING,
+                message=f"JobSet {ns}/{meta(top).get('name')} is suspended: it has no PodGroups",
+            )
+        compiled = _jobset_compiled(chain)
+        return Membership(state=MembershipState.MEMBER, group=compiled)
+    if top is not pod:
+        group = kai.derive_group(top, owners=chain.owners, pod=pod)
+        if group is not None:
+            leaf = kai.leaf_for_pod(group, top, (pod, *chain.owners))
+            return Membership(state=MembershipState.MEMBER, group=group, subgroup=leaf)
+
+    # 4. a group of one
+    return Membership(state=MembershipState.MEMBER, group=single_pod_group(pod))
+
+
+def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
+    """The compiled spec.scheduling group of a JobSet pod, or None when the top owner is not such a
+    JobSet. Raises GroupingError for an invalid spec or a pod that lacks the JobSet labels."""
+    top = chain.top
+    if kind_of(top) != kai.JOBSET or not has_scheduling(top):
+        return None
+    compilation = compile_jobset(top)
+    rj = index = None
+    for obj in (chain.pod, *chain.owners):
+        rj = rj or labels(obj).get(keys.REPLICATED_JOB_NAME)
+        index = index if index is not None else labels(obj).get(keys.JOB_INDEX)
+    if rj is None or index is None:
+        raise GroupingError(
+            f"metadata.labels[{keys.REPLICATED_JOB_NAME!r}]",
+            f"a JobSet pod needs labels {keys.REPLICATED_JOB_NAME} and {keys.JOB_INDEX}",
+        )
+    try:
+        key = compilation.group_of(str(rj), int(index))
+    except (KeyError, ValueError):
+        raise GroupingError(
+            f"metadata.labels[{keys.REPLICATED_JOB_NAME!r}]",
+            f"replicatedJob {rj!r} job {index!r} is not part of JobSet {top['metadata'].get('name')}",
+        ) from None
+    return next(g for g in compilation.groups if g.key == key)
+
+
+def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
+    obj = lookup.get(*kai.KAI_PODGROUP, ns, pg_name)
+    if obj is None:
+        return Membership(
+            state=MembershipState.GROUP_MISSING, message=f"waiting for PodGroup {ns}/{pg_name} to exist"
+        )
+    group = kai.external_group(obj)
+    wanted = labels(pod).get(keys.SUBGROUP_NAME)
+    leaves = {s.name for s in group.leaves()}
+    if wanted is None:
+        if not group.subgroups:
+            return Membership(state=MembershipState.MEMBER, group=group)
+        if len(leaves) == 1:
+            return Membership(state=MembershipState.MEMBER, group=group, subgroup=next(iter(leaves)))
+        return Membership(
+            state=MembershipState.INVALID_SUBGROUP,
+            group=group,
+            message=f"Pod has no {keys.SUBGROUP_NAME} label, but PodGroup {group.key} has subgroups "
+            f"{', '.join(sorted(leaves))}: label the pod with one of them",
+        )
+    if wanted in leaves:
+        return Membership(state=MembershipState.MEMBER, group=group, subgroup=wanted)
+    if group.subgroup(wanted) is not None:
+        return Membership(
+            state=MembershipState.INVALID_SUBGROUP,
+            group=group,
+            message=f'Pod references subgroup "{wanted}" of PodGroup {group.key}, which is not a leaf: '
+            "pods may only join leaf subgroups",
+        )
+    return Membership(
+        state=MembershipState.INVALID_SUBGROUP, group=group, message=invalid_subgroup_message(wanted, group)
+    )
+
+
+def k8s_group(obj: dict[str, Any], lookup: ObjectLookup) -> GroupSpec:
+    """A scheduling.k8s.io PodGroup object as a group. Its policy is read from the object, else from
+    the Workload template it references (v1alpha3/v1beta1 `workloadRef`, v1alpha2
+    `podGroupTemplateRef.workload`)."""
+    ns, name = _namespace(obj), str(meta(obj).get("name", ""))
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if not isinstance(spec.get("schedulingPolicy"), dict):
+        template = _referenced_template(spec, ns, lookup)
+        if template is not None:
+            spec = {**template, **{k: v for k, v in spec.items() if v is not None}}
+    return spec_group(spec, key=group_key(ns, name), owner=f"PodGroup {ns}/{name}")
+
+
+def _referenced_template(spec: dict[str, Any], ns: str, lookup: ObjectLookup) -> dict[str, Any] | None:
+    ref = spec.get("workloadRef")
+    if isinstance(ref, dict):
+        wl_name, tmpl_name = ref.get("workloadName") or ref.get("name"), ref.get("templateName")
+    else:
+        ref = (spec.get("podGroupTemplateRef") or {}).get("workload") or {}
+        wl_name, tmpl_name = ref.get("workloadName"), ref.get("podGroupTemplateName")
+    if not wl_name or not tmpl_name:
+        return None
+    workload = lookup.get(*K8S_WORKLOAD, ns, str(wl_name))
+    if workload is None:
+        return None
+    for tmpl in (workload.get("spec") or {}).get("podGroupTemplates") or []:
+        if isinstance(tmpl, dict) and tmpl.get("name") == tmpl_name:
+            return tmpl
+    return None
+
+
+def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
+    """The groups a workload yields (treated as a top owner). Raises GroupingError when invalid."""
+    group_kind = kind_of(obj)
+    if group_kind == kai.JOBSET and has_scheduling(obj):
+        compilation = compile_jobset(obj)
+        return [] if is_suspended(obj) else list(compilation.groups)
+    if group_kind == kai.KAI_PODGROUP:
+        return [kai.external_group(obj)]
+    if group_kind == K8S_PODGROUP:
+        return [k8s_group(obj, lookup)]
+    if group_kind == POD:
+        membership = derive_membership(obj, lookup)
+        if membership.state is MembershipState.INVALID:
+            raise GroupingError("metadata", membership.message)
+        return [membership.group] if membership.group is not None else []
+    if kai.is_skip_podgrouper(obj):
+        return []
+    group = kai.derive_group(obj, owners=(), pod=None)
+    return [group] if group is not None else []
+
+
+def podgroup_objects(objects: list[dict]) -> list[dict]:
+    """The group objects `gang-extender podgroups -f FILE` prints for the workloads in `objects`:
+    scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io/v1beta1
+    Workload + PodGroups for a JobSet with spec.scheduling. Raises GroupingError when invalid."""
+    objects = [o for o in objects if isinstance(o, dict)]
+    lookup = ListLookup(objects)
+    present = {(kind_of(o), _namespace(o), meta(o).get("name")) for o in objects}
+    out: list[dict] = []
+    for obj in objects:
+        ref = meta(obj).get("ownerReferences") or []
+        if any(
+            isinstance(r, dict)
+            and ((kai.api_group_of(r), r.get("kind")), _namespace(obj), r.get("name")) in present
+            for r in ref
+        ):
+            continue  # grouped by its owner, which is in the file too
+        group_kind = kind_of(obj)
+        if group_kind == kai.JOBSET and has_scheduling(obj):
+            compilation = compile_jobset(obj)
+            if not is_suspended(obj) and compilation.workload is not None:
+                out.append(compilation.workload)
+                out.extend(compilation.podgroups)
+            continue
+        if group_kind == K8S_PODGROUP:
+            continue  # already a group object; nothing to derive
+        if group_kind == kai.KAI_PODGROUP:
+            out.append(kai.podgroup_object(kai.external_group(obj)))
+            continue
+        if group_kind == POD:
+            m = derive_membership(obj, lookup)
+            if m.state is MembershipState.INVALID:
+                raise GroupingError("metadata", m.message)
+            if m.group is not None and m.group.source is Source.SINGLE_POD:
+                derived = kai.podgroup_object(
+                    GroupSpec(
+                        key=kai.derived_key(obj),
+                        source=Source.KAI_DERIVED,
+                        min_member=1,
+                        queue=kai.resolve_queue(obj, obj),
+                        priority_class=m.group.priority_class,
+                    ),
+                    top=obj,
+                )
+                out.append(derived)
+            continue
+        for group in groups_for_workload(obj, lookup):
+            out.append(kai.podgroup_object(group, top=obj))
+    return out
