@@ -18,7 +18,7 @@ def group_key(namespace: str, name: str) -> GroupKey:
 
 
 def object_key(obj: dict[str, Any]) -> str:
-    """"ns/name" for a namespaced object, "name" for a cluster-scoped one."""
+    """ "ns/name" for a namespaced object, "name" for a cluster-scoped one."""
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     name = meta.get("name", "")
@@ -31,3 +31,25 @@ def split_key(key: str) -> tuple[str, str]:
     if not sep or not ns or not name or "/" in name:
         raise ValueError(f"expected NAMESPACE/NAME, got {key!r}")
     return ns, name
+
+
+def api_group(api_version: str) -> str:
+    """ "batch" from "batch/v1", "" from "v1": the group part that identifies a kind across versions."""
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def object_uid(obj: dict[str, Any]) -> str:
+    """metadata.uid, or a stable stand-in for objects read from files (which have none yet).
+
+    The stand-in is a UUID5 of kind, namespace and name, so the same file always yields the same
+    derived group names (`pg-<name>-<uid>`).
+    """
+    meta = obj.get("metadata") or {}
+    uid = meta.get("uid")
+    if uid:
+        return str(uid)
+    import uuid
+
+    parts = (obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace", ""), meta.get("name", ""))
+    seed = "/".join(str(p) for p in parts)
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, seed))

@@ -1,0 +1,1 @@
+"""The decisions behind each verb: synchronous, over the cluster store; no HTTP, no JSON."""

@@ -1,0 +1,385 @@
+"""The `gang-extender` command: serve, simulate, podgroups, explain. The only place that wires layers.
+
+Every flag has an environment-variable twin, GANG_EXTENDER_<FLAG> (e.g. --gang-wait-s and
+GANG_EXTENDER_GANG_WAIT_S); a flag given on the command line wins. Values are converted and
+validated in one pass and every error is reported at once, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from extender import __version__
+from extender.config import Settings, validate
+
+ENV_PREFIX = "GANG_EXTENDER_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    name: str  # --name
+    convert: Callable[[str], Any]
+    help: str
+    target: str  # "section.field" in Settings
+    metavar: str = ""
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+SERVE_FLAGS = (
+    Flag("host", str, "address to listen on (default 127.0.0.1)", "server.host", "ADDR"),
+    Flag("port", int, "port to listen on (default 8888; 0 picks a free one)", "server.port", "PORT"),
+    Flag(
+        "max-body-bytes",
+        int,
+        "larger request bodies get HTTP 400 (default 64 MiB)",
+        "server.max_body_bytes",
+        "N",
+    ),
+    Flag(
+        "cluster",
+        str,
+        "embedded cluster: a YAML stream or JSON List of objects",
+        "cluster.cluster_file",
+        "FILE",
+    ),
+    Flag("kubeconfig", str, "live cluster through this kubeconfig", "cluster.kubeconfig", "PATH"),
+    Flag("in-cluster", _bool, "live cluster through the pod's service account", "cluster.in_cluster", "BOOL"),
+    Flag(
+        "http-timeout-s",
+        float,
+        "kube-scheduler's httpTimeout for this extender (default 10); the gang wait must be shorter",
+        "cluster.http_timeout_s",
+        "S",
+    ),
+    Flag(
+        "gang-wait-s",
+        float,
+        "how long a gang's bind barrier waits for quorum (default 8)",
+        "gang.wait_s",
+        "S",
+    ),
+    Flag(
+        "gang-backoff-initial-s",
+        float,
+        "delay before a timed-out gang is planned again; doubles per failure (default 2)",
+        "gang.backoff_initial_s",
+        "S",
+    ),
+    Flag("gang-backoff-max-s", float, "longest gang backoff (default 60)", "gang.backoff_max_s", "S"),
+    Flag(
+        "reason-nodes",
+        int,
+        "how many rejected nodes carry the reason in a filter reply (default 16)",
+        "gang.reason_nodes",
+        "N",
+    ),
+    Flag("log-level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)", "log_level", "LEVEL"),
+)
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.upper().replace("-", "_")
+
+
+def _add_flags(parser: argparse.ArgumentParser, flags: Sequence[Flag]) -> None:
+    for f in flags:
+        parser.add_argument(
+            f"--{f.name}",
+            dest=f.name.replace("-", "_"),
+            metavar=f.metavar or None,
+            default=None,
+            help=f"{f.help} [env {_env_name(f.name)}]",
+        )
+
+
+def settings_from(
+    ns: argparse.Namespace, flags: Sequence[Flag], base: Settings | None = None
+) -> tuple[Settings, list[str]]:
+    """Settings from flags, then environment, then defaults; every conversion error collected."""
+    errors: list[str] = []
+    sections: dict[str, dict[str, Any]] = {"server": {}, "gang": {}, "cluster": {}, "": {}}
+    for f in flags:
+        raw = getattr(ns, f.name.replace("-", "_"), None)
+        origin = f"--{f.name}"
+        if raw is None:
+            raw = os.environ.get(_env_name(f.name))
+            origin = _env_name(f.name)
+        if raw is None:
+            continue
+        try:
+            value = f.convert(raw)
+        except ValueError:
+            kind = {int: "a whole number", float: "a number"}.get(f.convert, "a valid value")  # type: ignore[call-overload]
+            errors.append(f"{origin} must be {kind}, got {raw!r}")
+            continue
+        section, _, field = f.target.rpartition(".")
+        sections[section][field] = value
+    base = base or Settings()
+    settings = Settings(
+        server=dataclasses.replace(base.server, **sections["server"]),
+        gang=dataclasses.replace(base.gang, **sections["gang"]),
+        cluster=dataclasses.replace(base.cluster, **sections["cluster"]),
+        log_level=sections[""].get("log_level", base.log_level),
+    )
+    if not errors:
+        errors = validate(settings)
+    return settings, errors
+
+
+def _fail(errors: list[str]) -> int:
+    for e in errors:
+        print(f"gang-extender: error: {e}", file=sys.stderr)
+    return 2
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+# ------------------------------------------------------------------ serve
+def cmd_serve(ns: argparse.Namespace) -> int:
+    settings, errors = settings_from(ns, SERVE_FLAGS)
+    c = settings.cluster
+    if not errors and not (c.cluster_file or c.kubeconfig or c.in_cluster):
+        errors.append("serve needs a cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")
+    source = None
+    if not errors and c.cluster_file:
+        from extender.state.embedded import ClusterFileError, EmbeddedCluster
+
+        try:
+            source = EmbeddedCluster.from_file(c.cluster_file)
+        except ClusterFileError as exc:
+            errors.append(str(exc))
+    if errors:
+        return _fail(errors)
+    _setup_logging(settings.log_level)
+    if source is None:
+        from extender.state.kube import KubeClusterSource
+
+        source = KubeClusterSource(None if c.in_cluster else c.kubeconfig, settings=settings)
+    from aiohttp import web
+
+    from extender.server.app import build_app
+
+    app = build_app(settings, source=source)
+    logging.getLogger("extender").info(
+        "gang-extender %s serving on http://%s:%d", __version__, settings.server.host, settings.server.port
+    )
+    web.run_app(app, host=settings.server.host, port=settings.server.port, print=None, access_log=None)
+    return 0
+
+
+# ------------------------------------------------------------------ simulate
+SIM_FLAGS = (
+    Flag(
+        "gang-wait-s", float, "the service's gang wait during the simulation (default 8)", "gang.wait_s", "S"
+    ),
+    Flag("log-level", str, "DEBUG, INFO, WARNING or ERROR (default WARNING)", "log_level", "LEVEL"),
+)
+
+
+def cmd_simulate(ns: argparse.Namespace) -> int:
+    settings, errors = settings_from(ns, SIM_FLAGS, base=Settings(log_level="WARNING"))
+    fmt = ns.format or os.environ.get(_env_name("format"), "text")
+    if fmt not in ("text", "json"):
+        errors.append(f"--format must be text or json, got {fmt!r}")
+    seed_raw = ns.seed if ns.seed is not None else os.environ.get(_env_name("seed"), "0")
+    try:
+        seed = int(seed_raw)
+    except ValueError:
+        errors.append(f"--seed must be a whole number, got {seed_raw!r}")
+        seed = 0
+    for path in ns.files:
+        if not os.path.isfile(path):
+            errors.append(f"{path}: no such file")
+    if errors:
+        return _fail(errors)
+    _setup_logging(settings.log_level)
+    from extender.sim import run_simulation
+
+    return run_simulation(list(ns.files), fmt=fmt, settings=settings, seed=seed)
+
+
+# ------------------------------------------------------------------ podgroups
+def cmd_podgroups(ns: argparse.Namespace) -> int:
+    import orjson
+    import yaml
+
+    from extender.grouping import GroupingError, podgroup_objects
+    from extender.state.embedded import ClusterFileError, load_objects
+
+    errors = []
+    fmt = ns.output or os.environ.get(_env_name("output"), "yaml")
+    if fmt not in ("yaml", "json"):
+        errors.append(f"-o must be yaml or json, got {fmt!r}")
+    if not ns.file:
+        errors.append("podgroups needs -f FILE")
+    if errors:
+        return _fail(errors)
+    try:
+        objects = load_objects(ns.file)
+        derived = podgroup_objects(objects)
+    except ClusterFileError as exc:
+        return _fail([str(exc)])
+    except GroupingError as exc:
+        field = getattr(exc, "field", "")
+        return _fail(
+            [
+                f"{ns.file}: invalid workload: {exc}"
+                + (f" (field {field})" if field and field not in str(exc) else "")
+            ]
+        )
+    if fmt == "json":
+        sys.stdout.write(
+            orjson.dumps(
+                {"apiVersion": "v1", "kind": "List", "items": derived}, option=orjson.OPT_INDENT_2
+            ).decode()
+            + "\n"
+        )
+    else:
+        sys.stdout.write(yaml.safe_dump_all(derived, sort_keys=False))
+    return 0
+
+
+# ------------------------------------------------------------------ explain
+def cmd_explain(ns: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.request
+
+    import orjson
+
+    from extender.model.keys import split_key
+
+    try:
+        namespace, name = split_key(ns.gang)
+    except ValueError as exc:
+        return _fail([str(exc)])
+    url = (ns.url or os.environ.get(_env_name("url"), "http://127.0.0.1:8888")).rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{url}/debug/gangs/{namespace}/{name}", timeout=5) as resp:
+            doc = orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return _fail([exc.read().decode().strip() or f"{url} answered {exc.code}"])
+    except (urllib.error.URLError, OSError) as exc:
+        return _fail([f"cannot reach the extender at {url}: {getattr(exc, 'reason', exc)} (set --url)"])
+    print(render_gang(doc))
+    return 0
+
+
+def render_gang(doc: dict[str, Any]) -> str:
+    lines = [
+        f"Gang:        {doc.get('gang')}",
+        f"Phase:       {doc.get('phase')}",
+        f"Policy:      {doc.get('policy')}   quorum: {doc.get('quorum')} pods",
+    ]
+    if doc.get("domain"):
+        lines.append(f"Domain:      {doc['domain']}")
+    lines.append(f"Last reason: {doc.get('lastReason') or '-'}")
+    if doc.get("failures"):
+        lines.append(f"Failures:    {doc['failures']}")
+    members = doc.get("members") or []
+    lines.append(f"Members ({len(members)}):")
+    width = max((len(m["pod"]) for m in members), default=3)
+    for m in members:
+        if m.get("node"):
+            where = f"bound to {m['node']}"
+        elif m.get("planned"):
+            where = f"planned on {m['planned']}"
+        else:
+            where = "pending"
+        if m.get("waitingAtBind"):
+            where += ", waiting at bind"
+        sub = f" [{m['subgroup']}]" if m.get("subgroup") else ""
+        lines.append(f"  {m['pod']:<{width}}  {where}{sub}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gang-extender",
+        description="A kube-scheduler extender that schedules training and batch jobs as gangs, "
+        "placed by topology.",
+    )
+    parser.add_argument("--version", action="version", version=f"gang-extender {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the HTTP service kube-scheduler calls")
+    _add_flags(serve, SERVE_FLAGS)
+    serve.set_defaults(func=cmd_serve)
+
+    sim = sub.add_parser(
+        "simulate",
+        help="drive the real service as kube-scheduler would and print a report",
+        description="With no FILE: every seed workload on a built-in cluster of zones, blocks and racks.",
+    )
+    sim.add_argument("files", nargs="*", metavar="FILE", help="YAML streams of nodes and workloads")
+    sim.add_argument(
+        "--format",
+        choices=None,
+        default=None,
+        metavar="text|json",
+        help=f"report format (default text) [env {_env_name('format')}]",
+    )
+    sim.add_argument(
+        "--seed",
+        default=None,
+        metavar="N",
+        help=f"random seed for pod names (default 0) [env {_env_name('seed')}]",
+    )
+    _add_flags(sim, SIM_FLAGS)
+    sim.set_defaults(func=cmd_simulate)
+
+    pg = sub.add_parser("podgroups", help="print the group objects derived for each workload in a file")
+    pg.add_argument("-f", "--file", metavar="FILE", help="a YAML stream or JSON List of workloads")
+    pg.add_argument(
+        "-o",
+        "--output",
+        metavar="yaml|json",
+        default=None,
+        help=f"output format (default yaml) [env {_env_name('output')}]",
+    )
+    pg.set_defaults(func=cmd_podgroups)
+
+    ex = sub.add_parser("explain", help="show a gang's members, plan and last reason from a running service")
+    ex.add_argument("gang", metavar="NAMESPACE/NAME")
+    ex.add_argument(
+        "--url",
+        default=None,
+        help=f"the service's base URL (default http://127.0.0.1:8888) [env {_env_name('url')}]",
+    )
+    ex.set_defaults(func=cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not getattr(ns, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(ns.func(ns))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

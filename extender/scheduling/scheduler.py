@@ -1,0 +1,637 @@
+"""Scheduler: filter, prioritize, bind and preempt decisions over the cluster store.
+
+How a gang travels (design-notes.md):
+1. Until quorum pods exist, every node is rejected as unresolvable, saying how many exist.
+2. The first member that finds quorum present plans the whole quorum at once; the plan's
+   capacity is reserved in the store against every other pod and gang; pending siblings are
+   nudged so kube-scheduler retries them now rather than after its backoff.
+3. Filter then passes each planned member only its planned node; prioritize gives it 10.
+4. Bind is the barrier: a member waits until every planned member has arrived (see
+   gang.permits); the server then binds them all. Past the gang wait, all waiting binds fail,
+   the reservation is released and the gang backs off.
+Pods that are not gangs (basic policy, a quorum of one) are placed one by one; members beyond a
+gang's quorum likewise, inside the gang's domain when a constraint requires it.
+
+Everything here is synchronous. The server awaits the barrier and performs the writes listed in
+a decision's `effects`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from extender.gang.permits import Arrival, GangEntry, GangPermits, Phase
+from extender.model import resources
+from extender.model.group import GroupSpec, Membership, MembershipState, SubGroup
+from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.placement import api as placement
+from extender.scheduling import topology
+from extender.state.store import ClusterStore, PodRecord, is_live
+
+log = logging.getLogger(__name__)
+
+
+class UnknownNodesError(ValueError):
+    """kube-scheduler named nodes this service has never seen."""
+
+
+class Verdict(enum.Enum):
+    PASS = "pass"  # some nodes pass
+    NO_FIT = "no-fit"  # nothing fits now; preemption might help
+    WAITING = "waiting"  # gang quorum, group object or backoff: retry later
+    REJECTED = "rejected"  # the pod itself is invalid for scheduling
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """A write the server performs after answering: nudge, event, pod condition, group status."""
+
+    kind: str  # "nudge" | "event" | "condition" | "group-status"
+    namespace: str
+    name: str
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass
+class FilterDecision:
+    verdict: Verdict
+    passed: list[str]
+    reason: str = ""
+    unresolvable: bool = True
+    effects: list[Effect] = dataclasses.field(default_factory=list)
+
+
+class BindVerdict(enum.Enum):
+    NOW = "now"  # bind this pod alone, now
+    WAIT = "wait"  # wait at the gang's barrier
+    RELEASE = "release"  # the barrier is complete: bind every waiting member
+    REFUSE = "refuse"  # answer an error
+
+
+@dataclasses.dataclass
+class BindDecision:
+    verdict: BindVerdict
+    gang: GroupKey | None = None
+    message: str = ""
+    members: list[tuple[PodKey, str]] = dataclasses.field(default_factory=list)  # RELEASE: (pod, node)
+
+
+def _pod_identity(pod: dict[str, Any]) -> tuple[str, str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or "")
+
+
+class Scheduler:
+    def __init__(self, store: ClusterStore, permits: GangPermits, *, reason_nodes: int = 16) -> None:
+        self.store = store
+        self.permits = permits
+        self.reason_nodes = reason_nodes
+        self._plan_specs: dict[GroupKey, GroupSpec] = {}
+        store.add_listener(self._on_change)
+
+    # ================================================================= filter
+    def rows_of(self, node_names: Sequence[str]) -> np.ndarray:
+        rows = self.store.node_rows
+        try:
+            return np.fromiter((rows[n] for n in node_names), dtype=np.int32, count=len(node_names))
+        except KeyError:
+            unknown = [n for n in node_names if n not in rows]
+            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            raise UnknownNodesError(
+                f"{len(unknown)} node name(s) unknown to the extender's cluster cache: {shown}"
+            ) from None
+
+    def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
+        rows = self.rows_of(node_names)
+        ns, name, _ = _pod_identity(pod)
+        key = pod_key(ns, name)
+        membership = self.store.membership_of(pod)
+        state = membership.state
+        if state is MembershipState.INVALID_SUBGROUP:
+            cond = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": membership.message,
+            }
+            return FilterDecision(
+                Verdict.REJECTED, [], membership.message, effects=[Effect("condition", ns, name, cond)]
+            )
+        if state is MembershipState.GROUP_MISSING:
+            return FilterDecision(Verdict.WAITING, [], membership.message or "waiting for its group object")
+        if state is MembershipState.INVALID or membership.group is None:
+            return FilterDecision(Verdict.REJECTED, [], membership.message or "the pod's workload is invalid")
+        group = membership.group
+        request = self._pod_vector(pod)
+        planned = self.permits.planned_node(key)
+        if planned is not None:
+            if planned in node_names and self._row_usable(planned):
+                return FilterDecision(Verdict.PASS, [planned])
+            gang = self.permits.gang_of(key)
+            if gang is not None and self.permits.entry(gang).phase is Phase.PLANNED:
+                self._drop_plan(gang, f"planned node {planned} is no longer offered for {key}")
+            elif gang is not None:
+                return FilterDecision(
+                    Verdict.WAITING, [], f"gang {gang}: {key} is waiting at bind on node {planned}"
+                )
+        if not group.is_gang():
+            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+        return self._filter_gang(pod, key, group, membership, rows, node_names, request)
+
+    def _row_usable(self, node: str) -> bool:
+        row = self.store.node_rows.get(node)
+        return row is not None and bool(self.store.arrays.schedulable[row])
+
+    def _pod_vector(self, pod: dict[str, Any]) -> np.ndarray:
+        try:
+            reqs = resources.pod_requests(pod)
+        except resources.QuantityError as exc:
+            raise ValueError(f"Pod: {exc}") from None
+        return self.store._vec_for(reqs)
+
+    # ----------------------------------------------------------------- single pods
+    def _filter_single(
+        self,
+        pod: dict[str, Any],
+        key: PodKey,
+        group: GroupSpec,
+        membership: Membership,
+        rows: np.ndarray,
+        node_names: Sequence[str],
+        request: np.ndarray,
+    ) -> FilterDecision:
+        arrays = self.store.arrays
+        usable = arrays.schedulable[rows] if len(rows) else np.zeros(0, dtype=bool)
+        fits = placement.fit_mask(arrays, rows, request) & usable if len(rows) else usable
+        try:
+            allowed = self._domain_mask(group, membership.subgroup, rows, exclude=key)
+        except topology.TopologyError as exc:
+            return FilterDecision(Verdict.REJECTED, [], f"{self._label(group)}: {exc}")
+        if allowed is not None:
+            fits &= allowed
+        passed = [node_names[i] for i in np.flatnonzero(fits)]
+        if passed:
+            return FilterDecision(Verdict.PASS, passed)
+        what = "pod" if group.source.value == "single-pod" else f"{self._label(group)} member"
+        reason = f"{what} {key}: {self._shortfall_text(rows, request, allowed)}"
+        return FilterDecision(Verdict.NO_FIT, [], reason, unresolvable=allowed is not None)
+
+    def _domain_mask(
+        self, group: GroupSpec, leaf: str | None, rows: np.ndarray, *, exclude: PodKey
+    ) -> np.ndarray | None:
+        """Rows allowed by the constraints on `leaf` and its ancestors, given members already placed.
+
+        None when nothing constrains the pod. A constrained level with no member placed yet allows
+        every domain; kube-scheduler's choice of node then fixes it for the rest.
+        """
+        levels = self._constraint_levels(group, leaf)
+        if not levels:
+            return None
+        placed_rows = [r for r in self._member_rows(group, exclude=exclude) if r >= 0]
+        mask = np.ones(len(rows), dtype=bool)
+        arrays = self.store.arrays
+        for lvl in levels:
+            if not placed_rows:
+                mask &= arrays.domains[lvl, rows] >= 0
+                continue
+            domain = arrays.domains[lvl, placed_rows[0]]
+            mask &= arrays.domains[lvl, rows] == domain
+        return mask
+
+    def _constraint_levels(self, group: GroupSpec, leaf: str | None) -> list[int]:
+        levels: list[int] = []
+        chain: list[Any] = [group.topology]
+        node = group.subgroup(leaf) if leaf else None
+        while node is not None:
+            chain.append(node.topology)
+            node = group.subgroup(node.parent) if node.parent else None
+        for c in chain:
+            keys = topology.resolve(c, self.store)
+            if keys.required:
+                levels.append(self.store.arrays.level(keys.required))
+        return levels
+
+    def _member_rows(self, group: GroupSpec, *, exclude: PodKey) -> list[int]:
+        """Rows of the group's members that are bound, binding or planned."""
+        out = []
+        for rec in self.store.group_members(group.key):
+            if rec.key == exclude:
+                continue
+            if rec.bound_row >= 0:
+                out.append(rec.bound_row)
+            elif rec.key in self.store.reservations:
+                out.append(self.store.reservations[rec.key].row)
+        return out
+
+    def _shortfall_text(self, rows: np.ndarray, request: np.ndarray, allowed: np.ndarray | None) -> str:
+        """Which offered node comes closest, and what it lacks."""
+        arrays = self.store.arrays
+        if allowed is not None:
+            rows = rows[allowed]
+        if not len(rows):
+            return "no offered node is in the group's topology domain"
+        short = request[None, :] - arrays.free[rows]  # >0 where a node lacks that resource
+        relative = np.where(request[None, :] > 0, short / np.maximum(request[None, :], 1), 0.0)
+        closest = int(np.argmin(relative.max(axis=1)))
+        col = int(np.argmax(relative[closest]))
+        name = self.store.resources.names[col]
+        node = self.store.row_names.get(int(rows[closest]), "?")
+        amount = resources.units_text(name, int(short[closest, col]))
+        return f"no offered node has room (closest {node}: {name} short {amount})"
+
+    # ----------------------------------------------------------------- gangs
+    def _label(self, group: GroupSpec) -> str:
+        return f"gang {group.key}" if group.is_gang() else f"group {group.key}"
+
+    def _filter_gang(
+        self,
+        pod: dict[str, Any],
+        key: PodKey,
+        group: GroupSpec,
+        membership: Membership,
+        rows: np.ndarray,
+        node_names: Sequence[str],
+        request: np.ndarray,
+    ) -> FilterDecision:
+        entry = self.permits.entry(group.key)
+        if entry.phase is Phase.BOUND or (entry.plan and key not in entry.plan):
+            # quorum is bound or planned without this pod: a member beyond quorum
+            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+        left = self.permits.in_backoff(group.key)
+        if left > 0:
+            return FilterDecision(
+                Verdict.WAITING, [], f"gang {group.key}: {entry.last_reason} ({left:.0f}s left)"
+            )
+        members = [rec for rec in self.store.group_members(group.key) if is_live(rec.obj)]
+        if key not in {m.key for m in members}:
+            members.append(self._record_for(pod, key))
+        counts: dict[str | None, int] = {}
+        for rec in members:
+            m = self.store.membership(rec) if rec.key in self.store.pods else membership
+            counts[m.subgroup] = counts.get(m.subgroup, 0) + 1
+        ready = group.ready_leaves(counts)
+        need = group.quorum_upper_bound()
+        if ready is None:
+            reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
+            entry.last_reason = reason
+            return FilterDecision(Verdict.WAITING, [], reason)
+        if membership.subgroup not in ready:
+            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+        try:
+            decision = self._plan(group, key, membership, members, ready, rows, node_names)
+        except topology.TopologyError as exc:
+            reason = f"gang {group.key}: {exc}"
+            entry.last_reason = reason
+            return FilterDecision(Verdict.REJECTED, [], reason)
+        if decision is None:
+            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+        return decision
+
+    def _record_for(self, pod: dict[str, Any], key: PodKey) -> PodRecord:
+        return PodRecord(key=key, obj=pod, requests=resources.pod_requests(pod))
+
+    def _leaf_of(self, rec: PodRecord, fallback: Membership) -> str | None:
+        if rec.key in self.store.pods:
+            return self.store.membership(rec).subgroup
+        return fallback.subgroup
+
+    def _plan(
+        self,
+        group: GroupSpec,
+        key: PodKey,
+        membership: Membership,
+        members: list[PodRecord],
+        ready: tuple[str | None, ...],
+        rows: np.ndarray,
+        node_names: Sequence[str],
+    ) -> FilterDecision | None:
+        store = self.store
+        arrays = store.arrays
+        # tree: index 0 is the root, subgroups follow in spec order
+        index: dict[str | None, int] = {None: 0}
+        for i, sg in enumerate(group.subgroups):
+            index[sg.name] = i + 1
+        tree = [self._tree_node(-1, group.topology, group)]
+        for sg in group.subgroups:
+            tree.append(self._tree_node(index[sg.parent], sg.topology, group))
+        eligible = np.zeros(arrays.n_rows, dtype=bool)
+        eligible[rows] = True
+        leaves: list[placement.LeafDemand] = []
+        chosen: list[list[PodKey]] = []
+        descr: list[int] = []
+        total_needed = 0
+        for leaf in ready:
+            leaf_members = [r for r in members if self._leaf_of(r, membership) == leaf]
+            bound = [r for r in leaf_members if r.node_name or r.bound_row >= 0]
+            pending = sorted(
+                (r for r in leaf_members if not (r.node_name or r.bound_row >= 0)),
+                key=lambda r: (r.key != key, r.key),
+            )
+            quorum = self._leaf_quorum(group, leaf)
+            count = max(0, min(quorum - len(bound), len(pending)))
+            take = pending[:count]
+            total_needed += count
+            bound_rows = np.array([r.bound_row for r in bound if r.bound_row >= 0], dtype=np.int32)
+            # heterogeneous pods of one leaf (driver + workers in one PodGroup) become separate demands
+            shapes: dict[bytes, list[PodRecord]] = {}
+            for r in take:
+                shapes.setdefault(store._vec_for(r.requests).tobytes(), []).append(r)
+            first = True
+            for raw, recs in sorted(shapes.items(), key=lambda kv: -int(np.frombuffer(kv[0], np.int64)[0])):
+                vec = np.frombuffer(raw, dtype=np.int64).copy()
+                is_mine = any(r.key == key for r in recs)
+                leaves.append(
+                    placement.LeafDemand(
+                        tree_node=index[leaf],
+                        request=vec,
+                        count=len(recs),
+                        eligible=eligible if is_mine else None,
+                        bound_rows=bound_rows if first else None,
+                    )
+                )
+                chosen.append([r.key for r in recs])
+                descr.append(index[leaf])
+                first = False
+            if not take and len(bound_rows):
+                leaves.append(
+                    placement.LeafDemand(
+                        tree_node=index[leaf],
+                        request=np.zeros(arrays.free.shape[1], dtype=np.int64),
+                        count=0,
+                        bound_rows=bound_rows,
+                    )
+                )
+                chosen.append([])
+        if key not in {k for ks in chosen for k in ks}:
+            return None  # the pod is beyond its leaf's quorum: the caller places it as a single member
+        plan = placement.plan_gang(arrays, placement.GangRequest(tree=tuple(tree), leaves=tuple(leaves)))
+        if plan.outcome is not placement.Outcome.PLACED:
+            reason = self._no_fit_text(group, total_needed + self._bound_count(members), plan)
+            self.permits.entry(group.key).last_reason = reason
+            return FilterDecision(Verdict.NO_FIT, [], reason)
+        assignment: dict[PodKey, str] = {}
+        for pods_of_leaf, leaf_rows, demand in zip(chosen, plan.rows, leaves, strict=True):
+            for pk, row in zip(pods_of_leaf, leaf_rows, strict=True):
+                node = store.row_names[int(row)]
+                assignment[pk] = node
+                store.reserve(pk, int(row), demand.request)
+        domain = self._domain_text(plan)
+        self.permits.set_plan(group.key, assignment, domain=domain)
+        self._plan_specs[group.key] = group
+        effects = []
+        for pk, node in assignment.items():
+            ns, name = pk.split("/", 1)
+            if pk != key:
+                effects.append(Effect("nudge", ns, name, {"value": f"{group.name}:{node}"}))
+            effects.append(
+                Effect(
+                    "event",
+                    ns,
+                    name,
+                    {
+                        "reason": "GangPlanned",
+                        "message": f"gang {group.key}: {len(assignment)} pods planned"
+                        + (f" in {domain}" if domain else "")
+                        + f"; this pod goes to {node}",
+                    },
+                )
+            )
+        effects.append(self._group_status(group, "Planned", self.permits.entry(group.key).last_reason))
+        return FilterDecision(Verdict.PASS, [assignment[key]], effects=effects)
+
+    def _bound_count(self, members: list[PodRecord]) -> int:
+        return sum(1 for r in members if r.node_name)
+
+    def _tree_node(self, parent: int, constraint: Any, group: GroupSpec) -> placement.TreeNode:
+        keys = topology.resolve(constraint, self.store)
+        arrays = self.store.arrays
+        return placement.TreeNode(
+            parent=parent,
+            required_level=arrays.level(keys.required) if keys.required else -1,
+            preferred_level=arrays.level(keys.preferred) if keys.preferred else -1,
+        )
+
+    @staticmethod
+    def _leaf_quorum(group: GroupSpec, leaf: str | None) -> int:
+        if leaf is None:
+            return group.min_member if group.min_member is not None else 1
+        sg: SubGroup | None = group.subgroup(leaf)
+        return (sg.min_member or 0) if sg else 0
+
+    def _level_name(self, level: int) -> str:
+        key = self.store.arrays.level_key(level)
+        return key.rpartition("/")[2].removeprefix("gke-")
+
+    def _domain_text(self, plan: placement.Plan) -> str:
+        if not plan.domains:
+            return ""
+        node_idx = min(plan.domains)
+        level, dom = plan.domains[node_idx]
+        return f"{self._level_name(level)} {self.store.arrays.domain_name(level, dom)}"
+
+    def _no_fit_text(self, group: GroupSpec, needed: int, plan: placement.Plan) -> str:
+        sf = plan.shortfall
+        scope = ""
+        if group.topology is not None:
+            keys = topology.resolve(group.topology, self.store)
+            if keys.required:
+                scope = f", {self._level_name(self.store.arrays.level(keys.required))}"
+        head = f"gang {group.key} ({needed} pods{scope})"
+        if sf is None:
+            return f"{head}: does not fit"
+        if sf.level >= 0 and sf.domain_id >= 0:
+            where = (
+                f"best {self._level_name(sf.level)} {self.store.arrays.domain_name(sf.level, sf.domain_id)}"
+            )
+        else:
+            where = "the offered nodes"
+        text = f"{head}: {where} fits {sf.fits} of {sf.needed}"
+        if 0 <= sf.resource < len(self.store.resources.names) and sf.short_units > 0:
+            name = self.store.resources.names[sf.resource]
+            text += f" ({name} short {resources.units_text(name, sf.short_units)})"
+        return text
+
+    def _group_status(self, group: GroupSpec, phase: str, reason: str) -> Effect:
+        return Effect(
+            "group-status", group.namespace, group.name, {"group": group, "phase": phase, "reason": reason}
+        )
+
+    # ----------------------------------------------------------------- invalidation
+    def _drop_plan(self, gang: GroupKey, reason: str) -> None:
+        for pk in self.permits.drop_plan(gang):
+            self.store.unreserve(pk)
+        self._plan_specs.pop(gang, None)
+        self.permits.entry(gang).last_reason = f"replanning: {reason}"
+        log.info("gang %s: plan dropped: %s", gang, reason)
+
+    def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == ("", "Node"):
+            name = str(meta.get("name", ""))
+            gone = event == "DELETED" or not self._row_usable(name)
+            if gone:
+                for gang, entry in list(self.permits.gangs.items()):
+                    if entry.phase is Phase.PLANNED and name in entry.plan.values():
+                        self._drop_plan(gang, f"planned node {name} was removed or cordoned")
+        elif kind == ("", "Pod") and event == "DELETED":
+            pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+            gang = self.permits.gang_of(pk)
+            if gang is not None and self.permits.entry(gang).phase is Phase.PLANNED:
+                self._drop_plan(gang, f"member {pk} was deleted")
+        elif kind in (
+            ("scheduling.run.ai", "PodGroup"),
+            ("scheduling.k8s.io", "PodGroup"),
+            ("jobset.x-k8s.io", "JobSet"),
+            ("batch", "Job"),
+            ("kubeflow.org", "PyTorchJob"),
+        ):
+            for gang, spec in list(self._plan_specs.items()):
+                entry = self.permits.entry(gang)
+                if entry.phase is not Phase.PLANNED or not entry.plan:
+                    continue
+                rec = self.store.pods.get(next(iter(entry.plan)))
+                fresh = self.store.membership(rec).group if rec else None
+                if fresh != spec:
+                    self._drop_plan(gang, "the group's definition changed")
+
+    # ================================================================= prioritize
+    def prioritize(self, pod: dict[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
+        rows = self.rows_of(node_names)
+        ns, name, _ = _pod_identity(pod)
+        planned = self.permits.planned_node(pod_key(ns, name))
+        if planned is not None:
+            return [(n, 10 if n == planned else 0) for n in node_names]
+        request = self._pod_vector(pod)
+        anchors = None
+        membership = self.store.membership_of(pod)
+        if membership.group is not None and membership.state is MembershipState.MEMBER:
+            placed = self._member_rows(membership.group, exclude=pod_key(ns, name))
+            if placed:
+                anchors = np.array(placed, dtype=np.int32)
+        levels = list(range(self.store.arrays.domains.shape[0]))
+        scores = placement.score_nodes(
+            self.store.arrays, rows, request, anchor_rows=anchors, anchor_levels=levels
+        )
+        return list(zip(node_names, (int(s) for s in scores), strict=True))
+
+    # ================================================================= bind
+    def bind(self, *, namespace: str, name: str, uid: str, node: str) -> BindDecision:
+        key = pod_key(namespace, name)
+        rec = self.store.pods.get(key)
+        if rec is None:
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key} is not in the extender's cache")
+        if uid and rec.uid and rec.uid != uid:
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key} has uid {rec.uid}, not {uid}")
+        if node not in self.store.node_rows:
+            return BindDecision(BindVerdict.REFUSE, message=f"node {node} is not in the extender's cache")
+        if rec.node_name:
+            if rec.node_name == node:
+                return BindDecision(BindVerdict.NOW)
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key} is already bound to {rec.node_name}")
+        arrival, entry = self.permits.arrive(key, node)
+        if arrival is Arrival.WRONG_NODE and entry is not None:
+            return BindDecision(
+                BindVerdict.REFUSE,
+                gang=entry.key,
+                message=f"gang {entry.key}: {key} is planned on {entry.plan.get(key)}, not {node}",
+            )
+        if arrival is Arrival.WAIT and entry is not None:
+            return BindDecision(BindVerdict.WAIT, gang=entry.key)
+        if arrival is Arrival.RELEASE and entry is not None:
+            return BindDecision(
+                BindVerdict.RELEASE,
+                gang=entry.key,
+                members=[(pk, entry.plan[pk]) for pk in entry.waiting()],
+            )
+        # not planned: a single pod or a member beyond quorum; hold its capacity while it binds
+        row = self.store.node_rows[node]
+        vec = self.store._vec_for(rec.requests)
+        if not bool(placement.fit_mask(self.store.arrays, np.array([row], dtype=np.int32), vec)[0]):
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key} no longer fits on {node}")
+        self.store.reserve(key, row, vec)
+        return BindDecision(BindVerdict.NOW)
+
+    def bind_failed(self, key: PodKey) -> None:
+        """The API refused a single pod's binding: give its capacity back."""
+        if self.permits.gang_of(key) is None:
+            self.store.unreserve(key)
+
+    def gang_bound(self, gang: GroupKey, pods: list[PodKey]) -> list[Effect]:
+        self.permits.mark_bound(gang, pods)
+        self._plan_specs.pop(gang, None)
+        spec = self._spec_of(pods)
+        return [self._group_status(spec, "Running", f"{len(pods)} pods bound")] if spec else []
+
+    def _spec_of(self, pods: list[PodKey]) -> GroupSpec | None:
+        for pk in pods:
+            rec = self.store.pods.get(pk)
+            if rec is not None:
+                return self.store.membership(rec).group
+        return None
+
+    def expire(self) -> list[tuple[GangEntry, list[PodKey], str]]:
+        """Fail every gang whose barrier deadline passed; returns (entry, waiting pods, message)."""
+        out = []
+        for entry in self.permits.expired():
+            waiting = entry.waiting()
+            total = len(entry.plan)
+            spec = self._spec_of(list(entry.plan))
+            msg = (
+                f"gang {entry.key}: quorum did not reach bind within {self.permits.wait_s:g}s "
+                f"({len(waiting)} of {total} planned pods arrived); reservation released"
+            )
+            for pk in self.permits.fail(entry.key, msg):
+                self.store.unreserve(pk)
+            self._plan_specs.pop(entry.key, None)
+            out.append((entry, waiting, msg))
+            if spec is not None:
+                log.warning("%s", msg)
+        return out
+
+    # ================================================================= preempt
+    def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> dict[str, Any]:
+        """Candidates pass through unchanged; nodes this service does not know are dropped."""
+        return {n: v for n, v in victims.items() if n in self.store.node_rows}
+
+    # ================================================================= debug
+    def describe(self, gang: GroupKey) -> dict[str, Any] | None:
+        entry = self.permits.gangs.get(gang)
+        members = self.store.group_members(gang)
+        if entry is None and not members:
+            return None
+        spec = self.store.membership(members[0]).group if members else self._plan_specs.get(gang)
+        return {
+            "gang": gang,
+            "phase": entry.phase.value if entry else Phase.PENDING.value,
+            "quorum": spec.quorum_upper_bound() if spec else None,
+            "policy": spec.policy.value if spec else None,
+            "members": [
+                {
+                    "pod": r.key,
+                    "subgroup": self.store.membership(r).subgroup,
+                    "node": r.node_name,
+                    "planned": entry.plan.get(r.key) if entry else None,
+                    "waitingAtBind": bool(entry and r.key in entry.arrived),
+                }
+                for r in members
+            ],
+            "plan": dict(entry.plan) if entry else {},
+            "domain": entry.domain if entry else "",
+            "reservation": {
+                pk: self.store.row_names.get(self.store.reservations[pk].row)
+                for pk in (entry.plan if entry else {})
+                if pk in self.store.reservations
+            },
+            "failures": entry.failures if entry else 0,
+            "lastReason": entry.last_reason if entry else "",
+        }
+
+    def describe_all(self) -> list[dict[str, Any]]:
+        keys = set(self.permits.gangs)
+        return [d for k in sorted(keys) if (d := self.describe(k)) is not None]

@@ -1,0 +1,63 @@
+"""Resolve a group's topology constraint to node label keys, through KAI Topology objects.
+
+KAI constraints name a Topology object and a level by nodeLabel or alias; scheduling.k8s.io
+constraints give the label key itself. Errors use KAI's texts so operators recognise them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from extender.model.group import TopologyConstraint
+
+
+class TopologyLookup(Protocol):
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+
+class TopologyError(ValueError):
+    """The constraint names a topology or level that does not exist."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelKeys:
+    required: str | None  # node label key, or None
+    preferred: str | None
+    alias: dict[str, str]  # label key -> friendly name for messages ("rack")
+
+
+def _friendly(key: str) -> str:
+    tail = key.rpartition("/")[2]
+    return tail.removeprefix("gke-")
+
+
+def resolve(constraint: TopologyConstraint | None, lookup: TopologyLookup) -> LevelKeys:
+    if constraint is None or constraint.is_empty():
+        return LevelKeys(None, None, {})
+    if constraint.topology is None:
+        keys = {k: _friendly(k) for k in (constraint.required_level, constraint.preferred_level) if k}
+        return LevelKeys(constraint.required_level, constraint.preferred_level, keys)
+    topo = lookup.get("kai.scheduler", "Topology", None, constraint.topology)
+    if topo is None:
+        raise TopologyError(f"Requested topology {constraint.topology} does not exist")
+    levels = (topo.get("spec") or {}).get("levels") or []
+    by_name: dict[str, str] = {}
+    alias: dict[str, str] = {}
+    for level in levels:
+        key = level.get("nodeLabel")
+        if not key:
+            continue
+        by_name[key] = key
+        if level.get("alias"):
+            by_name[level["alias"]] = key
+        alias[key] = level.get("alias") or _friendly(key)
+
+    def find(name: str | None) -> str | None:
+        if name is None:
+            return None
+        if name not in by_name:
+            raise TopologyError(f"topology {constraint.topology} has no level {name!r}")
+        return by_name[name]
+
+    return LevelKeys(find(constraint.required_level), find(constraint.preferred_level), alias)

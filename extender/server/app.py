@@ -1,0 +1,434 @@
+"""The aiohttp service kube-scheduler calls: decode, decide, encode, and the gang bind barrier.
+
+Routes: POST /filter, /prioritize, /bind, /preempt (so a KubeSchedulerConfiguration's urlPrefix
+is the service's base URL); GET /healthz, /readyz, /metrics, /debug/gangs[/{ns}/{name}].
+
+Bad input is HTTP 400 with a one-line reason; an internal fault is answered in the verb's Error
+field (HTTP 200, as kube-scheduler expects) and logged with the pod's namespace/name. A bind
+that reaches a gang's barrier waits on a future that the release or the expiry ticker resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from extender.config import Settings
+from extender.gang.permits import GangPermits
+from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.placement import api as placement
+from extender.scheduling.scheduler import (
+    BindVerdict,
+    Effect,
+    FilterDecision,
+    Scheduler,
+    UnknownNodesError,
+    Verdict,
+)
+from extender.server import wire
+from extender.server.metrics import Metrics
+from extender.state.source import BindError, ClusterSource
+from extender.state.store import ClusterStore
+
+log = logging.getLogger(__name__)
+
+STORE = web.AppKey("store", ClusterStore)
+SCHEDULER = web.AppKey("scheduler", Scheduler)
+SOURCE = web.AppKey("source", object)
+SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
+BARRIER = web.AppKey("barrier", object)
+READY = web.AppKey("ready", dict)
+
+Clock = Callable[[], float]
+
+
+class Barrier:
+    """Waiting bind calls, by pod; resolved with "" (bound) or an error message."""
+
+    def __init__(self) -> None:
+        self.waiters: dict[PodKey, asyncio.Future[str]] = {}
+
+    def wait(self, key: PodKey) -> asyncio.Future[str]:
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        old = self.waiters.get(key)
+        if old is not None and not old.done():
+            old.set_result(f"superseded by a newer bind call for {key}")
+        self.waiters[key] = fut
+        return fut
+
+    def resolve(self, key: PodKey, error: str) -> None:
+        fut = self.waiters.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(error)
+
+
+def _text_400(reason: str) -> web.Response:
+    return web.Response(status=400, text=reason + "\n", content_type="text/plain")
+
+
+def _json(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+def _pod_ref(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+def _filter_reply(args: wire.ExtenderArgs, decision: FilterDecision, reason_nodes: int) -> bytes:
+    if decision.verdict is Verdict.PASS:
+        return wire.filter_result(args=args, passed=decision.passed, failed=None, unresolvable=None)
+    # A bounded sample carries the reason: kube-scheduler 1.20 reads only FailedNodes, newer ones
+    # prefer FailedAndUnresolvableNodes when a node is in both; nodes left out count as unresolvable.
+    sample = args.node_names[:reason_nodes]
+    failed = dict.fromkeys(sample, decision.reason)
+    unresolvable = failed if decision.unresolvable else None
+    return wire.filter_result(args=args, passed=[], failed=failed, unresolvable=unresolvable)
+
+
+async def _handle(
+    request: web.Request, verb: str, work: Callable[[bytes], Awaitable[web.Response]]
+) -> web.Response:
+    metrics = request.app[METRICS]
+    start = time.perf_counter()
+    status = 200
+    try:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            limit = request.app[SETTINGS].server.max_body_bytes
+            status = 400
+            return _text_400(f"request body is larger than --max-body-bytes ({limit} bytes)")
+        try:
+            resp = await work(body)
+        except (wire.WireError, UnknownNodesError) as exc:
+            status = 400
+            return _text_400(str(exc))
+        status = resp.status
+        return resp
+    finally:
+        metrics.observe(verb, status, time.perf_counter() - start)
+
+
+async def handle_filter(request: web.Request) -> web.Response:
+    app = request.app
+    scheduler = app[SCHEDULER]
+    reason_nodes = app[SETTINGS].gang.reason_nodes
+
+    async def work(body: bytes) -> web.Response:
+        pod = wire.peek_pod(body)
+        if pod is not None:
+            meta = pod.get("metadata") or {}
+            planned = scheduler.permits.planned_node(pod_key(meta.get("namespace", "default"), meta["name"]))
+            if planned is not None and wire.names_contain(body, planned) and scheduler._row_usable(planned):
+                app[METRICS].fast_path.inc()
+                return _json(
+                    orjson.dumps(
+                        {
+                            "Nodes": None,
+                            "NodeNames": [planned],
+                            "FailedNodes": {},
+                            "FailedAndUnresolvableNodes": {},
+                            "Error": "",
+                        }
+                    )
+                )
+        args = wire.parse_extender_args(body)
+        try:
+            decision = scheduler.filter(args.pod, args.node_names)
+        except (UnknownNodesError, wire.WireError):
+            raise
+        except ValueError as exc:
+            raise wire.WireError(str(exc)) from None
+        except Exception as exc:
+            log.exception("filter failed for pod %s", _pod_ref(args.pod))
+            app[METRICS].errors.labels("filter").inc()
+            return _json(wire.filter_error(f"internal error in gang-extender filter: {exc}"))
+        _spawn_effects(app, decision.effects)
+        return _json(_filter_reply(args, decision, reason_nodes))
+
+    return await _handle(request, "filter", work)
+
+
+async def handle_prioritize(request: web.Request) -> web.Response:
+    app = request.app
+
+    async def work(body: bytes) -> web.Response:
+        args = wire.parse_extender_args(body)
+        try:
+            scores = app[SCHEDULER].prioritize(args.pod, args.node_names)
+        except (UnknownNodesError, wire.WireError):
+            raise
+        except ValueError as exc:
+            raise wire.WireError(str(exc)) from None
+        except Exception:
+            # prioritize errors are ignored by kube-scheduler; give every node 0 and log it
+            log.exception("prioritize failed for pod %s", _pod_ref(args.pod))
+            app[METRICS].errors.labels("prioritize").inc()
+            scores = [(n, 0) for n in args.node_names]
+        return _json(wire.prioritize_result(scores))
+
+    return await _handle(request, "prioritize", work)
+
+
+async def handle_bind(request: web.Request) -> web.Response:
+    app = request.app
+
+    async def work(body: bytes) -> web.Response:
+        args = wire.parse_binding_args(body)
+        try:
+            error = await _bind(app, args)
+        except Exception as exc:
+            log.exception("bind failed for pod %s/%s", args.pod_namespace, args.pod_name)
+            app[METRICS].errors.labels("bind").inc()
+            error = f"internal error in gang-extender bind: {exc}"
+        return _json(wire.binding_result(error))
+
+    return await _handle(request, "bind", work)
+
+
+async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
+    scheduler = app[SCHEDULER]
+    source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    key = pod_key(args.pod_namespace, args.pod_name)
+    decision = scheduler.bind(
+        namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
+    )
+    if decision.verdict is BindVerdict.REFUSE:
+        return decision.message
+    if decision.verdict is BindVerdict.NOW:
+        try:
+            await source.bind_pod(
+                namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
+            )
+        except BindError as exc:
+            scheduler.bind_failed(key)
+            return f"binding {key} to {args.node}: {exc}"
+        return ""
+    if decision.verdict is BindVerdict.WAIT:
+        fut = barrier.wait(key)
+        _kick_ticker(app)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            scheduler.permits.depart(key)
+            raise
+    # RELEASE: this call completed the barrier; bind every waiting member together
+    assert decision.gang is not None
+    own = barrier.wait(key)
+    await _release(app, decision.gang, decision.members)
+    return await own
+
+
+async def _release(app: web.Application, gang: GroupKey, members: list[tuple[PodKey, str]]) -> None:
+    scheduler = app[SCHEDULER]
+    source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    store = app[STORE]
+
+    async def one(pk: PodKey, node: str) -> str:
+        ns, name = pk.split("/", 1)
+        rec = store.pods.get(pk)
+        try:
+            await source.bind_pod(namespace=ns, name=name, uid=rec.uid if rec else "", node=node)
+        except BindError as exc:
+            return f"binding {pk} to {node}: {exc}"
+        return ""
+
+    results = await asyncio.gather(*(one(pk, node) for pk, node in members))
+    bound = [pk for (pk, _), err in zip(members, results, strict=True) if not err]
+    effects = scheduler.gang_bound(gang, bound)
+    for (pk, _), err in zip(members, results, strict=True):
+        barrier.resolve(pk, err)
+    app[METRICS].gangs_bound.inc()
+    _spawn_effects(app, effects)
+
+
+async def handle_preempt(request: web.Request) -> web.Response:
+    app = request.app
+
+    async def work(body: bytes) -> web.Response:
+        args = wire.parse_preemption_args(body)
+        return _json(wire.preemption_result(app[SCHEDULER].preempt(args.pod, args.victims)))
+
+    return await _handle(request, "preempt", work)
+
+
+async def handle_healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    ready = request.app[READY]
+    source = request.app[SOURCE]
+    synced = source.is_synced()  # type: ignore[attr-defined]
+    if synced and ready.get("kernels"):
+        return web.Response(text="ready\n")
+    missing = [
+        what for what, ok in (("cache synced", synced), ("kernels warm", ready.get("kernels"))) if not ok
+    ]
+    return web.Response(status=503, text="not ready: waiting for " + " and ".join(missing) + "\n")
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    m = request.app[METRICS]
+    store = request.app[STORE]
+    m.set_sizes(
+        nodes=len(store.node_rows),
+        pods=len(store.pods),
+        reservations=len(store.reservations),
+        gangs=len(request.app[SCHEDULER].permits.gangs),
+    )
+    body, content_type = m.render()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def handle_debug_gangs(request: web.Request) -> web.Response:
+    return _json(orjson.dumps({"gangs": request.app[SCHEDULER].describe_all()}))
+
+
+async def handle_debug_gang(request: web.Request) -> web.Response:
+    key = GroupKey(f"{request.match_info['namespace']}/{request.match_info['name']}")
+    found = request.app[SCHEDULER].describe(key)
+    if found is None:
+        return web.Response(status=404, text=f"no gang {key} is known to the extender\n")
+    return _json(orjson.dumps(found))
+
+
+# ------------------------------------------------------------------ effects and ticker
+def _spawn_effects(app: web.Application, effects: list[Effect]) -> None:
+    if effects:
+        task = asyncio.get_running_loop().create_task(_run_effects(app, effects))
+        app[READY].setdefault("tasks", set()).add(task)
+        task.add_done_callback(app[READY]["tasks"].discard)
+
+
+async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
+    source = app[SOURCE]
+    store = app[STORE]
+    for e in effects:
+        try:
+            if e.kind == "nudge":
+                await source.nudge_pod(namespace=e.namespace, name=e.name, value=e.data["value"])  # type: ignore[attr-defined]
+            elif e.kind == "condition":
+                await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=e.data)  # type: ignore[attr-defined]
+            elif e.kind == "event":
+                rec = store.pods.get(pod_key(e.namespace, e.name))
+                await source.emit_event(  # type: ignore[attr-defined]
+                    namespace=e.namespace,
+                    name=e.name,
+                    uid=rec.uid if rec else "",
+                    kind="Pod",
+                    reason=e.data["reason"],
+                    message=e.data["message"],
+                    event_type=e.data.get("type", "Normal"),
+                )
+            elif e.kind == "group-status":
+                group = e.data["group"]
+                kinds = {
+                    "kai-podgroup": ("scheduling.run.ai", "PodGroup"),
+                    "k8s-podgroup": ("scheduling.k8s.io", "PodGroup"),
+                }
+                if group.source.value in kinds:
+                    g, k = kinds[group.source.value]
+                    await source.patch_group_status(  # type: ignore[attr-defined]
+                        group=g,
+                        kind=k,
+                        namespace=group.namespace,
+                        name=group.name,
+                        status={"phase": e.data["phase"], "lastReason": e.data["reason"]},
+                    )
+        except Exception:
+            log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
+
+
+def _kick_ticker(app: web.Application) -> None:
+    event: asyncio.Event = app[READY]["tick"]
+    event.set()
+
+
+async def _expiry_ticker(app: web.Application) -> None:
+    """Fails gangs whose barrier deadline passed; sleeps until the next deadline or a new waiter."""
+    scheduler = app[SCHEDULER]
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    tick: asyncio.Event = app[READY]["tick"]
+    while True:
+        for _entry, waiting, msg in scheduler.expire():
+            app[METRICS].gang_timeouts.inc()
+            effects = []
+            for pk in waiting:
+                barrier.resolve(pk, msg)
+                ns, name = pk.split("/", 1)
+                effects.append(
+                    Effect("event", ns, name, {"reason": "GangTimedOut", "message": msg, "type": "Warning"})
+                )
+            _spawn_effects(app, effects)
+        deadlines = [e.deadline for e in scheduler.permits.gangs.values() if e.deadline is not None]
+        timeout = max(0.0, min(deadlines) - scheduler.permits.clock()) + 0.01 if deadlines else None
+        tick.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tick.wait(), timeout)
+
+
+# ------------------------------------------------------------------ app
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    app[READY]["tick"] = asyncio.Event()
+    source = app[SOURCE]
+    runner = asyncio.get_running_loop().create_task(source.run(app[STORE]))  # type: ignore[attr-defined]
+    ticker = asyncio.get_running_loop().create_task(_expiry_ticker(app))
+
+    async def warm() -> None:
+        seconds = await asyncio.get_running_loop().run_in_executor(None, placement.warm_up)
+        app[READY]["kernels"] = True
+        log.info("placement kernels warm in %.2fs", seconds)
+
+    warmer = asyncio.get_running_loop().create_task(warm())
+    try:
+        yield
+    finally:
+        for task in (runner, ticker, warmer):
+            task.cancel()
+        for task in (runner, ticker, warmer):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.monotonic) -> web.Application:
+    app = web.Application(client_max_size=settings.server.max_body_bytes)
+    store = ClusterStore()
+    attach = getattr(source, "attach", None)
+    if attach is not None:
+        attach(store)  # an embedded cluster is in the store before the first request
+    permits = GangPermits(
+        wait_s=settings.gang.wait_s,
+        backoff_initial_s=settings.gang.backoff_initial_s,
+        backoff_max_s=settings.gang.backoff_max_s,
+        clock=clock,
+    )
+    app[SETTINGS] = settings
+    app[STORE] = store
+    app[SOURCE] = source
+    app[SCHEDULER] = Scheduler(store, permits, reason_nodes=settings.gang.reason_nodes)
+    app[METRICS] = Metrics()
+    app[BARRIER] = Barrier()
+    app[READY] = {}
+    app.cleanup_ctx.append(_lifecycle)
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/prioritize", handle_prioritize)
+    app.router.add_post("/bind", handle_bind)
+    app.router.add_post("/preempt", handle_preempt)
+    app.router.add_get("/healthz", handle_healthz)
+    app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/debug/gangs", handle_debug_gangs)
+    app.router.add_get("/debug/gangs/{namespace}/{name}", handle_debug_gang)
+    return app

@@ -1,0 +1,214 @@
+"""EmbeddedCluster: a cluster held in memory, loaded from a file, for `serve --cluster` and `simulate`.
+
+It plays the API server's part for the service: it keeps the objects, stamps uid,
+resourceVersion and creationTimestamp as the API server would, feeds the ClusterStore, and performs
+the service's writes (a bind sets the pod's spec.nodeName; conditions, events, nudges and group
+status land on the objects). Unknown kinds are kept and ignored by the decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import yaml
+
+from extender.model.keys import object_uid
+from extender.state.source import BindError
+from extender.state.store import ClusterStore, Kind, key_of, kind_of
+
+log = logging.getLogger(__name__)
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be loaded; the message names the file and the document."""
+
+
+def load_objects(path: str) -> list[dict[str, Any]]:
+    """Objects from a YAML stream (documents may be `List`s) or a JSON `List`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ClusterFileError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise ClusterFileError(f"{path}: not valid YAML or JSON: {exc}") from None
+    out: list[dict[str, Any]] = []
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ClusterFileError(f"{path}: document {i + 1} is not a Kubernetes object (a mapping)")
+        items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else None
+        for j, obj in enumerate(items if items is not None else [doc]):
+            where = f"{path}: document {i + 1}" + (f" item {j + 1}" if items is not None else "")
+            if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+                raise ClusterFileError(f"{where}: every object needs apiVersion and kind")
+            if not (obj.get("metadata") or {}).get("name"):
+                raise ClusterFileError(f"{where}: {obj['kind']} has no metadata.name")
+            out.append(obj)
+    return out
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EmbeddedCluster:
+    """The in-memory API server. Implements `state.source.ClusterSource`."""
+
+    def __init__(self, objects: Iterable[dict[str, Any]] = ()) -> None:
+        self._objects: dict[Kind, dict[str, dict[str, Any]]] = {}
+        self._rv = itertools.count(1)
+        self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        self._store: ClusterStore | None = None
+        self._synced = False
+        self.events: list[dict[str, Any]] = []
+        for obj in objects:
+            self.apply(obj)
+
+    @classmethod
+    def from_file(cls, path: str) -> EmbeddedCluster:
+        return cls(load_objects(path))
+
+    # ----------------------------------------------------------------- objects
+    def add_listener(self, fn: Callable[[str, dict[str, Any]], None]) -> None:
+        """fn(event, obj) after every change, with event ADDED, MODIFIED or DELETED."""
+        self._listeners.append(fn)
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace `obj`, stamping what the API server would; returns the stored object."""
+        obj = json.loads(json.dumps(obj))  # own a deep copy; callers keep theirs
+        meta = obj.setdefault("metadata", {})
+        bucket = self._objects.setdefault(kind_of(obj), {})
+        key = key_of(obj)
+        old = bucket.get(key)
+        if old is not None:
+            meta.setdefault("uid", old["metadata"]["uid"])
+            meta.setdefault("creationTimestamp", old["metadata"].get("creationTimestamp"))
+        meta.setdefault("uid", object_uid(obj))
+        meta.setdefault("creationTimestamp", _now())
+        meta["resourceVersion"] = str(next(self._rv))
+        bucket[key] = obj
+        self._emit("MODIFIED" if old is not None else "ADDED", obj)
+        return obj
+
+    def delete(self, group: str, kind: str, namespace: str | None, name: str) -> bool:
+        key = f"{namespace}/{name}" if namespace else name
+        obj = self._objects.get((group, kind), {}).pop(key, None)
+        if obj is None:
+            return False
+        self._emit("DELETED", obj)
+        return True
+
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        key = f"{namespace}/{name}" if namespace else name
+        return self._objects.get((group, kind), {}).get(key)
+
+    def list(self, group: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        objs = list(self._objects.get((group, kind), {}).values())
+        if namespace is not None:
+            objs = [o for o in objs if (o.get("metadata") or {}).get("namespace") == namespace]
+        return objs
+
+    def all_objects(self) -> list[dict[str, Any]]:
+        return [o for bucket in self._objects.values() for o in bucket.values()]
+
+    def _emit(self, event: str, obj: dict[str, Any]) -> None:
+        if self._store is not None:
+            if event == "DELETED":
+                self._store.remove(obj)
+            else:
+                self._store.upsert(obj)
+        for fn in self._listeners:
+            fn(event, obj)
+
+    def _touch(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._emit("MODIFIED", obj)
+
+    # ----------------------------------------------------------------- ClusterSource
+    def attach(self, store: ClusterStore) -> None:
+        """Feed `store` with everything now and every change from here on."""
+        self._store = store
+        for obj in self.all_objects():
+            store.upsert(obj)
+        self._synced = True
+
+    async def run(self, store: ClusterStore) -> None:
+        self.attach(store)
+        await asyncio.Event().wait()  # changes are pushed synchronously; nothing to poll
+
+    def is_synced(self) -> bool:
+        return self._synced
+
+    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        pod = self.get("", "Pod", namespace, name)
+        if pod is None:
+            raise BindError(f'pods "{name}" not found in namespace {namespace}')
+        if uid and pod["metadata"].get("uid") != uid:
+            raise BindError(f"pod {namespace}/{name} has uid {pod['metadata'].get('uid')}, not {uid}")
+        if self.get("", "Node", None, node) is None:
+            raise BindError(f'node "{node}" not found')
+        current = (pod.get("spec") or {}).get("nodeName")
+        if current:
+            if current == node:
+                return  # the API answers 409 here; binding to the same node is success
+            raise BindError(f"pod {namespace}/{name} is already assigned to node {current}")
+        pod.setdefault("spec", {})["nodeName"] = node
+        self._set_condition(pod, {"type": "PodScheduled", "status": "True"})
+        self._touch(pod)
+
+    async def set_pod_condition(self, *, namespace: str, name: str, condition: dict[str, Any]) -> None:
+        pod = self.get("", "Pod", namespace, name)
+        if pod is not None:
+            self._set_condition(pod, condition)
+            self._touch(pod)
+
+    @staticmethod
+    def _set_condition(pod: dict[str, Any], condition: dict[str, Any]) -> None:
+        conds = pod.setdefault("status", {}).setdefault("conditions", [])
+        conds[:] = [c for c in conds if c.get("type") != condition.get("type")]
+        conds.append({"lastTransitionTime": _now(), **condition})
+
+    async def emit_event(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        kind: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+    ) -> None:
+        self.events.append(
+            {
+                "involvedObject": {"kind": kind, "namespace": namespace, "name": name, "uid": uid},
+                "reason": reason,
+                "message": message,
+                "type": event_type,
+                "lastTimestamp": _now(),
+            }
+        )
+
+    async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
+        pod = self.get("", "Pod", namespace, name)
+        if pod is not None and not (pod.get("spec") or {}).get("nodeName"):
+            pod["metadata"].setdefault("annotations", {})["gang-extender.io/nudge"] = value
+            self._touch(pod)
+
+    async def patch_group_status(
+        self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        obj = self.get(group, kind, namespace, name)
+        if obj is not None:
+            obj.setdefault("status", {}).update(status)
+            self._touch(obj)

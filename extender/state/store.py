@@ -1,0 +1,343 @@
+"""ClusterStore: the in-memory cluster the decisions read.
+
+It owns:
+- every object a source delivered, by (API group, kind) and "ns/name" (the grouping lookup);
+- node rows in `placement.layout.ClusterArrays` (free capacity, labels as topology domains), kept
+  current incrementally: a pod bound or gone, a node changed, a reservation made or released;
+- pod accounting: requests of bound pods and of reservations come off `free`; a reservation is
+  dropped the moment its pod is seen bound, so capacity is never counted twice;
+- each pod's gang membership, derived lazily and re-derived when workloads or group objects change.
+
+It does no I/O and never awaits; sources call `upsert`/`remove`/`replace_all`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from extender import grouping
+from extender.model import resources
+from extender.model.group import Membership, MembershipState
+from extender.model.keys import GroupKey, PodKey, api_group, pod_key
+from extender.placement.layout import ClusterArrays
+
+log = logging.getLogger(__name__)
+
+Kind = tuple[str, str]  # (API group, kind)
+NODE: Kind = ("", "Node")
+POD: Kind = ("", "Pod")
+# Kinds whose change can alter a pod's gang; any of them bumps the grouping generation.
+GROUPING_KINDS = frozenset(
+    {
+        ("batch", "Job"),
+        ("jobset.x-k8s.io", "JobSet"),
+        ("kubeflow.org", "PyTorchJob"),
+        ("scheduling.run.ai", "PodGroup"),
+        ("scheduling.k8s.io", "PodGroup"),
+        ("scheduling.k8s.io", "Workload"),
+        ("kai.scheduler", "Topology"),
+    }
+)
+
+
+def kind_of(obj: dict[str, Any]) -> Kind:
+    return api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+
+
+def is_terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_live(pod: dict[str, Any]) -> bool:
+    """Counts toward a gang's quorum: not finished, not being deleted, not held by scheduling gates."""
+    if is_terminal(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return not (pod.get("spec") or {}).get("schedulingGates")
+
+
+@dataclasses.dataclass
+class PodRecord:
+    key: PodKey
+    obj: dict[str, Any]
+    requests: dict[str, int]
+    bound_row: int = -1  # row whose free capacity this pod's requests were taken from
+    membership: Membership | None = None
+    membership_gen: int = -1
+
+    @property
+    def uid(self) -> str:
+        return str((self.obj.get("metadata") or {}).get("uid", ""))
+
+    @property
+    def node_name(self) -> str | None:
+        return (self.obj.get("spec") or {}).get("nodeName") or None
+
+
+@dataclasses.dataclass
+class Reservation:
+    row: int
+    vector: np.ndarray
+
+
+class ClusterStore:
+    def __init__(self) -> None:
+        self.objects: dict[Kind, dict[str, dict[str, Any]]] = {}
+        self.resources = resources.ResourceIndex(["nvidia.com/gpu"])
+        self.arrays = ClusterArrays(resource_names=list(self.resources.names))
+        self.node_rows: dict[str, int] = {}
+        self.row_names: dict[int, str] = {}
+        self.pods: dict[PodKey, PodRecord] = {}
+        self.reservations: dict[PodKey, Reservation] = {}
+        self.grouping_gen = 0
+        self.generation = 0  # bumps on every change; decisions cache on it
+        self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
+        self._group_index: dict[GroupKey, set[PodKey]] = {}
+        self._pod_group: dict[PodKey, GroupKey] = {}
+        self._group_index_gen = -1  # grouping_gen the index was built at
+
+    # ----------------------------------------------------------------- feeding
+    def add_listener(self, fn: Callable[[str, Kind, dict[str, Any]], None]) -> None:
+        """fn(event, kind, obj) after every change; event is ADDED, MODIFIED or DELETED."""
+        self._listeners.append(fn)
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        kind = kind_of(obj)
+        key = key_of(obj)
+        bucket = self.objects.setdefault(kind, {})
+        event = "MODIFIED" if key in bucket else "ADDED"
+        old = bucket.get(key)
+        bucket[key] = obj
+        if kind == NODE:
+            self._apply_node(obj, old)
+        elif kind == POD:
+            self._apply_pod(obj)
+        if kind in GROUPING_KINDS:
+            self.grouping_gen += 1
+        self.generation += 1
+        self._notify(event, kind, obj)
+
+    def remove(self, obj: dict[str, Any]) -> None:
+        kind = kind_of(obj)
+        key = key_of(obj)
+        old = self.objects.get(kind, {}).pop(key, None)
+        if old is None:
+            return
+        if kind == NODE:
+            self._remove_node(key)
+        elif kind == POD:
+            self._remove_pod(PodKey(key))
+        if kind in GROUPING_KINDS:
+            self.grouping_gen += 1
+        self.generation += 1
+        self._notify("DELETED", kind, old)
+
+    def replace_all(self, group: str, kind_name: str, objs: Iterable[dict[str, Any]]) -> None:
+        """The full set of one kind after a list or relist: removes what is gone, upserts the rest."""
+        objs = list(objs)
+        fresh = {key_of(o) for o in objs}
+        for key, old in list(self.objects.get((group, kind_name), {}).items()):
+            if key not in fresh:
+                self.remove(old)
+        for o in objs:
+            self.upsert(o)
+
+    def _notify(self, event: str, kind: Kind, obj: dict[str, Any]) -> None:
+        for fn in self._listeners:
+            try:
+                fn(event, kind, obj)
+            except Exception:  # a listener's bug must not corrupt the cache
+                log.exception("store listener failed on %s %s", event, key_of(obj))
+
+    # ----------------------------------------------------------------- lookup
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        key = f"{namespace}/{name}" if namespace else name
+        return self.objects.get((group, kind), {}).get(key)
+
+    def list(self, group: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        objs = self.objects.get((group, kind), {})
+        if namespace is None:
+            return list(objs.values())
+        prefix = namespace + "/"
+        return [o for k, o in objs.items() if k.startswith(prefix)]
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.objects.get(NODE, {}).get(name)
+
+    # ----------------------------------------------------------------- nodes
+    def vector(self, requests: dict[str, int]) -> np.ndarray:
+        """Requests as an int64 row of the arrays' columns, adding columns for new resources."""
+        for name in requests:
+            if self.resources.find(name) is None:
+                self.resources.column(name)
+                self.arrays.add_resource(name)
+        vec = np.zeros(len(self.resources), dtype=np.int64)
+        for name, value in requests.items():
+            vec[self.resources.column(name)] = value
+        return vec
+
+    def _node_allocatable(self, node: dict[str, Any]) -> np.ndarray:
+        try:
+            alloc = resources.node_allocatable(node)
+        except resources.QuantityError as exc:
+            log.warning("node %s: %s; treating it as empty", key_of(node), exc)
+            alloc = {}
+        return self.vector(alloc)
+
+    @staticmethod
+    def _node_schedulable(node: dict[str, Any]) -> bool:
+        if (node.get("spec") or {}).get("unschedulable"):
+            return False
+        for cond in (node.get("status") or {}).get("conditions") or ():
+            if cond.get("type") == "Ready" and cond.get("status") not in ("True", None):
+                return False
+        return not (node.get("metadata") or {}).get("deletionTimestamp")
+
+    def _apply_node(self, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = key_of(node)
+        labels = dict((node.get("metadata") or {}).get("labels") or {})
+        labels.setdefault("kubernetes.io/hostname", name)
+        alloc = self._node_allocatable(node)
+        schedulable = self._node_schedulable(node)
+        row = self.node_rows.get(name)
+        if row is None:
+            row = self.arrays.add_row(allocatable=alloc, labels=labels, schedulable=schedulable)
+            self.node_rows[name] = row
+            self.row_names[row] = name
+            # pods seen before their node
+            for rec in self.pods.values():
+                if rec.node_name == name and rec.bound_row < 0 and not is_terminal(rec.obj):
+                    self._charge(rec, row)
+        else:
+            self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable)
+
+    def _remove_node(self, name: str) -> None:
+        row = self.node_rows.pop(name, None)
+        if row is None:
+            return
+        self.row_names.pop(row, None)
+        for rec in self.pods.values():
+            if rec.bound_row == row:
+                rec.bound_row = -1
+        for pk, res in list(self.reservations.items()):
+            if res.row == row:
+                del self.reservations[pk]
+        self.arrays.remove_row(row)
+
+    # ----------------------------------------------------------------- pods
+    def _charge(self, rec: PodRecord, row: int) -> None:
+        self.arrays.sub(row, self._vec_for(rec.requests))
+        rec.bound_row = row
+
+    def _release(self, rec: PodRecord) -> None:
+        if rec.bound_row >= 0:
+            self.arrays.add(rec.bound_row, self._vec_for(rec.requests))
+            rec.bound_row = -1
+
+    def _vec_for(self, requests: dict[str, int]) -> np.ndarray:
+        vec = self.vector(requests)
+        if len(vec) < self.arrays.free.shape[1]:
+            vec = np.pad(vec, (0, self.arrays.free.shape[1] - len(vec)))
+        return vec
+
+    def _apply_pod(self, pod: dict[str, Any]) -> None:
+        key = PodKey(key_of(pod))
+        try:
+            reqs = resources.pod_requests(pod)
+        except resources.QuantityError as exc:
+            log.warning("pod %s: %s; counting only its pod slot", key, exc)
+            reqs = {resources.PODS: 1}
+        rec = self.pods.get(key)
+        if rec is None:
+            rec = self.pods[key] = PodRecord(key=key, obj=pod, requests=reqs)
+        else:
+            self._release(rec)
+            if rec.uid != str((pod.get("metadata") or {}).get("uid", "")):
+                rec.membership = None
+            rec.obj, rec.requests = pod, reqs
+            rec.membership_gen = -1
+        if self._group_index_gen == self.grouping_gen:
+            self._index_pod(rec)
+        node = rec.node_name
+        if node is not None:
+            self.unreserve(key)  # the reservation turns into the bound pod's own charge
+            if not is_terminal(pod) and node in self.node_rows:
+                self._charge(rec, self.node_rows[node])
+
+    def _remove_pod(self, key: PodKey) -> None:
+        rec = self.pods.pop(key, None)
+        if rec is not None:
+            self._release(rec)
+        self._unindex_pod(key)
+        self.unreserve(key)
+
+    # ----------------------------------------------------------------- reservations
+    def reserve(self, key: PodKey, row: int, vector: np.ndarray) -> None:
+        """Hold capacity on `row` for a pod that is planned or in bind; replaces an earlier hold."""
+        self.unreserve(key)
+        self.arrays.sub(row, vector)
+        self.reservations[key] = Reservation(row=row, vector=vector)
+        self.generation += 1
+
+    def unreserve(self, key: PodKey) -> None:
+        res = self.reservations.pop(key, None)
+        if res is not None:
+            if res.row in self.row_names:
+                self.arrays.add(res.row, res.vector)
+            self.generation += 1
+
+    # ----------------------------------------------------------------- grouping
+    def membership(self, rec: PodRecord) -> Membership:
+        if rec.membership is None or rec.membership_gen != self.grouping_gen:
+            rec.membership = grouping.derive_membership(rec.obj, self)
+            rec.membership_gen = self.grouping_gen
+        return rec.membership
+
+    def membership_of(self, pod: dict[str, Any]) -> Membership:
+        """Membership of a pod as kube-scheduler sent it; the cached one when the store knows the pod."""
+        meta = pod.get("metadata") or {}
+        rec = self.pods.get(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        if rec is not None and rec.uid == str(meta.get("uid", "")):
+            return self.membership(rec)
+        return grouping.derive_membership(pod, self)
+
+    def group_members(self, group: GroupKey) -> list[PodRecord]:
+        """Every non-terminal pod whose membership names `group`, in name order.
+
+        The index is rebuilt only when a grouping object changed; pod events keep it current.
+        """
+        if self._group_index_gen != self.grouping_gen:
+            self._group_index = {}
+            self._pod_group = {}
+            self._group_index_gen = self.grouping_gen
+            for rec in self.pods.values():
+                self._index_pod(rec)
+        return [self.pods[k] for k in sorted(self._group_index.get(group, ())) if k in self.pods]
+
+    def _index_pod(self, rec: PodRecord) -> None:
+        self._unindex_pod(rec.key)
+        if is_terminal(rec.obj):
+            return
+        m = self.membership(rec)
+        if m.group is not None and m.state is MembershipState.MEMBER:
+            self._group_index.setdefault(m.group.key, set()).add(rec.key)
+            self._pod_group[rec.key] = m.group.key
+
+    def _unindex_pod(self, key: PodKey) -> None:
+        group = self._pod_group.pop(key, None)
+        if group is not None:
+            members = self._group_index.get(group)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._group_index[group]
