@@ -1,0 +1,117 @@
+"""A service on a fake clock, and the invariants every gang scenario must leave intact."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from extender.config import default_settings
+from extender.server.app import READY, SCHEDULER, STORE, build_app
+from extender.state.embedded import EmbeddedCluster
+from extender.state.store import is_terminal
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Service:
+    def __init__(self, client: TestClient, cluster: EmbeddedCluster, clock: FakeClock) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.clock = clock
+        self.app = client.server.app
+        self.store = self.app[STORE]
+        self.scheduler = self.app[SCHEDULER]
+
+    @property
+    def node_names(self) -> list[str]:
+        return sorted(self.store.node_rows)
+
+    def pod(self, name: str, namespace: str = "default") -> dict:
+        return self.cluster.get("", "Pod", namespace, name)
+
+    async def filter(self, name: str, names: list[str] | None = None, namespace: str = "default") -> dict:
+        doc = {"Pod": self.pod(name, namespace), "Nodes": None, "NodeNames": names or self.node_names}
+        resp = await self.client.post("/filter", data=orjson.dumps(doc))
+        assert resp.status == 200, await resp.text()
+        return orjson.loads(await resp.read())
+
+    async def prioritize(self, name: str, names: list[str]) -> dict[str, int]:
+        doc = {"Pod": self.pod(name), "Nodes": None, "NodeNames": names}
+        resp = await self.client.post("/prioritize", data=orjson.dumps(doc))
+        return {e["Host"]: e["Score"] for e in orjson.loads(await resp.read())}
+
+    async def bind(self, name: str, node: str, namespace: str = "default") -> str:
+        pod = self.pod(name, namespace)
+        doc = {"PodName": name, "PodNamespace": namespace, "PodUID": pod["metadata"]["uid"], "Node": node}
+        resp = await self.client.post("/bind", data=orjson.dumps(doc))
+        assert resp.status == 200
+        return orjson.loads(await resp.read())["Error"]
+
+    async def schedule(self, name: str, namespace: str = "default") -> tuple[str | None, str]:
+        """filter then bind on the only passing node, as kube-scheduler does for a planned member."""
+        doc = await self.filter(name, namespace=namespace)
+        if not doc["NodeNames"]:
+            reasons = {**doc["FailedNodes"], **doc["FailedAndUnresolvableNodes"]}
+            return None, next(iter(reasons.values()), "")
+        return doc["NodeNames"][0], ""
+
+    async def expire(self, seconds: float) -> None:
+        """Advance the fake clock and let the barrier's ticker run once."""
+        self.clock.now += seconds
+        self.app[READY]["tick"].set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    def node_of(self, name: str, namespace: str = "default") -> str | None:
+        return (self.pod(name, namespace).get("spec") or {}).get("nodeName")
+
+    def check_invariants(self) -> None:
+        """No over-commit, no reservation without a plan; the caller checks gang wholeness."""
+        arrays = self.store.arrays
+        rows = np.array(sorted(self.store.row_names), dtype=np.int64)
+        if len(rows):
+            assert (arrays.free[rows] >= 0).all(), "a node is over-committed"
+        used: dict[str, dict[str, int]] = {}
+        for rec in self.store.pods.values():
+            if rec.node_name and not is_terminal(rec.obj):
+                acc = used.setdefault(rec.node_name, {})
+                for k, v in rec.requests.items():
+                    acc[k] = acc.get(k, 0) + v
+        for node, acc in used.items():
+            alloc = self.store.node(node)["status"]["allocatable"]
+            from extender.model.resources import to_units
+
+            for k, v in acc.items():
+                assert v <= to_units(k, alloc.get(k, "0")), f"{node} over-committed on {k}"
+        planned = {pk for e in self.scheduler.permits.gangs.values() for pk in e.plan}
+        for pk in self.store.reservations:
+            assert pk in planned or self.store.pods.get(pk) is not None, f"reservation for {pk} left behind"
+
+
+@pytest.fixture
+async def make_service():
+    clients = []
+
+    async def start(objects, **settings):
+        settings.setdefault("gang_wait_s", 5.0)
+        clock = FakeClock()
+        cluster = EmbeddedCluster(objects)
+        app = build_app(default_settings(**settings), source=cluster, clock=clock)
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return Service(client, cluster, clock)
+
+    yield start
+    for c in clients:
+        await c.close()

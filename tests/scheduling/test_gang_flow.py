@@ -1,0 +1,281 @@
+"""Gangs through filter, prioritize and bind over HTTP: quorum gate, plan, barrier, timeout, replan."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from extender.gang.permits import Phase
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
+
+TOPOLOGY = {
+    "apiVersion": "kai.scheduler/v1alpha1",
+    "kind": "Topology",
+    "metadata": {"name": "dc"},
+    "spec": {
+        "levels": [
+            {"nodeLabel": "example.com/block", "alias": "block"},
+            {"nodeLabel": "topology.kubernetes.io/rack", "alias": "rack"},
+            {"nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}
+RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
+
+
+def gang(name: str, n: int, *, cpu: str = "2", min_member: int | None = None, topology=None) -> list[dict]:
+    pg = make_kai_podgroup(name, min_member=min_member or n, topology=topology)
+    return [pg] + [gang_pod(f"{name}-{i}", name, cpu=cpu) for i in range(n)]
+
+
+async def bind_all(svc, names: list[str]) -> dict[str, str]:
+    """Filter each pod, then bind all concurrently on their passing node, as kube-scheduler's
+    binding goroutines do; returns pod -> bind error ("" = bound)."""
+    nodes = {}
+    for n in names:
+        node, reason = await svc.schedule(n)
+        assert node, f"{n}: {reason}"
+        nodes[n] = node
+    results = await asyncio.gather(*(svc.bind(n, nodes[n]) for n in names))
+    return dict(zip(names, results, strict=True))
+
+
+async def test_quorum_gate_rejects_every_node_until_enough_pods_exist(make_service):
+    objs = [*rack_cluster(), make_kai_podgroup("train", min_member=3)]
+    objs += [gang_pod(f"train-{i}", "train") for i in range(2)]
+    svc = await make_service(objs)
+    doc = await svc.filter("train-0")
+    assert doc["NodeNames"] == []
+    reason = next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    assert reason == "gang default/train waiting for pods: 2 exist, 3 needed for quorum"
+    assert doc["FailedNodes"]  # kube-scheduler 1.20 reads only FailedNodes: the reason is there too
+    assert len(doc["FailedNodes"]) <= 16
+    svc.check_invariants()
+
+
+async def test_first_member_plans_the_whole_quorum_and_siblings_follow_the_plan(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    doc = await svc.filter("train-0")
+    assert len(doc["NodeNames"]) == 1
+    plan = svc.scheduler.permits.entry("default/train").plan
+    assert set(plan) == {"default/train-0", "default/train-1", "default/train-2"}
+    assert set(svc.store.reservations) == set(plan)  # capacity held for every member
+    for member, node in plan.items():
+        name = member.split("/")[1]
+        assert (await svc.filter(name))["NodeNames"] == [node]
+        scores = await svc.prioritize(name, svc.node_names)
+        assert scores[node] == 10 and sum(scores.values()) == 10
+    # siblings were nudged so kube-scheduler retries them at once
+    await asyncio.sleep(0.05)
+    nudged = [
+        p
+        for p in ("train-1", "train-2")
+        if "gang-extender.io/nudge" in svc.pod(p)["metadata"].get("annotations", {})
+    ]
+    assert nudged == ["train-1", "train-2"]
+    svc.check_invariants()
+
+
+async def test_the_barrier_binds_all_members_together(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 4))
+    errors = await bind_all(svc, [f"train-{i}" for i in range(4)])
+    assert errors == dict.fromkeys(errors, "")
+    assert all(svc.node_of(f"train-{i}") for i in range(4))
+    assert svc.scheduler.permits.entry("default/train").phase is Phase.BOUND
+    assert svc.store.reservations == {}
+    svc.check_invariants()
+
+
+async def test_a_partial_gang_times_out_releases_and_backs_off(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0)
+    for i in range(3):
+        await svc.schedule(f"train-{i}")
+    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
+    await asyncio.sleep(0.05)
+    assert not any(t.done() for t in waiting)  # held at the barrier
+    assert not svc.node_of("train-0")
+    await svc.expire(5.1)
+    errors = await asyncio.gather(*waiting)
+    for e in errors:
+        assert "quorum did not reach bind within 5s (2 of 3 planned pods arrived); reservation released" in e
+    assert not any(svc.node_of(f"train-{i}") for i in range(3))  # never partially bound
+    assert svc.store.reservations == {}
+    doc = await svc.filter("train-2")
+    assert doc["NodeNames"] == []
+    assert "backing off 2s" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    await svc.expire(2.1)
+    assert len((await svc.filter("train-2"))["NodeNames"]) == 1  # planned again after the backoff
+    svc.check_invariants()
+
+
+async def test_a_rack_constraint_puts_the_whole_gang_in_one_rack(make_service):
+    objs = [*rack_cluster(racks=3, nodes_per_rack=4), TOPOLOGY, *gang("train", 6, cpu="4", topology=RACK)]
+    svc = await make_service(objs)
+    await bind_all(svc, [f"train-{i}" for i in range(6)])
+    racks = {
+        svc.store.node(svc.node_of(f"train-{i}"))["metadata"]["labels"]["topology.kubernetes.io/rack"]
+        for i in range(6)
+    }
+    assert len(racks) == 1
+    svc.check_invariants()
+
+
+async def test_tightest_rack_wins_so_large_racks_stay_free(make_service):
+    nodes = [make_node(f"a{i}", cpu="8", rack="ra", block="b0") for i in range(4)]
+    nodes += [make_node(f"b{i}", cpu="8", rack="rb", block="b0") for i in range(2)]
+    svc = await make_service([*nodes, TOPOLOGY, *gang("small", 2, cpu="8", topology=RACK)])
+    await bind_all(svc, ["small-0", "small-1"])
+    assert {svc.node_of("small-0"), svc.node_of("small-1")} == {"b0", "b1"}
+
+
+async def test_a_gang_that_cannot_fit_says_which_domain_comes_closest(make_service):
+    objs = [
+        *rack_cluster(racks=2, nodes_per_rack=2, cpu="4"),
+        TOPOLOGY,
+        *gang("big", 3, cpu="4", topology=RACK),
+    ]
+    svc = await make_service(objs)
+    doc = await svc.filter("big-0")
+    assert doc["NodeNames"] == []
+    reason = next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    assert reason.startswith("gang default/big (3 pods, rack): best rack r0")
+    assert "fits 2 of 3" in reason and "cpu short 4000m" in reason
+    assert svc.store.reservations == {}
+
+
+async def test_two_gangs_racing_for_one_rack_never_end_half_bound(make_service):
+    objs = [*rack_cluster(racks=1, nodes_per_rack=4, cpu="4"), TOPOLOGY]
+    objs += gang("alpha", 3, cpu="4", topology=RACK) + gang("beta", 3, cpu="4", topology=RACK)
+    svc = await make_service(objs)
+    a0, _ = await svc.schedule("alpha-0")
+    b0, reason_b = await svc.schedule("beta-0")
+    assert a0 is not None and b0 is None
+    assert "fits 1 of 3" in reason_b  # alpha's reservation holds 3 of the 4 nodes
+    errors = await bind_all(svc, ["alpha-0", "alpha-1", "alpha-2"])
+    assert set(errors.values()) == {""}
+    assert not any(svc.node_of(f"beta-{i}") for i in range(3))
+    svc.check_invariants()
+
+
+async def test_a_plain_pod_respects_another_gangs_reservation(make_service):
+    svc = await make_service([make_node("only", cpu="4"), *gang("g", 2, cpu="2"), make_pod("plain", cpu="1")])
+    await svc.schedule("g-0")
+    doc = await svc.filter("plain")
+    assert doc["NodeNames"] == []
+    assert "cpu short 1000m" in doc["FailedNodes"]["only"]
+
+
+async def test_members_beyond_quorum_are_placed_as_they_come(make_service):
+    svc = await make_service(rack_cluster() + gang("hpo", 6, min_member=2, cpu="1"))
+    first = await svc.filter("hpo-0")
+    plan = svc.scheduler.permits.entry("default/hpo").plan
+    assert len(plan) == 2 and len(first["NodeNames"]) == 1
+    extra = next(p.split("/")[1] for p in (f"default/hpo-{i}" for i in range(6)) if p not in plan)
+    doc = await svc.filter(extra)
+    assert len(doc["NodeNames"]) > 1  # not held to the plan: any node with room
+    svc.check_invariants()
+
+
+async def test_a_planned_node_that_is_cordoned_triggers_a_replan(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    node = plan["default/train-1"]
+    cordoned = svc.store.node(node)
+    cordoned["spec"]["unschedulable"] = True
+    svc.cluster.apply(cordoned)
+    assert svc.scheduler.permits.entry("default/train").plan == {}
+    assert svc.store.reservations == {}
+    doc = await svc.filter("train-1")
+    assert doc["NodeNames"] and doc["NodeNames"][0] != node
+    svc.check_invariants()
+
+
+async def test_a_planned_node_no_longer_offered_is_replanned(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    node = svc.scheduler.permits.entry("default/train").plan["default/train-1"]
+    offered = [n for n in svc.node_names if n != node]
+    doc = await svc.filter("train-1", offered)
+    assert doc["NodeNames"] and doc["NodeNames"][0] in offered
+    svc.check_invariants()
+
+
+async def test_a_member_deleted_mid_wait_drops_the_plan(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    await svc.filter("train-0")
+    svc.cluster.delete("", "Pod", "default", "train-2")
+    assert svc.scheduler.permits.entry("default/train").plan == {}
+    assert svc.store.reservations == {}
+    doc = await svc.filter("train-0")
+    assert "2 exist, 3 needed" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
+
+
+async def test_many_binds_at_once_for_several_gangs(make_service):
+    objs = [*rack_cluster(racks=4, nodes_per_rack=4), TOPOLOGY]
+    names = []
+    for g in range(4):
+        objs += gang(f"g{g}", 4, cpu="2", topology=RACK)
+        names += [f"g{g}-{i}" for i in range(4)]
+    svc = await make_service(objs)
+    nodes = {}
+    for n in names:
+        nodes[n], _ = await svc.schedule(n)
+    results = await asyncio.gather(*(svc.bind(n, nodes[n]) for n in reversed(names)))
+    assert set(results) == {""}
+    for g in range(4):
+        racks = {
+            svc.store.node(svc.node_of(f"g{g}-{i}"))["metadata"]["labels"]["topology.kubernetes.io/rack"]
+            for i in range(4)
+        }
+        assert len(racks) == 1
+    assert svc.store.reservations == {}
+    svc.check_invariants()
+
+
+async def test_invalid_subgroup_rejects_only_that_pod_and_writes_a_condition(make_service):
+    pg = make_kai_podgroup("sg", subgroups=[{"name": "workers", "minMember": 1}])
+    bad = gang_pod("bad", "sg", labels={"kai.scheduler/subgroup-name": "nope"})
+    good = gang_pod("good", "sg", labels={"kai.scheduler/subgroup-name": "workers"})
+    svc = await make_service([*rack_cluster(), pg, bad, good])
+    doc = await svc.filter("bad")
+    msg = 'Pod references subgroup "nope", which does not exist in PodGroup default/sg'
+    assert next(iter(doc["FailedAndUnresolvableNodes"].values())) == msg
+    await asyncio.sleep(0.05)
+    cond = next(c for c in svc.pod("bad")["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert cond == {**cond, "status": "False", "reason": "Unschedulable", "message": msg}
+    assert (await svc.filter("good"))["NodeNames"]
+
+
+async def test_a_missing_podgroup_waits_without_a_condition(make_service):
+    svc = await make_service([*rack_cluster(), gang_pod("early", "not-yet")])
+    doc = await svc.filter("early")
+    assert doc["NodeNames"] == []
+    await asyncio.sleep(0.05)
+    assert not svc.pod("early")["status"].get("conditions")
+
+
+async def test_debug_gangs_describes_members_plan_and_reason(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    resp = await svc.client.get("/debug/gangs/default/train")
+    doc = await resp.json()
+    assert doc["phase"] == "Planned" and doc["quorum"] == 2
+    assert {m["pod"] for m in doc["members"]} == {"default/train-0", "default/train-1"}
+    assert set(doc["reservation"]) == {"default/train-0", "default/train-1"}
+    assert (await svc.client.get("/debug/gangs/default/nope")).status == 404
+    assert [g["gang"] for g in (await (await svc.client.get("/debug/gangs")).json())["gangs"]] == [
+        "default/train"
+    ]
+
+
+@pytest.mark.parametrize("bind_node", ["wrong"], ids=["bind on a node other than the plan's is refused"])
+async def test_bind_on_the_wrong_node_is_refused(make_service, bind_node):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    planned = svc.scheduler.permits.entry("default/train").plan["default/train-0"]
+    other = next(n for n in svc.node_names if n != planned)
+    err = await svc.bind("train-0", other)
+    assert f"planned on {planned}, not {other}" in err
