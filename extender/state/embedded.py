@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
 import yaml
 
 from extender.model.keys import object_uid
@@ -36,10 +36,19 @@ def load_objects(path: str) -> list[dict[str, Any]]:
             text = fh.read()
     except OSError as exc:
         raise ClusterFileError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise ClusterFileError(f"{path}: not valid YAML or JSON: {exc}") from None
+    docs: list[Any]
+    if text.lstrip().startswith(("{", "[")):
+        # JSON is YAML too, but orjson reads a 15k-node List in ~0.1 s where PyYAML takes many seconds
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise ClusterFileError(f"{path}: not valid JSON: {exc}") from None
+        docs = doc if isinstance(doc, list) else [doc]
+    else:
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise ClusterFileError(f"{path}: not valid YAML: {exc}") from None
     out: list[dict[str, Any]] = []
     for i, doc in enumerate(docs):
         if doc is None:
@@ -85,7 +94,7 @@ class EmbeddedCluster:
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or replace `obj`, stamping what the API server would; returns the stored object."""
-        obj = json.loads(json.dumps(obj))  # own a deep copy; callers keep theirs
+        obj = orjson.loads(orjson.dumps(obj))  # own a deep copy; callers keep theirs
         meta = obj.setdefault("metadata", {})
         bucket = self._objects.setdefault(kind_of(obj), {})
         key = key_of(obj)
