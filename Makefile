@@ -23,13 +23,13 @@ run: install
 test: install lint
 	$(PY) -m pytest -m "not e2e" -p no:cacheprovider
 	NUMBA_DISABLE_JIT=1 $(PY) -m pytest tests/placement -p no:cacheprovider
-	$(PY) -m pytest -m e2e tests/e2e -p no:cacheprovider
+	$(PY) -m pytest -m e2e tests/e2e tests/state -p no:cacheprovider
 
 test-fast: install
 	$(PY) -m pytest -m "not e2e" -x -p no:cacheprovider
 
 e2e: install
-	$(PY) -m pytest -m e2e tests/e2e -p no:cacheprovider
+	$(PY) -m pytest -m e2e tests/e2e tests/state -p no:cacheprovider
 
 lint: install
 	$(VENV)/bin/ruff check extender tests bench

@@ -129,17 +129,44 @@ class Scheduler:
             return FilterDecision(Verdict.REJECTED, [], membership.message or "the pod's workload is invalid")
         group = membership.group
         request = self._pod_vector(pod)
+        pending_effects: list[Effect] = []
+        decision = self._filter_member(
+            pod, key, group, membership, rows, node_names, request, pending_effects
+        )
+        decision.effects[:0] = pending_effects
+        return decision
+
+    def _filter_member(
+        self,
+        pod: dict[str, Any],
+        key: PodKey,
+        group: GroupSpec,
+        membership: Membership,
+        rows: np.ndarray,
+        node_names: Sequence[str],
+        request: np.ndarray,
+        pending_effects: list[Effect],
+    ) -> FilterDecision:
+        ns, name = key.split("/", 1)
         planned = self.permits.planned_node(key)
         if planned is not None:
             if planned in node_names and self._row_usable(planned):
                 return FilterDecision(Verdict.PASS, [planned])
             gang = self.permits.gang_of(key)
-            if gang is not None and self.permits.entry(gang).phase is Phase.PLANNED:
-                self._drop_plan(gang, f"planned node {planned} is no longer offered for {key}")
-            elif gang is not None:
-                return FilterDecision(
-                    Verdict.WAITING, [], f"gang {gang}: {key} is waiting at bind on node {planned}"
-                )
+            if gang is not None:
+                # members already waiting at bind can never complete this plan: fail them now
+                aborted = self.permits.entry(gang).waiting()
+                reason = f"planned node {planned} is no longer offered for {key}"
+                self._drop_plan(gang, reason)
+                if aborted:
+                    pending_effects.append(
+                        Effect(
+                            "abort-barrier",
+                            ns,
+                            name,
+                            {"pods": aborted, "message": f"gang {gang}: {reason}; replanning"},
+                        )
+                    )
         if not group.is_gang():
             return self._filter_single(pod, key, group, membership, rows, node_names, request)
         return self._filter_gang(pod, key, group, membership, rows, node_names, request)
@@ -320,8 +347,10 @@ class Scheduler:
         tree = [self._tree_node(-1, group.topology, group)]
         for sg in group.subgroups:
             tree.append(self._tree_node(index[sg.parent], sg.topology, group))
-        eligible = np.zeros(arrays.n_rows, dtype=bool)
-        eligible[rows] = True
+        # kube-scheduler's node list is the eligible set for this pod's own template only; for
+        # the other members, the nodes whose taints, labels and affinity admit them
+        offered = np.zeros(arrays.n_rows, dtype=bool)
+        offered[rows] = True
         leaves: list[placement.LeafDemand] = []
         chosen: list[list[PodKey]] = []
         descr: list[int] = []
@@ -351,7 +380,7 @@ class Scheduler:
                         tree_node=index[leaf],
                         request=vec,
                         count=len(recs),
-                        eligible=eligible if is_mine else None,
+                        eligible=offered if is_mine else store.eligible_mask(recs[0].obj),
                         bound_rows=bound_rows if first else None,
                     )
                 )

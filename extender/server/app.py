@@ -317,7 +317,11 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
     store = app[STORE]
     for e in effects:
         try:
-            if e.kind == "nudge":
+            if e.kind == "abort-barrier":
+                barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+                for pk in e.data["pods"]:
+                    barrier.resolve(pk, e.data["message"])
+            elif e.kind == "nudge":
                 await source.nudge_pod(namespace=e.namespace, name=e.name, value=e.data["value"])  # type: ignore[attr-defined]
             elif e.kind == "condition":
                 await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=e.data)  # type: ignore[attr-defined]
@@ -373,7 +377,8 @@ async def _expiry_ticker(app: web.Application) -> None:
                 )
             _spawn_effects(app, effects)
         deadlines = [e.deadline for e in scheduler.permits.gangs.values() if e.deadline is not None]
-        timeout = max(0.0, min(deadlines) - scheduler.permits.clock()) + 0.01 if deadlines else None
+        # capped: the clock may run faster than real time (the simulator's does)
+        timeout = min(0.1, max(0.0, min(deadlines) - scheduler.permits.clock()) + 0.01) if deadlines else None
         tick.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(tick.wait(), timeout)

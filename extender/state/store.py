@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+import orjson
 
 from extender import grouping
-from extender.model import resources
+from extender.model import nodematch, resources
 from extender.model.group import Membership, MembershipState
 from extender.model.keys import GroupKey, PodKey, api_group, pod_key
 from extender.placement.layout import ClusterArrays
@@ -100,6 +101,9 @@ class ClusterStore:
         self.pods: dict[PodKey, PodRecord] = {}
         self.reservations: dict[PodKey, Reservation] = {}
         self.grouping_gen = 0
+        self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
+        self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
+        self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self.generation = 0  # bumps on every change; decisions cache on it
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._group_index: dict[GroupKey, set[PodKey]] = {}
@@ -209,6 +213,7 @@ class ClusterStore:
         labels.setdefault("kubernetes.io/hostname", name)
         alloc = self._node_allocatable(node)
         schedulable = self._node_schedulable(node)
+        self.node_gen += 1
         row = self.node_rows.get(name)
         if row is None:
             row = self.arrays.add_row(allocatable=alloc, labels=labels, schedulable=schedulable)
@@ -220,11 +225,20 @@ class ClusterStore:
                     self._charge(rec, row)
         else:
             self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable)
+        if any(
+            t.get("effect") in ("NoSchedule", "NoExecute")
+            for t in (node.get("spec") or {}).get("taints") or ()
+        ):
+            self.tainted_rows.add(row)
+        else:
+            self.tainted_rows.discard(row)
 
     def _remove_node(self, name: str) -> None:
         row = self.node_rows.pop(name, None)
         if row is None:
             return
+        self.node_gen += 1
+        self.tainted_rows.discard(row)
         self.row_names.pop(row, None)
         for rec in self.pods.values():
             if rec.bound_row == row:
@@ -233,6 +247,38 @@ class ClusterStore:
             if res.row == row:
                 del self.reservations[pk]
         self.arrays.remove_row(row)
+
+    def eligible_mask(self, pod: dict[str, Any]) -> np.ndarray | None:
+        """bool[n_rows]: nodes whose taints, labels and affinity admit `pod`; None when all do.
+
+        For gang members whose own node list kube-scheduler has not sent yet. Cached per placement
+        terms until a node changes; only tainted rows are examined unless the pod selects nodes.
+        """
+        tolerations, selector, affinity = nodematch.placement_terms(pod)
+        if not selector and not affinity and not self.tainted_rows:
+            return None
+        sig = orjson.dumps([tolerations, selector, affinity], option=orjson.OPT_SORT_KEYS)
+        hit = self._eligible_cache.get(sig)
+        if hit is not None and hit[0] == self.node_gen:
+            return hit[1]
+        mask = np.ones(self.arrays.n_rows, dtype=bool)
+        rows = self.row_names if (selector or affinity) else {r: self.row_names[r] for r in self.tainted_rows}
+        for row, name in rows.items():
+            node = self.objects[NODE][name]
+            reason = nodematch.node_rejects(
+                name=name,
+                labels=(node.get("metadata") or {}).get("labels") or {},
+                taints=list((node.get("spec") or {}).get("taints") or ()),
+                unschedulable=False,  # cordoning is the arrays' `schedulable`
+                tolerations=tolerations,
+                selector=selector,
+                affinity=affinity,
+            )
+            mask[row] = reason is None
+        if len(self._eligible_cache) > 256:
+            self._eligible_cache.clear()
+        self._eligible_cache[sig] = (self.node_gen, mask)
+        return mask
 
     # ----------------------------------------------------------------- pods
     def _charge(self, rec: PodRecord, row: int) -> None:

@@ -279,3 +279,43 @@ async def test_bind_on_the_wrong_node_is_refused(make_service, bind_node):
     other = next(n for n in svc.node_names if n != planned)
     err = await svc.bind("train-0", other)
     assert f"planned on {planned}, not {other}" in err
+
+
+async def test_members_of_another_template_are_never_planned_on_nodes_that_reject_them(make_service):
+    taint = [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]
+    nodes = [make_node(f"t{i}", cpu="16", taints=taint) for i in range(2)]
+    nodes += [make_node(f"u{i}", cpu="16") for i in range(2)]
+    pg = make_kai_podgroup(
+        "mix", subgroups=[{"name": "master", "minMember": 1}, {"name": "worker", "minMember": 2}]
+    )
+    master = gang_pod("mix-master", "mix", cpu="2", labels={"kai.scheduler/subgroup-name": "master"})
+    master["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    workers = [
+        gang_pod(f"mix-worker-{i}", "mix", cpu="2", labels={"kai.scheduler/subgroup-name": "worker"})
+        for i in range(2)
+    ]
+    # the tainted nodes are the most allocated, so bin-packing would prefer them
+    filler = [make_pod(f"fill-{i}", cpu="10", node=f"t{i}") for i in range(2)]
+    filler[0]["spec"]["tolerations"] = filler[1]["spec"]["tolerations"] = master["spec"]["tolerations"]
+    svc = await make_service([*nodes, pg, master, *workers, *filler])
+    doc = await svc.filter("mix-master")  # offered every node: the master tolerates the taint
+    assert len(doc["NodeNames"]) == 1
+    plan = svc.scheduler.permits.entry("default/mix").plan
+    assert {plan["default/mix-worker-0"], plan["default/mix-worker-1"]} <= {"u0", "u1"}
+    svc.check_invariants()
+
+
+async def test_a_member_whose_planned_node_is_withdrawn_fails_the_waiting_binds_and_replans(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    withdrawn = plan["default/train-1"]
+    doc = await svc.filter("train-1", [n for n in svc.node_names if n != withdrawn])
+    error = await asyncio.wait_for(waiting, 2)
+    assert f"planned node {withdrawn} is no longer offered for default/train-1; replanning" in error
+    assert doc["NodeNames"] and doc["NodeNames"][0] != withdrawn  # planned afresh at once
+    assert not svc.node_of("train-0")
+    svc.check_invariants()
