@@ -1,0 +1,130 @@
+"""The simulator's inputs: manifest files, the seed scenario, and the contention scenario.
+
+The built-in scenario is the built-in cluster, every manifest in extender/scenarios/seed/*.yaml
+(in file-name order), and the contention scenario: two rack-constrained gangs that each need five
+whole a100 nodes. Ten a100 nodes exist, but only rack b0-r3 has five of them, so exactly one gang
+can be placed; the other must wait whole, never half-bound.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import yaml
+
+from extender.sim.cluster import GPU, POOL, RACK, build_cluster
+
+SEED_DIR = pathlib.Path(__file__).resolve().parent.parent / "scenarios" / "seed"
+CONTENTION_PODS = 5
+CONTENTION_GPUS = 8
+
+
+class ScenarioError(ValueError):
+    """A manifest file that cannot be read; the message names the file and what to do."""
+
+
+def load_objects(paths: list[str]) -> list[dict[str, Any]]:
+    """Objects from YAML streams or JSON files, `kind: List` flattened, empty documents dropped."""
+    objects: list[dict[str, Any]] = []
+    for path in paths:
+        p = pathlib.Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        try:
+            if p.suffix == ".json":
+                docs = [json.loads(text)]
+            else:
+                docs = list(yaml.safe_load_all(text))
+        except (yaml.YAMLError, json.JSONDecodeError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ScenarioError(f"{path}: not valid YAML/JSON ({first})") from None
+        for i, doc in enumerate(docs):
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise ScenarioError(f"{path}: document {i + 1} is not a Kubernetes object (a map)")
+            if doc.get("kind") == "List" or (doc.get("kind", "").endswith("List") and "items" in doc):
+                items = doc.get("items") or []
+                if not isinstance(items, list):
+                    raise ScenarioError(f"{path}: document {i + 1}: items must be a list")
+                objects.extend(items)
+            else:
+                objects.append(doc)
+    return objects
+
+
+def seed_paths() -> list[str]:
+    return [str(p) for p in sorted(SEED_DIR.glob("*.yaml"))]
+
+
+def contention_scenario() -> list[dict[str, Any]]:
+    """Two JobSets, each one rack-constrained gang of five pods that each take a whole a100 node."""
+    return [_contention_jobset(name) for name in ("contention-a", "contention-b")]
+
+
+def builtin_scenario() -> list[dict[str, Any]]:
+    return [*build_cluster(), *load_objects(seed_paths()), *contention_scenario()]
+
+
+def with_cluster(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`objects` on the built-in cluster when they bring no Node of their own."""
+    if any(isinstance(o, dict) and o.get("kind") == "Node" for o in objects):
+        return objects
+    return [*build_cluster(), *objects]
+
+
+def _contention_jobset(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "contention"},
+        "spec": {
+            "network": {"enableDNSHostnames": True},
+            "scheduling": {
+                "schedulingPolicy": {"gang": {}},
+                "schedulingConstraints": {"topology": [{"key": RACK}]},
+            },
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": CONTENTION_PODS,
+                            "completions": CONTENTION_PODS,
+                            "completionMode": "Indexed",
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "OnFailure",
+                                    "nodeSelector": {POOL: "a100"},
+                                    "tolerations": [
+                                        {
+                                            "key": POOL,
+                                            "operator": "Equal",
+                                            "value": "a100",
+                                            "effect": "NoSchedule",
+                                        }
+                                    ],
+                                    "containers": [
+                                        {
+                                            "name": "trainer",
+                                            "image": "sleep:v0.1.0",
+                                            "command": ["sleep", "60s"],
+                                            "resources": {
+                                                "requests": {"cpu": "4", "memory": "16Gi"},
+                                                "limits": {GPU: str(CONTENTION_GPUS)},
+                                            },
+                                        }
+                                    ],
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

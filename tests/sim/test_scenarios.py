@@ -1,0 +1,83 @@
+"""Scenarios through the real HTTP service, driven as kube-scheduler would drive it.
+
+After every scenario: no node over-committed and no gang bound below its quorum.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.sim.cluster import BLOCK, RACK, TPU_SLICE, build_cluster
+from extender.sim.driver import DriverOptions, PodOutcome, SimulationResult, simulate
+from extender.sim.report import build_report
+from extender.sim.scenario import SEED_DIR, builtin_scenario, contention_scenario, load_objects
+
+pytest.importorskip("extender.server.app")
+
+OPTIONS = DriverOptions(idle_timeout_s=30.0, idle_real_s=0.2, max_wall_s=40.0)
+
+
+async def run(*objects: dict) -> SimulationResult:
+    result = await simulate([*build_cluster(), *objects], options=OPTIONS)
+    report = build_report(result)
+    assert result.overcommit == []
+    assert report["summary"]["gangs_partial"] == 0
+    return result
+
+
+def seed(name: str) -> list[dict]:
+    return load_objects([str(SEED_DIR / name)])
+
+
+def domains(result: SimulationResult, pods, label: str) -> set[str]:
+    return {result.node_labels[p.node][label] for p in pods}
+
+
+async def test_topo_training_workers_share_one_rack_and_the_driver_goes_anywhere() -> None:
+    result = await run(*seed("topo-training.yaml"))
+    assert all(p.outcome is PodOutcome.BOUND for p in result.pods)
+    workers = [p for p in result.pods if "-workers-" in p.name]
+    assert len(workers) == 4 and len(domains(result, workers, RACK)) == 1
+
+
+async def test_kai_jobset_keeps_one_block_and_each_worker_replica_in_one_rack() -> None:
+    result = await run(*seed("kai-jobset-topology.yaml"))
+    assert all(p.outcome is PodOutcome.BOUND for p in result.pods)
+    assert len(domains(result, result.pods, BLOCK)) == 1
+    for replica in ("worker-0", "worker-1"):
+        pods = [p for p in result.pods if f"-{replica}-" in p.name]
+        assert len(pods) == 3 and len(domains(result, pods, RACK)) == 1
+
+
+async def test_tpu_multislice_lands_in_one_slice() -> None:
+    result = await run(*seed("tpu-multislice.yaml"))
+    assert all(p.outcome is PodOutcome.BOUND for p in result.pods)
+    assert len(domains(result, result.pods, TPU_SLICE)) == 1
+
+
+async def test_sequenced_gang_starts_workers_only_after_the_leader_is_bound() -> None:
+    result = await run(*seed("sequenced-gang.yaml"))
+    assert all(p.outcome is PodOutcome.BOUND for p in result.pods)
+    leader = next(p for p in result.pods if "-leader-" in p.name)
+    workers = [p for p in result.pods if "-worker-" in p.name]
+    assert len(workers) == 2 and all(w.created_s >= (leader.bound_s or 0) for w in workers)
+
+
+async def test_contention_binds_one_gang_whole_and_the_other_waits_with_a_reason() -> None:
+    result = await run(*contention_scenario())
+    by_wl = {w["workload"]: w for w in build_report(result)["workloads"]}
+    outcomes = sorted((w["pods_bound"], w["groups"][0]["state"]) for w in by_wl.values())
+    assert outcomes == [(0, "waiting"), (5, "whole")]
+    loser = next(w for w in by_wl.values() if w["pods_bound"] == 0)
+    assert "rack" in loser["groups"][0]["reason"]
+    winner = next(w for w in by_wl.values() if w["pods_bound"] == 5)
+    assert len(winner["domains"]["rack"]) == 1
+
+
+async def test_the_builtin_scenario_places_every_seed_workload_and_only_the_contention_loser_waits() -> None:
+    result = await simulate(builtin_scenario(), options=OPTIONS)
+    report = build_report(result)
+    assert result.overcommit == [] and report["summary"]["gangs_partial"] == 0
+    assert result.problems == [] and result.held == []
+    waiting = {w["workload"] for w in report["workloads"] if w["pods_bound"] < w["pods_total"]}
+    assert len(waiting) == 1 and next(iter(waiting)).startswith("JobSet contention/")
