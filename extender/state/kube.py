@@ -1,0 +1,578 @@
+"""The live cluster: list+watch into the store, and the few writes the service makes (bind, status, events).
+
+The only module that imports kubernetes_asyncio. It uses the client for configuration, auth and its
+HTTP session only: every object is read as raw JSON with orjson (the client's model classes cost
+~68x per object) and every write is a plain request whose status code we judge ourselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from extender.model import labels
+from extender.state.source import BindError
+
+if TYPE_CHECKING:
+    from extender.state.store import ClusterStore
+
+log = logging.getLogger(__name__)
+
+_JSON = "application/json"
+_MERGE_PATCH = "application/merge-patch+json"
+_STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeSettings:
+    watch_timeout_s: int = 300
+    """Server-side timeout of one watch request; the watch then resumes from the last resourceVersion."""
+    list_page_size: int = 500
+    request_timeout_s: float = 10.0
+    """Bound on every list page and write."""
+    backoff_initial_s: float = 0.5
+    """First reconnect delay after a failed list or watch; doubles per failure, with jitter."""
+    backoff_max_s: float = 30.0
+    write_attempts: int = 4
+    """Tries for a write that failed with 5xx, 429 or a connection error (all safe to repeat)."""
+    write_backoff_s: float = 0.1
+    event_interval_s: float = 30.0
+    """At most one Event per object and reason in this window; a gang's life emits few, repeats are noise."""
+    component: str = "gang-scheduler"
+    """Event source, shown by `kubectl describe`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchedKind:
+    """One kind this source lists and watches; `versions` in order of preference."""
+
+    group: str
+    versions: tuple[str, ...]
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+
+DEFAULT_KINDS: tuple[WatchedKind, ...] = (
+    WatchedKind("", ("v1",), "nodes", "Node", namespaced=False),
+    WatchedKind("", ("v1",), "pods", "Pod"),
+    WatchedKind("batch", ("v1",), "jobs", "Job"),
+    WatchedKind("jobset.x-k8s.io", ("v1alpha2",), "jobsets", "JobSet"),
+    WatchedKind("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob"),
+    WatchedKind("scheduling.run.ai", ("v2alpha2",), "podgroups", "PodGroup"),
+    # scheduling.k8s.io serves PodGroup only in releases with workload-aware scheduling; any of these
+    # versions that the server lists is taken, newest first.
+    WatchedKind(
+        "scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1"), "podgroups", "PodGroup"
+    ),
+    WatchedKind("kai.scheduler", ("v1alpha1",), "topologies", "Topology", namespaced=False),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedKind:
+    """A watched kind at the version the server offers."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def collection_path(self) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{prefix}/{self.plural}"
+
+    def object_path(self, *, namespace: str | None, name: str) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced:
+            return f"{prefix}/namespaces/{namespace}/{self.plural}/{name}"
+        return f"{prefix}/{self.plural}/{name}"
+
+
+class ApiStatusError(Exception):
+    """A non-2xx answer from the API server: its status code and the server's own message."""
+
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
+class _Gone(Exception):
+    """The watched resourceVersion is too old (410): relist."""
+
+
+def _retryable(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def _status_message(status: int, body: bytes) -> ApiStatusError:
+    try:
+        doc = orjson.loads(body)
+        return ApiStatusError(status, str(doc.get("message", "")), str(doc.get("reason", "")))
+    except (orjson.JSONDecodeError, AttributeError):
+        return ApiStatusError(status, body[:200].decode("utf-8", "replace"))
+
+
+def _now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeClusterSource:
+    """A ClusterSource over a live API server (kubeconfig file, or in-cluster when `kubeconfig` is None)."""
+
+    def __init__(
+        self,
+        kubeconfig: str | None,
+        *,
+        settings: Any = None,
+        kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
+        clock: Callable[[], float] = time.monotonic,
+        _iterations: int | None = None,
+    ) -> None:
+        self._kubeconfig = kubeconfig
+        kube = getattr(settings, "kube", None)
+        self._settings: KubeSettings = (
+            kube
+            if isinstance(kube, KubeSettings)
+            else (settings if isinstance(settings, KubeSettings) else KubeSettings())
+        )
+        self._kinds = kinds
+        self._clock = clock
+        # Test hook: each kind's loop ends after this many watch requests (None: until cancelled).
+        self._iterations = _iterations
+        self._api: k8s_client.ApiClient | None = None
+        self._api_lock = asyncio.Lock()
+        self._served: dict[tuple[str, str], ServedKind] = {}
+        self._pending_sync: set[tuple[str, str]] | None = None
+        self._synced = False
+        self._last_event_s: dict[tuple[str, str], float] = {}
+
+    # ---- connection --------------------------------------------------------------------------
+
+    async def _client(self) -> k8s_client.ApiClient:
+        async with self._api_lock:
+            if self._api is None:
+                cfg = k8s_client.Configuration()
+                if self._kubeconfig:
+                    await k8s_config.load_kube_config(config_file=self._kubeconfig, client_configuration=cfg)
+                else:
+                    k8s_config.load_incluster_config(client_configuration=cfg)
+                self._api = k8s_client.ApiClient(configuration=cfg)
+                self._api.user_agent = "gang-extender"  # shows as the field manager on what we write
+            return self._api
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+        timeout: Any = None,
+    ) -> aiohttp.ClientResponse:
+        """One raw request; the caller reads and releases the response. Non-2xx answers are returned."""
+        api = await self._client()
+        return await api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": _JSON},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout if timeout is not None else self._settings.request_timeout_s,
+        )
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+    ) -> tuple[int, bytes]:
+        resp = await self._send(method, path, query=query, body=body, content_type=content_type)
+        try:
+            return resp.status, await resp.read()
+        finally:
+            resp.release()
+
+    async def _write(
+        self, method: str, path: str, *, body: Any, content_type: str = _JSON, what: str
+    ) -> tuple[int, bytes]:
+        """A write retried on 5xx, 429 and connection errors; other answers are returned to the caller."""
+        s = self._settings
+        status, data = 0, b""
+        for attempt in range(s.write_attempts):
+            try:
+                status, data = await self._request(method, path, body=body, content_type=content_type)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                status, data = 0, str(exc).encode()
+            if status and not _retryable(status):
+                return status, data
+            if attempt + 1 < s.write_attempts:
+                await asyncio.sleep(s.write_backoff_s * 2**attempt * (0.5 + random.random()))
+        log.warning("%s failed after %d tries: %s", what, s.write_attempts, _status_message(status, data))
+        return status, data
+
+    # ---- discovery ---------------------------------------------------------------------------
+
+    async def _discover(self) -> dict[tuple[str, str], ServedKind]:
+        """Which watched kinds the server offers, at which version; one log line per kind skipped."""
+        status, data = await self._request("GET", "/apis")
+        if status != 200:
+            raise _status_message(status, data)
+        offered: dict[str, list[str]] = {"": ["v1"]}
+        for grp in orjson.loads(data).get("groups") or []:
+            offered[grp.get("name", "")] = [v.get("version", "") for v in grp.get("versions") or []]
+        resources: dict[str, set[str]] = {}
+        served: dict[tuple[str, str], ServedKind] = {}
+        for wk in self._kinds:
+            chosen = None
+            for version in wk.versions:
+                if version not in offered.get(wk.group, ()):
+                    continue
+                gv = f"{wk.group}/{version}" if wk.group else version
+                if gv not in resources:
+                    resources[gv] = await self._resources(gv)
+                if wk.plural in resources[gv]:
+                    chosen = version
+                    break
+            if chosen is None:
+                log.info(
+                    "API server does not serve %s.%s (%s); not watching it",
+                    wk.plural,
+                    wk.group or "core",
+                    ", ".join(wk.versions),
+                )
+                continue
+            served[(wk.group, wk.kind)] = ServedKind(wk.group, chosen, wk.plural, wk.kind, wk.namespaced)
+        return served
+
+    async def _resources(self, group_version: str) -> set[str]:
+        path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+        status, data = await self._request("GET", path)
+        if status == 404:
+            return set()
+        if status != 200:
+            raise _status_message(status, data)
+        return {r.get("name", "") for r in orjson.loads(data).get("resources") or []}
+
+    def served_kinds(self) -> list[ServedKind]:
+        return list(self._served.values())
+
+    # ---- list + watch ------------------------------------------------------------------------
+
+    def is_synced(self) -> bool:
+        return self._synced
+
+    async def run(self, store: ClusterStore) -> None:
+        """Discover, list every served kind into `store`, mark synced, then watch until cancelled."""
+        s = self._settings
+        delay = s.backoff_initial_s
+        while True:
+            try:
+                self._served = await self._discover()
+                break
+            except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError) as exc:
+                log.warning("API discovery failed (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, s.backoff_max_s)
+        self._pending_sync = set(self._served)
+        if not self._pending_sync:
+            self._synced = True
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for served in self._served.values():
+                    tasks.create_task(self._feed(store, served), name=f"watch {served.plural}.{served.group}")
+        finally:
+            await self.close()
+
+    def _mark_listed(self, served: ServedKind) -> None:
+        if self._pending_sync is None:
+            return
+        self._pending_sync.discard((served.group, served.kind))
+        if not self._pending_sync and not self._synced:
+            self._synced = True
+            log.info("initial list complete: %s", ", ".join(sorted(k.plural for k in self._served.values())))
+
+    async def _feed(self, store: ClusterStore, served: ServedKind, rv: str | None = None) -> None:
+        """List (when `rv` is None) then watch one kind, forever or for `_iterations` watch requests."""
+        s = self._settings
+        delay = s.backoff_initial_s
+        watches = 0
+        while self._iterations is None or watches < self._iterations:
+            try:
+                if rv is None:
+                    rv = await self._list_into(store, served)
+                    self._mark_listed(served)
+                watches += 1
+                rv = await self._watch_into(store, served, rv)
+                delay = s.backoff_initial_s
+            except _Gone:
+                log.info(
+                    "watch of %s.%s expired (410 Gone); relisting", served.plural, served.group or "core"
+                )
+                rv = None
+            except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError, ValueError) as exc:
+                log.warning(
+                    "%s %s.%s failed (%s); retrying in %.1f s",
+                    "list" if rv is None else "watch",
+                    served.plural,
+                    served.group or "core",
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, s.backoff_max_s)
+
+    async def _list_into(self, store: ClusterStore, served: ServedKind) -> str:
+        """List every page, replace the store's objects of this kind, return the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            query = [("limit", str(self._settings.list_page_size))]
+            if cont:
+                query.append(("continue", cont))
+            status, data = await self._request("GET", served.collection_path, query=query)
+            if status == 410:
+                # The continue token expired mid-list: start over.
+                items, cont = [], ""
+                continue
+            if status != 200:
+                raise _status_message(status, data)
+            doc = orjson.loads(data)
+            for item in doc.get("items") or []:
+                item["apiVersion"] = served.api_version
+                item["kind"] = served.kind
+                items.append(item)
+            meta = doc.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                store.replace_all(served.group, served.kind, items)
+                return str(meta.get("resourceVersion", ""))
+
+    async def _watch_into(self, store: ClusterStore, served: ServedKind, rv: str) -> str:
+        """One watch request from `rv`; returns the last resourceVersion seen. Raises _Gone on 410."""
+        s = self._settings
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(s.watch_timeout_s)),
+            ("resourceVersion", rv),
+        ]
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=s.request_timeout_s, sock_read=s.watch_timeout_s + 30
+        )
+        resp = await self._send("GET", served.collection_path, query=query, timeout=timeout)
+        try:
+            if resp.status == 410:
+                raise _Gone()
+            if resp.status != 200:
+                raise _status_message(resp.status, await resp.read())
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                if not isinstance(event, dict):
+                    raise ValueError(f"malformed watch event: {line[:100]!r}")
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Gone()
+                    raise ApiStatusError(int(obj.get("code") or 0), str(obj.get("message", "")))
+                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind == "ADDED" or kind == "MODIFIED":
+                    obj.setdefault("apiVersion", served.api_version)
+                    obj.setdefault("kind", served.kind)
+                    store.upsert(obj)
+                elif kind == "DELETED":
+                    obj.setdefault("apiVersion", served.api_version)
+                    obj.setdefault("kind", served.kind)
+                    store.remove(obj)
+                if new_rv:
+                    rv = str(new_rv)
+            return rv
+        finally:
+            resp.release()
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def _pod_path(self, namespace: str, name: str, sub: str = "") -> str:
+        return f"/api/v1/namespaces/{namespace}/pods/{name}" + (f"/{sub}" if sub else "")
+
+    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/binding. A 409 where the pod is already on `node` is success (a retried bind)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        what = f"bind {namespace}/{name} to {node}"
+        status, data = await self._write(
+            "POST", self._pod_path(namespace, name, "binding"), body=body, what=what
+        )
+        if status in (200, 201):
+            return
+        if status == 409:
+            current = await self._pod_node(namespace, name)
+            if current == node:
+                return
+            raise BindError(
+                f"pod {namespace}/{name} is already bound to {current or 'another node'}, not {node}"
+            )
+        if status == 0:
+            raise BindError(f"could not reach the API server to {what}: {data.decode('utf-8', 'replace')}")
+        err = _status_message(status, data)
+        raise BindError(f"API server refused to {what}: {err.message or err}")
+
+    async def _pod_node(self, namespace: str, name: str) -> str | None:
+        try:
+            status, data = await self._request("GET", self._pod_path(namespace, name))
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None
+        if status != 200:
+            return None
+        return (orjson.loads(data).get("spec") or {}).get("nodeName")
+
+    async def set_pod_condition(self, *, namespace: str, name: str, condition: dict[str, Any]) -> None:
+        """Strategic-merge one condition into status.conditions (merged by `type` on the server)."""
+        cond = dict(condition)
+        cond.setdefault("lastTransitionTime", _now_rfc3339())
+        body = {"status": {"conditions": [cond]}}
+        what = f"set condition {cond.get('type')} on pod {namespace}/{name}"
+        status, data = await self._write(
+            "PATCH",
+            self._pod_path(namespace, name, "status"),
+            body=body,
+            content_type=_STRATEGIC_PATCH,
+            what=what,
+        )
+        self._report(status, data, what)
+
+    async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
+        """A one-annotation patch: the pod update moves it out of kube-scheduler's backoff queue now."""
+        body = {"metadata": {"annotations": {labels.NUDGE: value}}}
+        what = f"nudge pod {namespace}/{name}"
+        status, data = await self._write(
+            "PATCH", self._pod_path(namespace, name), body=body, content_type=_MERGE_PATCH, what=what
+        )
+        self._report(status, data, what)
+
+    async def emit_event(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        kind: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+    ) -> None:
+        """A core/v1 Event on the object; a repeat of a reason on one object within the window is dropped."""
+        key = (uid or f"{kind}/{namespace}/{name}", reason)
+        now = self._clock()
+        last = self._last_event_s.get(key)
+        if last is not None and now - last < self._settings.event_interval_s:
+            return
+        self._last_event_s[key] = now
+        if len(self._last_event_s) > 50_000:
+            self._forget_old_events(now)
+        stamp = _now_rfc3339()
+        involved: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": name, "uid": uid}
+        api_version = self._api_version_of(kind)
+        if api_version:
+            involved["apiVersion"] = api_version
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": self._settings.component},
+            "reportingComponent": self._settings.component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        what = f"event {reason} on {kind} {namespace}/{name}"
+        status, data = await self._write(
+            "POST", f"/api/v1/namespaces/{namespace}/events", body=body, what=what
+        )
+        self._report(status, data, what)
+
+    def _forget_old_events(self, now: float) -> None:
+        horizon = now - self._settings.event_interval_s
+        self._last_event_s = {k: t for k, t in self._last_event_s.items() if t >= horizon}
+
+    def _api_version_of(self, kind: str) -> str:
+        if kind == "Pod":
+            return "v1"
+        for served in self._served.values():
+            if served.kind == kind:
+                return served.api_version
+        return ""
+
+    async def patch_group_status(
+        self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        """Merge-patch `status` on the group object's /status subresource, or the object if it has none."""
+        served = self._served.get((group, kind))
+        what = f"status of {kind}.{group} {namespace}/{name}"
+        if served is None:
+            log.warning("cannot write %s: the API server does not serve that kind", what)
+            return
+        path = served.object_path(namespace=namespace, name=name)
+        body = {"status": status}
+        code, data = await self._write(
+            "PATCH", f"{path}/status", body=body, content_type=_MERGE_PATCH, what=what
+        )
+        if code == 404 and await self._exists(path):
+            code, data = await self._write("PATCH", path, body=body, content_type=_MERGE_PATCH, what=what)
+        self._report(code, data, what)
+
+    async def _exists(self, path: str) -> bool:
+        try:
+            status, _ = await self._request("GET", path)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
+        return status == 200
+
+    def _report(self, status: int, data: bytes, what: str) -> None:
+        if 200 <= status < 300 or status == 0 or _retryable(status):
+            return  # success, or already logged by _write after its last try
+        if status == 404:
+            log.info("%s: object is gone", what)
+            return
+        log.warning("%s refused: %s", what, _status_message(status, data))

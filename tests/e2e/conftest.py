@@ -1,0 +1,93 @@
+"""End-to-end fixtures: one control plane, fake racks, the service and kube-scheduler per session.
+
+Reusable from elsewhere: `from controlplane.start import plane_for_tests` (put tests/e2e on sys.path)
+gives the same per-process control plane these fixtures use.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from controlplane.start import ControlPlane, plane_for_tests
+
+TOPOLOGY = {
+    "apiVersion": "kai.scheduler/v1alpha1",
+    "kind": "Topology",
+    "metadata": {"name": "dc"},
+    "spec": {
+        "levels": [
+            {"nodeLabel": "example.com/block", "alias": "block"},
+            {"nodeLabel": "topology.kubernetes.io/rack", "alias": "rack"},
+            {"nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}
+
+# 2 blocks x 2 racks x 3 nodes of 4 CPUs: a rack holds 12 CPUs, a block 24, the cluster 48.
+BLOCKS, RACKS_PER_BLOCK, NODES_PER_RACK, NODE_CPU = 2, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class Cluster:
+    plane: ControlPlane
+    service_url: str
+    nodes: tuple[str, ...]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Everything that touches the control plane is `e2e`, so `-m "not e2e"` leaves only the fast checks.
+    for item in items:
+        if {"plane", "cluster"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def plane() -> ControlPlane:
+    return plane_for_tests()
+
+
+@pytest.fixture(scope="session")
+def cluster(plane: ControlPlane) -> Cluster:
+    """Fake racks, a Topology, the service (`python -m extender serve`) and kube-scheduler calling it."""
+    nodes = plane.add_racks(
+        blocks=BLOCKS, racks_per_block=RACKS_PER_BLOCK, nodes_per_rack=NODES_PER_RACK, cpu=str(NODE_CPU)
+    )
+    plane.api.create("/apis/kai.scheduler/v1alpha1/topologies", TOPOLOGY, exist_ok=True)
+    try:
+        url = plane.service_url or plane.start_service()
+        if "kube-scheduler" not in plane.procs:
+            plane.start_scheduler(url_prefix=url)
+    except Exception as exc:
+        pytest.fail(
+            f"{exc}\n--- service log ---\n{plane.log_tail('service')}\n"
+            f"--- kube-scheduler log ---\n{plane.log_tail('kube-scheduler')}",
+            pytrace=False,
+        )
+    return Cluster(plane=plane, service_url=url, nodes=tuple(nodes))
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A namespace per test; its pods are deleted with grace 0 afterwards (no kubelet ever confirms)."""
+    api = cluster.plane.api
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    for path in (
+        f"/apis/batch/v1/namespaces/{name}/jobs",
+        f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{name}/jobsets",
+        f"/apis/kubeflow.org/v1/namespaces/{name}/pytorchjobs",
+    ):
+        for obj in api.get(path)["items"]:
+            api.request(
+                "DELETE",
+                f"{path}/{obj['metadata']['name']}",
+                {"propagationPolicy": "Orphan", "gracePeriodSeconds": 0},
+                ok=(200, 202, 404),
+            )
+    for pod in api.get(f"/api/v1/namespaces/{name}/pods")["items"]:
+        api.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}")
+    api.delete(f"/api/v1/namespaces/{name}")

@@ -1,0 +1,557 @@
+"""A real Kubernetes 1.20 control plane on loopback for the end-to-end tier, and a tiny API client for tests.
+
+Owns: finding (or building, via build.sh) the binaries; starting etcd, kube-apiserver,
+kube-controller-manager, the service and kube-scheduler as child processes; the kubeconfig; the
+v1 -> v1beta1 conversion of the shipped scheduler configuration; fake nodes. Recipes and traps:
+shared/docs/real-control-plane.md.
+
+Run `python tests/e2e/controlplane/start.py --help` (or up.sh) to start one by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
+CACHE = Path(os.environ.get("GANG_EXTENDER_CP_CACHE", "/var/cache/gang-extender/k8s-1.20.2"))
+TOKEN = "test-token"
+SCHEDULER_NAME = "gang-scheduler"
+
+
+class PlaneUnavailable(Exception):
+    """The control plane cannot run here; the message is the one-line reason."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def binaries() -> dict[str, str]:
+    """Paths of the four binaries; builds them once per machine (root + apt) or raises PlaneUnavailable."""
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+    def found() -> dict[str, str] | None:
+        etcd = shutil.which("etcd")
+        paths = {n: str(CACHE / "bin" / n) for n in names}
+        if etcd and all(os.access(p, os.X_OK) for p in paths.values()):
+            return {"etcd": etcd, **paths}
+        return None
+
+    got = found()
+    if got:
+        return got
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise PlaneUnavailable(f"control plane not built in {CACHE} and building it needs root and apt-get")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # One build per machine even when several test sessions start at once.
+    with open(CACHE / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        got = found()
+        if got:
+            return got
+        run = subprocess.run(["bash", str(BUILD_SCRIPT), str(CACHE)], capture_output=True, text=True)
+        if run.returncode != 0:
+            tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise PlaneUnavailable(f"control plane build failed (exit {run.returncode}): {tail[0]}")
+    got = found()
+    if not got:
+        raise PlaneUnavailable(f"control plane build finished but binaries are missing in {CACHE}/bin")
+    return got
+
+
+class Api:
+    """A minimal synchronous JSON client for test set-up and assertions (token auth, TLS unverified)."""
+
+    def __init__(self, server: str, token: str = TOKEN) -> None:
+        self.server = server
+        self.token = token
+        self._ssl = ssl.create_default_context()
+        self._ssl.check_hostname = False
+        self._ssl.verify_mode = ssl.CERT_NONE
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        ok: Iterable[int] = (200, 201, 202),
+        timeout_s: float = 30.0,
+    ) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Content-Type", content_type)
+        req.add_header("Accept", "application/json")
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=timeout_s) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        try:
+            doc = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            doc = raw.decode(errors="replace")  # /readyz and friends answer plain text
+        if status not in tuple(ok):
+            detail = doc.get("message") if isinstance(doc, dict) else raw[:300]
+            raise AssertionError(f"{method} {path} -> {status}: {detail}")
+        return status, doc
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)[1]
+
+    def create(self, path: str, obj: dict[str, Any], *, exist_ok: bool = False) -> Any:
+        ok = (200, 201, 202, 409) if exist_ok else (200, 201, 202)
+        return self.request("POST", path, obj, ok=ok)[1]
+
+    def patch(self, path: str, patch: dict[str, Any], *, kind: str = "merge") -> Any:
+        ctype = {
+            "merge": "application/merge-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+        }
+        return self.request("PATCH", path, patch, content_type=ctype[kind])[1]
+
+    def delete(self, path: str) -> None:
+        self.request("DELETE", path, {"gracePeriodSeconds": 0}, ok=(200, 202, 404))
+
+    def ready(self) -> bool:
+        try:
+            return self.request("GET", "/readyz", ok=(200,), timeout_s=2)[0] == 200
+        except (OSError, AssertionError):
+            return False
+
+
+def collection_path(obj: dict[str, Any], plural: str | None = None) -> str:
+    """The POST path for an object, from apiVersion, kind and namespace (plurals for the kinds we use)."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    plurals = {
+        "Namespace": "namespaces",
+        "Node": "nodes",
+        "Pod": "pods",
+        "Job": "jobs",
+        "JobSet": "jobsets",
+        "PyTorchJob": "pytorchjobs",
+        "PodGroup": "podgroups",
+        "Topology": "topologies",
+        "CustomResourceDefinition": "customresourcedefinitions",
+        "ServiceAccount": "serviceaccounts",
+        "ClusterRole": "clusterroles",
+        "ClusterRoleBinding": "clusterrolebindings",
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
+        "Event": "events",
+    }
+    plural = plural or plurals[kind]
+    prefix = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    ns = (obj.get("metadata") or {}).get("namespace")
+    return f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+
+
+def wait_until(check: Any, *, timeout_s: float, interval_s: float = 0.2, what: str = "condition") -> Any:
+    """Poll `check()` until it returns something truthy; AssertionError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+def convert_scheduler_config(v1: dict[str, Any], *, url_prefix: str, kubeconfig: str) -> dict[str, Any]:
+    """The shipped v1 configuration as kube-scheduler 1.20's v1beta1, with only URL and kubeconfig swapped.
+
+    1.20 reads only v1beta1, where percentageOfNodesToScore is a top-level field, not per profile.
+    """
+    cfg = json.loads(json.dumps(v1))
+    cfg["apiVersion"] = "kubescheduler.config.k8s.io/v1beta1"
+    cfg.setdefault("clientConnection", {})["kubeconfig"] = kubeconfig
+    for profile in cfg.get("profiles") or []:
+        pct = profile.pop("percentageOfNodesToScore", None)
+        if pct is not None:
+            cfg["percentageOfNodesToScore"] = pct
+    for ext in cfg.get("extenders") or []:
+        ext["urlPrefix"] = url_prefix
+    return cfg
+
+
+class ControlPlane:
+    """etcd + kube-apiserver (+ kube-controller-manager) on loopback, each a child process."""
+
+    def __init__(self, workdir: str | None = None, *, controller_manager: bool = True) -> None:
+        self.bins = binaries()
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gang-e2e-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else self.workdir
+        self.etcd_dir = Path(tempfile.mkdtemp(prefix="gang-e2e-etcd-", dir=shm))
+        self.with_controller_manager = controller_manager
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.apiserver_port = free_port()
+        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+        self.kubeconfig = str(self.workdir / "kubeconfig")
+        self.api = Api(self.server)
+        self.service_url: str | None = None
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> None:
+        with open(self.workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
+            self.procs[name] = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(REPO)
+            )
+
+    def _check_alive(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            tail = (self.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()[-5:]
+            raise PlaneUnavailable(f"{name} exited with {proc.returncode}: {' | '.join(tail)}")
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.workdir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def start(self) -> ControlPlane:
+        w = self.workdir
+        (w / "certs").mkdir(exist_ok=True)
+        (w / "tokens.csv").write_text(f"{TOKEN},admin,admin,system:masters\n")
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(w / "sa.key"), "2048"], check=True, capture_output=True
+        )
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(w / "sa.key"), "-pubout", "-out", str(w / "sa.pub")],
+            check=True,
+            capture_output=True,
+        )
+        client, peer = free_port(), free_port()
+        self._spawn(
+            "etcd",
+            [
+                self.bins["etcd"],
+                f"--data-dir={self.etcd_dir}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--log-level=warn",
+            ],
+        )
+        self._spawn(
+            "kube-apiserver",
+            [
+                self.bins["kube-apiserver"],
+                f"--etcd-servers=http://127.0.0.1:{client}",
+                f"--secure-port={self.apiserver_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--cert-dir={w / 'certs'}",
+                "--endpoint-reconciler-type=none",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={w / 'sa.pub'}",
+                f"--service-account-signing-key-file={w / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/24",
+                "--authorization-mode=AlwaysAllow",
+                f"--token-auth-file={w / 'tokens.csv'}",
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                "--v=1",
+            ],
+        )
+
+        def up() -> bool:
+            self._check_alive("etcd")
+            self._check_alive("kube-apiserver")
+            return self.api.ready()
+
+        wait_until(up, timeout_s=60, what="kube-apiserver /readyz")
+        self.write_kubeconfig()
+        if self.with_controller_manager:
+            self._spawn(
+                "kube-controller-manager",
+                [
+                    self.bins["kube-controller-manager"],
+                    f"--kubeconfig={self.kubeconfig}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={free_port()}",
+                    "--port=0",
+                    "--leader-elect=false",
+                    f"--service-account-private-key-file={w / 'sa.key'}",
+                    f"--root-ca-file={w / 'certs' / 'apiserver.crt'}",
+                    "--controllers=*,-nodelifecycle,-service",
+                    "--v=1",
+                ],
+            )
+        return self
+
+    def write_kubeconfig(self) -> None:
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "e2e", "cluster": {"server": self.server, "insecure-skip-tls-verify": True}}
+            ],
+            "users": [{"name": "admin", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+            "current-context": "e2e",
+        }
+        Path(self.kubeconfig).write_text(yaml.safe_dump(cfg))
+
+    def start_service(self, *, port: int | None = None, extra_args: Iterable[str] = ()) -> str:
+        """`python -m extender serve` against this plane; returns its base URL once /readyz answers 200."""
+        port = port or free_port()
+        python = REPO / ".venv" / "bin" / "python"
+        argv = [
+            str(python if python.exists() else sys.executable),
+            "-m",
+            "extender",
+            "serve",
+            "--kubeconfig",
+            self.kubeconfig,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *extra_args,
+        ]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self._spawn("service", argv, env=env)
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            self._check_alive("service")
+            try:
+                with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
+                    return resp.status == 200
+            except OSError:
+                return False
+
+        wait_until(ready, timeout_s=120, interval_s=0.25, what="the service's /readyz")
+        self.service_url = url
+        return url
+
+    def start_scheduler(self, *, url_prefix: str, config: Path | None = None) -> None:
+        """kube-scheduler with the shipped configuration converted to v1beta1 (URL and kubeconfig swapped)."""
+        src = config or REPO / "manifests" / "scheduler-config.yaml"
+        cfg = convert_scheduler_config(
+            yaml.safe_load(src.read_text()), url_prefix=url_prefix, kubeconfig=self.kubeconfig
+        )
+        path = self.workdir / "scheduler-config.v1beta1.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        self._spawn(
+            "kube-scheduler",
+            [
+                self.bins["kube-scheduler"],
+                f"--config={path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--port=0",
+                "--v=2",
+            ],
+        )
+
+        election = cfg.get("leaderElection") or {}
+        if not election.get("leaderElect", True):
+            self._check_alive("kube-scheduler")
+            return
+        ns = election.get("resourceNamespace", "kube-system")
+        name = election.get("resourceName", "kube-scheduler")
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}"
+
+        def leading() -> bool:
+            self._check_alive("kube-scheduler")
+            status, doc = self.api.request("GET", lease, ok=(200, 404))
+            return status == 200 and bool((doc.get("spec") or {}).get("holderIdentity"))
+
+        wait_until(leading, timeout_s=60, what=f"kube-scheduler to hold lease {lease}")
+
+    def stop(self) -> None:
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        self.procs.clear()
+        shutil.rmtree(self.etcd_dir, ignore_errors=True)
+
+    # -- cluster content -------------------------------------------------------------------------
+
+    def apply_file(self, path: Path) -> list[dict[str, Any]]:
+        """Create every object of a YAML stream (existing ones are left as they are)."""
+        objs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for obj in objs:
+            self.api.create(collection_path(obj), obj, exist_ok=True)
+        return objs
+
+    def apply_crds(self, directory: Path | None = None) -> None:
+        """Create the CRDs under manifests/crds and wait until each is Established."""
+        names = []
+        for path in sorted((directory or REPO / "manifests" / "crds").glob("*.yaml")):
+            names += [o["metadata"]["name"] for o in self.apply_file(path)]
+        for name in names:
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+            def established(path: str = path) -> bool:
+                conds = (self.api.get(path).get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+            wait_until(established, timeout_s=30, what=f"CRD {name} Established")
+
+    def add_node(
+        self, name: str, *, labels: dict[str, str], cpu: str = "8", memory: str = "32Gi", pods: str = "110"
+    ) -> None:
+        """A fake Node, Ready, with allocatable set through /status (no kubelet ever heartbeats it)."""
+        meta = {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}
+        self.api.create(
+            "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta}, exist_ok=True
+        )
+        res = {"cpu": cpu, "memory": memory, "pods": pods}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "fake node",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        self.api.patch(
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"capacity": res, "allocatable": res, "conditions": [ready]}},
+            kind="strategic",
+        )
+
+    def add_racks(self, *, blocks: int, racks_per_block: int, nodes_per_rack: int, **node: str) -> list[str]:
+        """Nodes named b<i>-r<j>-n<k> labelled with their block, rack and hostname; returns their names."""
+        names = []
+        for b in range(blocks):
+            for r in range(racks_per_block):
+                for n in range(nodes_per_rack):
+                    name = f"b{b}-r{r}-n{n}"
+                    rack = f"b{b}-r{r}"
+                    labels = {"topology.kubernetes.io/rack": rack, "example.com/block": f"b{b}"}
+                    self.add_node(name, labels=labels, **node)
+                    names.append(name)
+        return names
+
+
+_shared: ControlPlane | None = None
+_shared_error: str | None = None
+
+
+def shared_plane() -> ControlPlane:
+    """One control plane per process (CRDs applied), stopped at exit; PlaneUnavailable when it cannot run."""
+    global _shared, _shared_error
+    if _shared is not None:
+        return _shared
+    if _shared_error is not None:
+        raise PlaneUnavailable(_shared_error)
+    try:
+        plane = ControlPlane(os.environ.get("GANG_EXTENDER_E2E_DIR") or None)
+    except PlaneUnavailable as exc:
+        _shared_error = str(exc)
+        raise
+    atexit.register(plane.stop)
+    try:
+        plane.start()
+        plane.apply_crds()
+    except BaseException as exc:
+        plane.stop()
+        _shared_error = f"control plane failed to start: {exc}"
+        raise
+    _shared = plane
+    return plane
+
+
+def plane_for_tests() -> ControlPlane:
+    """shared_plane() for a pytest fixture: skip with the one-line reason, or fail under CI=true."""
+    import pytest
+
+    try:
+        return shared_plane()
+    except PlaneUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and the control plane is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"control plane unavailable: {exc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Start a loopback Kubernetes 1.20 control plane.")
+    parser.add_argument("--dir", help="work directory (kubeconfig, logs); a new temporary one by default")
+    parser.add_argument("--no-controller-manager", action="store_true")
+    parser.add_argument("--crds", action="store_true", help="apply manifests/crds")
+    parser.add_argument("--racks", default="", help="fake nodes as BLOCKSxRACKSxNODES, e.g. 2x2x4")
+    parser.add_argument("--service", action="store_true", help="also start the service")
+    parser.add_argument(
+        "--scheduler", action="store_true", help="also start kube-scheduler (implies --service)"
+    )
+    args = parser.parse_args(argv)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        plane = ControlPlane(args.dir, controller_manager=not args.no_controller_manager)
+    except PlaneUnavailable as exc:
+        print(f"control plane unavailable: {exc}", file=sys.stderr)
+        return 2
+    try:
+        plane.start()
+        if args.crds or args.service or args.scheduler:
+            plane.apply_crds()
+        if args.racks:
+            b, r, n = (int(x) for x in args.racks.split("x"))
+            plane.add_racks(blocks=b, racks_per_block=r, nodes_per_rack=n)
+        url = None
+        if args.service or args.scheduler:
+            url = plane.start_service()
+        if args.scheduler and url:
+            plane.start_scheduler(url_prefix=url)
+        print(f"export KUBECONFIG={plane.kubeconfig}")
+        print(
+            f"# logs in {plane.workdir}; service: {url or 'not started'}; Ctrl-C stops everything", flush=True
+        )
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    except PlaneUnavailable as exc:
+        print(f"control plane failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        plane.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

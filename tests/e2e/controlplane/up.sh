@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Start the loopback control plane by hand (builds it once per machine if needed), with the CRDs, fake
+# racks, the service and kube-scheduler; Ctrl-C stops everything. Pass --help for the options, e.g.
+#   tests/e2e/controlplane/up.sh --dir /tmp/plane --racks 2x2x4 --scheduler
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
+PY="$REPO/.venv/bin/python"; [ -x "$PY" ] || PY=python3
+cd "$REPO"
+exec "$PY" "$HERE/start.py" "$@"

@@ -1,0 +1,114 @@
+"""The shipped manifests say what the design needs, and the 1.20 conversion changes only what it must.
+
+Fast checks (no control plane); the e2e scenarios prove the same files work against a real cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from controlplane.start import convert_scheduler_config
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+
+
+def load_all(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+def scheduler_config() -> dict[str, Any]:
+    return load_all("scheduler-config.yaml")[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (("apiVersion",), "kubescheduler.config.k8s.io/v1"),
+        (("profiles", 0, "schedulerName"), "gang-scheduler"),
+        (("profiles", 0, "percentageOfNodesToScore"), 100),
+        (("leaderElection", "resourceName"), "gang-scheduler"),
+        (("extenders", 0, "urlPrefix"), "http://127.0.0.1:8888"),
+        (("extenders", 0, "filterVerb"), "filter"),
+        (("extenders", 0, "prioritizeVerb"), "prioritize"),
+        (("extenders", 0, "bindVerb"), "bind"),
+        (("extenders", 0, "preemptVerb"), "preempt"),
+        (("extenders", 0, "nodeCacheCapable"), True),
+        (("extenders", 0, "httpTimeout"), "10s"),
+        (("extenders", 0, "ignorable"), False),
+    ],
+    ids=lambda v: ".".join(map(str, v)) if isinstance(v, tuple) else None,
+)
+def test_scheduler_config_sets(path: tuple[Any, ...], expected: Any) -> None:
+    node: Any = scheduler_config()
+    for step in path:
+        node = node[step]
+    assert node == expected
+
+
+def test_scheduler_config_weight_is_positive_because_prioritize_is_set() -> None:
+    assert scheduler_config()["extenders"][0]["weight"] > 0
+
+
+def test_deployment_embeds_the_same_scheduler_config() -> None:
+    config_map = next(d for d in load_all("deployment.yaml") if d["kind"] == "ConfigMap")
+    assert yaml.safe_load(config_map["data"]["scheduler-config.yaml"]) == scheduler_config()
+
+
+def test_conversion_to_v1beta1_moves_percentage_and_swaps_only_url_and_kubeconfig() -> None:
+    v1 = scheduler_config()
+    got = convert_scheduler_config(v1, url_prefix="http://127.0.0.1:1234", kubeconfig="/k")
+    assert got["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1"
+    assert got["percentageOfNodesToScore"] == 100
+    assert "percentageOfNodesToScore" not in got["profiles"][0]
+    assert got["clientConnection"] == {"kubeconfig": "/k"}
+    assert got["extenders"][0] == {**v1["extenders"][0], "urlPrefix": "http://127.0.0.1:1234"}
+    assert got["leaderElection"] == v1["leaderElection"]
+    assert v1["apiVersion"].endswith("/v1"), "the shipped file is left untouched"
+
+
+@pytest.mark.parametrize(
+    ("name", "group", "version", "kind", "scope"),
+    [
+        ("podgroups.scheduling.run.ai.yaml", "scheduling.run.ai", "v2alpha2", "PodGroup", "Namespaced"),
+        ("topologies.kai.scheduler.yaml", "kai.scheduler", "v1alpha1", "Topology", "Cluster"),
+        ("jobsets.jobset.x-k8s.io.yaml", "jobset.x-k8s.io", "v1alpha2", "JobSet", "Namespaced"),
+        ("pytorchjobs.kubeflow.org.yaml", "kubeflow.org", "v1", "PyTorchJob", "Namespaced"),
+    ],
+    ids=["KAI PodGroup CRD", "KAI Topology CRD", "JobSet CRD", "PyTorchJob CRD"],
+)
+def test_crd_is_structural_with_a_status_subresource(
+    name: str, group: str, version: str, kind: str, scope: str
+) -> None:
+    (crd,) = load_all(f"crds/{name}")
+    spec = crd["spec"]
+    assert (spec["group"], spec["names"]["kind"], spec["scope"]) == (group, kind, scope)
+    (v,) = spec["versions"]
+    assert (v["name"], v["served"], v["storage"]) == (version, True, True)
+    assert v["subresources"] == {"status": {}}
+    schema = v["schema"]["openAPIV3Schema"]
+    assert schema["type"] == "object"
+    assert all(schema["properties"][p]["x-kubernetes-preserve-unknown-fields"] for p in ("spec", "status"))
+
+
+def test_rbac_lets_the_extender_write_what_it_writes() -> None:
+    role = next(d for d in load_all("rbac.yaml") if d["kind"] == "ClusterRole")
+    grants = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    for need in [
+        ("", "pods/binding", "create"),
+        ("", "pods/status", "patch"),
+        ("", "pods", "patch"),
+        ("", "events", "create"),
+        ("scheduling.run.ai", "podgroups/status", "patch"),
+        ("", "nodes", "watch"),
+        ("kai.scheduler", "topologies", "list"),
+    ]:
+        assert need in grants, f"ClusterRole gang-extender lacks {need}"

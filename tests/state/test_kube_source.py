@@ -1,0 +1,254 @@
+"""KubeClusterSource against a real kube-apiserver 1.20: list+watch into a store, 410 relist, and writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.state.kube import KubeClusterSource, KubeSettings, _Gone
+from extender.state.source import BindError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from controlplane.start import ControlPlane, plane_for_tests
+
+pytestmark = pytest.mark.e2e
+
+FAST = KubeSettings(watch_timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.2, write_backoff_s=0.01)
+
+
+class RecordingStore:
+    """The three store methods the source calls, recorded in order, with a way to await a record."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, str, str, Any]] = []
+        self._changed = asyncio.Event()
+
+    def _record(self, op: tuple[str, str, str, Any]) -> None:
+        self.ops.append(op)
+        self._changed.set()
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        self._record(("upsert", obj["kind"], obj["metadata"]["name"], obj))
+
+    def remove(self, obj: dict[str, Any]) -> None:
+        self._record(("remove", obj["kind"], obj["metadata"]["name"], obj))
+
+    def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None:
+        self._record(("replace_all", kind, group, [o["metadata"]["name"] for o in objs]))
+
+    async def wait_for(
+        self, pred: Callable[[tuple[str, str, str, Any]], bool], *, timeout_s: float = 10
+    ) -> Any:
+        async def seen() -> Any:
+            while True:
+                for op in self.ops:
+                    if pred(op):
+                        return op
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(seen(), timeout_s)
+
+
+@pytest.fixture(scope="module")
+def plane() -> ControlPlane:
+    return plane_for_tests()
+
+
+@pytest.fixture
+def namespace(plane: ControlPlane) -> str:
+    name = f"kube-source-{uuid.uuid4().hex[:6]}"
+    plane.api.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    return name
+
+
+@pytest.fixture(scope="module")
+def node(plane: ControlPlane) -> str:
+    """A node the scheduler never picks (unschedulable); binding through the API ignores that."""
+    name = "kube-source-node"
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {"unschedulable": True}}
+    plane.api.create("/api/v1/nodes", body, exist_ok=True)
+    return name
+
+
+@contextlib.asynccontextmanager
+async def running(
+    plane: ControlPlane, **kwargs: Any
+) -> AsyncIterator[tuple[KubeClusterSource, RecordingStore]]:
+    source = KubeClusterSource(plane.kubeconfig, settings=FAST, **kwargs)
+    store = RecordingStore()
+    task = asyncio.create_task(source.run(store))
+    try:
+        yield source, store
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await source.close()
+
+
+def make_pod(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        # The default scheduler does not run here, so nothing but the test binds this pod.
+        "spec": {"containers": [{"name": "c", "image": "sleep:v0.1.0"}]},
+    }
+    return plane.api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+
+
+async def started(source: KubeClusterSource) -> None:
+    async def synced() -> None:
+        while not source.is_synced():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(synced(), 10)
+
+
+async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: ControlPlane) -> None:
+    async with running(plane) as (source, store):
+        await started(source)
+        served = {(k.group, k.kind): k.version for k in source.served_kinds()}
+        listed = {(op[2], op[1]) for op in store.ops if op[0] == "replace_all"}
+    assert served == {
+        ("", "Node"): "v1",
+        ("", "Pod"): "v1",
+        ("batch", "Job"): "v1",
+        ("jobset.x-k8s.io", "JobSet"): "v1alpha2",
+        ("kubeflow.org", "PyTorchJob"): "v1",
+        ("scheduling.run.ai", "PodGroup"): "v2alpha2",
+        ("kai.scheduler", "Topology"): "v1alpha1",
+    }, "1.20 serves no scheduling.k8s.io PodGroup; every CRD from manifests/crds is served"
+    assert listed == set(served), "every served kind is listed before the source reports synced"
+
+
+async def test_watch_feeds_creates_updates_and_deletes(plane: ControlPlane, namespace: str) -> None:
+    make_pod(plane, namespace, "before")
+    async with running(plane) as (source, store):
+        await started(source)
+        listed = next(op for op in store.ops if op[0] == "replace_all" and op[1] == "Pod")
+        assert "before" in listed[3]
+        make_pod(plane, namespace, "after")
+        added = await store.wait_for(lambda op: op[:3] == ("upsert", "Pod", "after"))
+        assert added[3]["apiVersion"] == "v1" and added[3]["metadata"]["resourceVersion"]
+        plane.api.patch(f"/api/v1/namespaces/{namespace}/pods/after", {"metadata": {"labels": {"x": "1"}}})
+        await store.wait_for(
+            lambda op: op[1:3] == ("Pod", "after") and op[3]["metadata"].get("labels") == {"x": "1"}
+        )
+        plane.api.delete(f"/api/v1/namespaces/{namespace}/pods/after")
+        await store.wait_for(lambda op: op[:3] == ("remove", "Pod", "after"))
+
+
+async def test_relists_when_the_watched_version_is_gone(plane: ControlPlane) -> None:
+    source = KubeClusterSource(plane.kubeconfig, settings=FAST, _iterations=2)
+    store = RecordingStore()
+    try:
+        source._served = await source._discover()
+        topologies = source._served[("kai.scheduler", "Topology")]
+        # A custom resource's watch cache starts when its CRD was created: version 2 is long gone.
+        with pytest.raises(_Gone):
+            await source._watch_into(store, topologies, "2")
+        await asyncio.wait_for(source._feed(store, topologies, rv="2"), 15)
+    finally:
+        await source.close()
+    assert [op[0] for op in store.ops][:1] == ["replace_all"], "a 410 on watch is followed by a relist"
+
+
+async def test_bind_succeeds_and_a_repeat_to_the_same_node_is_success(
+    plane: ControlPlane, namespace: str, node: str
+) -> None:
+    pod = make_pod(plane, namespace, "p")
+    uid = pod["metadata"]["uid"]
+    source = KubeClusterSource(plane.kubeconfig, settings=FAST)
+    try:
+        await source.bind_pod(namespace=namespace, name="p", uid=uid, node=node)
+        assert plane.api.get(f"/api/v1/namespaces/{namespace}/pods/p")["spec"]["nodeName"] == node
+        await source.bind_pod(namespace=namespace, name="p", uid=uid, node=node)
+        with pytest.raises(BindError, match=f"already bound to {node}"):
+            await source.bind_pod(namespace=namespace, name="p", uid=uid, node="elsewhere")
+        with pytest.raises(BindError, match="not found"):
+            await source.bind_pod(namespace=namespace, name="missing", uid="x", node=node)
+    finally:
+        await source.close()
+
+
+async def test_condition_patch_merges_by_type(plane: ControlPlane, namespace: str) -> None:
+    make_pod(plane, namespace, "p")
+    source = KubeClusterSource(plane.kubeconfig, settings=FAST)
+    try:
+        for kind, reason in (
+            ("gang-extender.io/SubGroup", "InvalidSubGroup"),
+            ("PodScheduled", "Unschedulable"),
+        ):
+            cond = {"type": kind, "status": "False", "reason": reason, "message": f"{reason} for the test"}
+            await source.set_pod_condition(namespace=namespace, name="p", condition=cond)
+        await source.set_pod_condition(namespace=namespace, name="gone", condition=cond)  # logged, not raised
+    finally:
+        await source.close()
+    conds = plane.api.get(f"/api/v1/namespaces/{namespace}/pods/p")["status"]["conditions"]
+    assert {c["type"]: c["reason"] for c in conds} == {
+        "gang-extender.io/SubGroup": "InvalidSubGroup",
+        "PodScheduled": "Unschedulable",
+    }
+    assert all(c["lastTransitionTime"] for c in conds)
+
+
+async def test_events_are_created_and_rate_limited_per_object_and_reason(
+    plane: ControlPlane, namespace: str
+) -> None:
+    pod = make_pod(plane, namespace, "p")
+    now = [1000.0]
+    source = KubeClusterSource(plane.kubeconfig, settings=FAST, clock=lambda: now[0])
+    ref = {"namespace": namespace, "name": "p", "uid": pod["metadata"]["uid"], "kind": "Pod"}
+    try:
+        await source.emit_event(**ref, reason="GangWaiting", message="gang waits for 3 of 4 pods")
+        await source.emit_event(**ref, reason="GangWaiting", message="gang waits for 2 of 4 pods")
+        await source.emit_event(**ref, reason="GangBound", message="gang bound")
+        now[0] += FAST.event_interval_s
+        await source.emit_event(**ref, reason="GangWaiting", message="gang waits for 1 of 4 pods")
+    finally:
+        await source.close()
+    events = plane.api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    got = sorted((e["reason"], e["message"]) for e in events)
+    assert got == [
+        ("GangBound", "gang bound"),
+        ("GangWaiting", "gang waits for 1 of 4 pods"),
+        ("GangWaiting", "gang waits for 3 of 4 pods"),
+    ]
+    assert {e["involvedObject"]["uid"] for e in events} == {pod["metadata"]["uid"]}
+    assert {e["source"]["component"] for e in events} == {"gang-scheduler"}
+
+
+async def test_nudge_and_group_status_patches(plane: ControlPlane, namespace: str) -> None:
+    make_pod(plane, namespace, "p")
+    group = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": namespace},
+        "spec": {"minMember": 2},
+    }
+    plane.api.create(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups", group)
+    source = KubeClusterSource(plane.kubeconfig, settings=FAST)
+    try:
+        source._served = await source._discover()
+        await source.nudge_pod(namespace=namespace, name="p", value="7")
+        status = {"phase": "Waiting", "lastReason": "2 of 2 pods needed, 1 exist"}
+        await source.patch_group_status(
+            group="scheduling.run.ai", kind="PodGroup", namespace=namespace, name="g", status=status
+        )
+    finally:
+        await source.close()
+    pod = plane.api.get(f"/api/v1/namespaces/{namespace}/pods/p")
+    assert pod["metadata"]["annotations"] == {"gang-extender.io/nudge": "7"}
+    got = plane.api.get(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups/g")
+    assert got["status"] == status and got["spec"] == {"minMember": 2}
