@@ -103,7 +103,10 @@ def bench_pod(name: str, *, group: str | None, gpu: str | None) -> dict[str, Any
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": {"schedulerName": "gang-scheduler", "containers": [{"name": "c", "resources": {"requests": req}}]},
+        "spec": {
+            "schedulerName": "gang-scheduler",
+            "containers": [{"name": "c", "resources": {"requests": req}}],
+        },
         "status": {"phase": "Pending"},
     }
 
@@ -178,7 +181,18 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
             fh.write(orjson.dumps(objs))
         real_port, null_port = free_port(), free_port()
         real = Server(
-            [sys.executable, "-m", "extender", "serve", "--cluster", path, "--port", str(real_port), "--log-level", "WARNING"],
+            [
+                sys.executable,
+                "-m",
+                "extender",
+                "serve",
+                "--cluster",
+                path,
+                "--port",
+                str(real_port),
+                "--log-level",
+                "WARNING",
+            ],
             real_port,
         )
         null = Server([sys.executable, "-m", "bench.null_extender", "--port", str(null_port)], null_port)
@@ -190,7 +204,12 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
                 for _ in range(5):  # warm both
                     await call(session, null.url, plain_body)
                     await call(session, real.url, plain_body)
-                samples: dict[str, list[float]] = {"null": [], "plain": [], "gang-plan": [], "gang-planned": []}
+                samples: dict[str, list[float]] = {
+                    "null": [],
+                    "plain": [],
+                    "gang-plan": [],
+                    "gang-planned": [],
+                }
                 cpu: dict[str, float] = dict.fromkeys(samples, 0.0)
 
                 async def timed(case: str, server: Server, body: bytes) -> dict[str, Any]:
@@ -229,9 +248,15 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench http", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, 1k and 5k nodes only")
-    parser.add_argument("--nodes", default=None, help="comma-separated cluster sizes (default 1000,5000,15000)")
-    parser.add_argument("--gangs", type=int, default=None, help="gangs planned per size (default 60; quick 20)")
-    parser.add_argument("--rounds", type=int, default=None, help="plain-pod calls per size (default 300; quick 100)")
+    parser.add_argument(
+        "--nodes", default=None, help="comma-separated cluster sizes (default 1000,5000,15000)"
+    )
+    parser.add_argument(
+        "--gangs", type=int, default=None, help="gangs planned per size (default 60; quick 20)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="plain-pod calls per size (default 300; quick 100)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(x) for x in (args.nodes or ("1000,5000" if args.quick else "1000,5000,15000")).split(",")]
     gangs = args.gangs or (20 if args.quick else 60)

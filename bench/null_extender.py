@@ -15,7 +15,13 @@ from aiohttp import web
 async def null_filter(request: web.Request) -> web.Response:
     doc = orjson.loads(await request.read())
     names = doc.get("NodeNames") or []
-    reply = {"Nodes": None, "NodeNames": names[:1], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    reply = {
+        "Nodes": None,
+        "NodeNames": names[:1],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
     return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
 
