@@ -82,6 +82,19 @@ class BindDecision:
     members: list[tuple[PodKey, str]] = dataclasses.field(default_factory=list)  # RELEASE: (pod, node)
 
 
+@dataclasses.dataclass(frozen=True)
+class FilterCall:
+    """One filter request, resolved: the pod, its gang and the nodes kube-scheduler offered."""
+
+    pod: dict[str, Any]
+    key: PodKey
+    group: GroupSpec
+    membership: Membership
+    rows: np.ndarray  # int32[k] store rows of node_names
+    node_names: Sequence[str]
+    request: np.ndarray  # int64[n_res] the pod's requests
+
+
 def _pod_identity(pod: dict[str, Any]) -> tuple[str, str, str]:
     meta = pod.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or "")
@@ -127,30 +140,18 @@ class Scheduler:
             return FilterDecision(Verdict.WAITING, [], membership.message or "waiting for its group object")
         if state is MembershipState.INVALID or membership.group is None:
             return FilterDecision(Verdict.REJECTED, [], membership.message or "the pod's workload is invalid")
-        group = membership.group
-        request = self._pod_vector(pod)
+        call = FilterCall(pod, key, membership.group, membership, rows, node_names, self._pod_vector(pod))
         pending_effects: list[Effect] = []
-        decision = self._filter_member(
-            pod, key, group, membership, rows, node_names, request, pending_effects
-        )
+        decision = self._filter_member(call, pending_effects)
         decision.effects[:0] = pending_effects
         return decision
 
-    def _filter_member(
-        self,
-        pod: dict[str, Any],
-        key: PodKey,
-        group: GroupSpec,
-        membership: Membership,
-        rows: np.ndarray,
-        node_names: Sequence[str],
-        request: np.ndarray,
-        pending_effects: list[Effect],
-    ) -> FilterDecision:
+    def _filter_member(self, call: FilterCall, pending_effects: list[Effect]) -> FilterDecision:
+        key = call.key
         ns, name = key.split("/", 1)
         planned = self.permits.planned_node(key)
         if planned is not None:
-            if planned in node_names and self._row_usable(planned):
+            if planned in call.node_names and self._row_usable(planned):
                 return FilterDecision(Verdict.PASS, [planned])
             gang = self.permits.gang_of(key)
             if gang is not None:
@@ -167,9 +168,9 @@ class Scheduler:
                             {"pods": aborted, "message": f"gang {gang}: {reason}; replanning"},
                         )
                     )
-        if not group.is_gang():
-            return self._filter_single(pod, key, group, membership, rows, node_names, request)
-        return self._filter_gang(pod, key, group, membership, rows, node_names, request)
+        if not call.group.is_gang():
+            return self._filter_single(call)
+        return self._filter_gang(call)
 
     def _row_usable(self, node: str) -> bool:
         row = self.store.node_rows.get(node)
@@ -183,26 +184,18 @@ class Scheduler:
         return self.store._vec_for(reqs)
 
     # ----------------------------------------------------------------- single pods
-    def _filter_single(
-        self,
-        pod: dict[str, Any],
-        key: PodKey,
-        group: GroupSpec,
-        membership: Membership,
-        rows: np.ndarray,
-        node_names: Sequence[str],
-        request: np.ndarray,
-    ) -> FilterDecision:
+    def _filter_single(self, call: FilterCall) -> FilterDecision:
+        key, group, rows, request = call.key, call.group, call.rows, call.request
         arrays = self.store.arrays
         usable = arrays.schedulable[rows] if len(rows) else np.zeros(0, dtype=bool)
         fits = placement.fit_mask(arrays, rows, request) & usable if len(rows) else usable
         try:
-            allowed = self._domain_mask(group, membership.subgroup, rows, exclude=key)
+            allowed = self._domain_mask(group, call.membership.subgroup, rows, exclude=key)
         except topology.TopologyError as exc:
             return FilterDecision(Verdict.REJECTED, [], f"{self._label(group)}: {exc}")
         if allowed is not None:
             fits &= allowed
-        passed = [node_names[i] for i in np.flatnonzero(fits)]
+        passed = [call.node_names[i] for i in np.flatnonzero(fits)]
         if passed:
             return FilterDecision(Verdict.PASS, passed)
         what = "pod" if group.source.value == "single-pod" else f"{self._label(group)} member"
@@ -276,20 +269,12 @@ class Scheduler:
     def _label(self, group: GroupSpec) -> str:
         return f"gang {group.key}" if group.is_gang() else f"group {group.key}"
 
-    def _filter_gang(
-        self,
-        pod: dict[str, Any],
-        key: PodKey,
-        group: GroupSpec,
-        membership: Membership,
-        rows: np.ndarray,
-        node_names: Sequence[str],
-        request: np.ndarray,
-    ) -> FilterDecision:
+    def _filter_gang(self, call: FilterCall) -> FilterDecision:
+        pod, key, group, membership = call.pod, call.key, call.group, call.membership
         entry = self.permits.entry(group.key)
         if entry.phase is Phase.BOUND or (entry.plan and key not in entry.plan):
             # quorum is bound or planned without this pod: a member beyond quorum
-            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+            return self._filter_single(call)
         left = self.permits.in_backoff(group.key)
         if left > 0:
             return FilterDecision(
@@ -309,15 +294,15 @@ class Scheduler:
             entry.last_reason = reason
             return FilterDecision(Verdict.WAITING, [], reason)
         if membership.subgroup not in ready:
-            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+            return self._filter_single(call)
         try:
-            decision = self._plan(group, key, membership, members, ready, rows, node_names)
+            decision = self._plan(call, members, ready)
         except topology.TopologyError as exc:
             reason = f"gang {group.key}: {exc}"
             entry.last_reason = reason
             return FilterDecision(Verdict.REJECTED, [], reason)
         if decision is None:
-            return self._filter_single(pod, key, group, membership, rows, node_names, request)
+            return self._filter_single(call)
         return decision
 
     def _record_for(self, pod: dict[str, Any], key: PodKey) -> PodRecord:
@@ -329,15 +314,9 @@ class Scheduler:
         return fallback.subgroup
 
     def _plan(
-        self,
-        group: GroupSpec,
-        key: PodKey,
-        membership: Membership,
-        members: list[PodRecord],
-        ready: tuple[str | None, ...],
-        rows: np.ndarray,
-        node_names: Sequence[str],
+        self, call: FilterCall, members: list[PodRecord], ready: tuple[str | None, ...]
     ) -> FilterDecision | None:
+        group, key, membership, rows = call.group, call.key, call.membership, call.rows
         store = self.store
         arrays = store.arrays
         # tree: index 0 is the root, subgroups follow in spec order
