@@ -215,9 +215,14 @@ def to_text(result: SimulationResult) -> str:
             lines.extend(
                 "    " + r for r in _table(("POD", "NODE", "RACK", "BLOCK", "BOUND AFTER", "TRIES"), rows)
             )
+        # pods of one gang usually wait for the same reason: say it once for all of them
+        waiting: dict[tuple[str, str], list[str]] = {}
         for p in w["pods"]:
             if p["outcome"] != "bound":
-                lines.append(f"    {p['outcome'].upper()} {p['name']}: {p['reason'] or 'not tried yet'}")
+                waiting.setdefault((p["outcome"], p["reason"] or "not tried yet"), []).append(p["name"])
+        for (outcome, reason), names in waiting.items():
+            who = names[0] if len(names) == 1 else f"{len(names)} pods ({names[0]}, ...)"
+            lines.append(f"    {outcome.upper()} {who}: {reason}")
         lines.append("")
     if rep["held"]:
         lines.append("Sequenced steps never released (predecessor not Ready): " + ", ".join(rep["held"]))
