@@ -1,0 +1,31 @@
+"""The placement core: cluster arrays, gang plans and per-node scores (numba kernels inside)."""
+
+from extender.placement.api import (
+    DomainOrder,
+    GangRequest,
+    LeafDemand,
+    Outcome,
+    Plan,
+    Shortfall,
+    TreeNode,
+    fit_mask,
+    plan_gang,
+    score_nodes,
+    warm_up,
+)
+from extender.placement.layout import ClusterArrays
+
+__all__ = [
+    "ClusterArrays",
+    "DomainOrder",
+    "GangRequest",
+    "LeafDemand",
+    "Outcome",
+    "Plan",
+    "Shortfall",
+    "TreeNode",
+    "fit_mask",
+    "plan_gang",
+    "score_nodes",
+    "warm_up",
+]

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench placement|quality|http ...` (see bench/__main__.py)."""
