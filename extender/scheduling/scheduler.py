@@ -112,7 +112,7 @@ class Scheduler:
     def rows_of(self, node_names: Sequence[str]) -> np.ndarray:
         rows = self.store.node_rows
         try:
-            return np.fromiter((rows[n] for n in node_names), dtype=np.int32, count=len(node_names))
+            return np.fromiter(map(rows.__getitem__, node_names), dtype=np.int32, count=len(node_names))
         except KeyError:
             unknown = [n for n in node_names if n not in rows]
             shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
@@ -121,9 +121,12 @@ class Scheduler:
             ) from None
 
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
-        rows = self.rows_of(node_names)
         ns, name, _ = _pod_identity(pod)
         key = pod_key(ns, name)
+        planned = self.permits.planned_node(key)
+        if planned is not None and self._row_usable(planned) and planned in node_names:
+            return FilterDecision(Verdict.PASS, [planned])  # the plan decides; no need to map names
+        rows = self.rows_of(node_names)
         membership = self.store.membership_of(pod)
         state = membership.state
         if state is MembershipState.INVALID_SUBGROUP:
@@ -195,7 +198,10 @@ class Scheduler:
             return FilterDecision(Verdict.REJECTED, [], f"{self._label(group)}: {exc}")
         if allowed is not None:
             fits &= allowed
-        passed = [call.node_names[i] for i in np.flatnonzero(fits)]
+        if fits.all():
+            passed = list(call.node_names)
+        else:
+            passed = [call.node_names[i] for i in np.flatnonzero(fits)]
         if passed:
             return FilterDecision(Verdict.PASS, passed)
         what = "pod" if group.source.value == "single-pod" else f"{self._label(group)} member"
