@@ -106,6 +106,10 @@ class Scheduler:
         self.permits = permits
         self.reason_nodes = reason_nodes
         self._plan_specs: dict[GroupKey, GroupSpec] = {}
+        # gang -> (signature, reason): a "does not fit" stays true until capacity is released, the
+        # group or its members change, or kube-scheduler offers other nodes; every member's retry
+        # would otherwise re-run the planner
+        self._no_fit: dict[GroupKey, tuple[tuple[int, ...], str]] = {}
         store.add_listener(self._on_change)
 
     # ================================================================= filter
@@ -301,6 +305,16 @@ class Scheduler:
             return FilterDecision(Verdict.WAITING, [], reason)
         if membership.subgroup not in ready:
             return self._filter_single(call)
+        sig = (
+            self.store.release_gen,
+            self.store.grouping_gen,
+            len(members),
+            len(call.rows),
+            int(call.rows.sum()),
+        )
+        cached = self._no_fit.get(group.key)
+        if cached is not None and cached[0] == sig:
+            return FilterDecision(Verdict.NO_FIT, [], cached[1])
         try:
             decision = self._plan(call, members, ready)
         except topology.TopologyError as exc:
@@ -309,6 +323,10 @@ class Scheduler:
             return FilterDecision(Verdict.REJECTED, [], reason)
         if decision is None:
             return self._filter_single(call)
+        if decision.verdict is Verdict.NO_FIT:
+            self._no_fit[group.key] = (sig, decision.reason)
+        else:
+            self._no_fit.pop(group.key, None)
         return decision
 
     def _record_for(self, pod: dict[str, Any], key: PodKey) -> PodRecord:

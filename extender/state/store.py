@@ -102,6 +102,7 @@ class ClusterStore:
         self.reservations: dict[PodKey, Reservation] = {}
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
+        self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
         self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self.generation = 0  # bumps on every change; decisions cache on it
@@ -214,6 +215,7 @@ class ClusterStore:
         alloc = self._node_allocatable(node)
         schedulable = self._node_schedulable(node)
         self.node_gen += 1
+        self.release_gen += 1
         row = self.node_rows.get(name)
         if row is None:
             row = self.arrays.add_row(allocatable=alloc, labels=labels, schedulable=schedulable)
@@ -287,6 +289,7 @@ class ClusterStore:
 
     def _release(self, rec: PodRecord) -> None:
         if rec.bound_row >= 0:
+            self.release_gen += 1
             self.arrays.add(rec.bound_row, self._vec_for(rec.requests))
             rec.bound_row = -1
 
@@ -338,6 +341,7 @@ class ClusterStore:
     def unreserve(self, key: PodKey) -> None:
         res = self.reservations.pop(key, None)
         if res is not None:
+            self.release_gen += 1
             if res.row in self.row_names:
                 self.arrays.add(res.row, res.vector)
             self.generation += 1

@@ -319,3 +319,23 @@ async def test_a_member_whose_planned_node_is_withdrawn_fails_the_waiting_binds_
     assert doc["NodeNames"] and doc["NodeNames"][0] != withdrawn  # planned afresh at once
     assert not svc.node_of("train-0")
     svc.check_invariants()
+
+
+async def test_a_gang_that_does_not_fit_is_not_replanned_until_capacity_is_released(
+    make_service, monkeypatch
+):
+    objs = rack_cluster(racks=1, nodes_per_rack=2, cpu="4") + gang("big", 3, cpu="4")
+    objs.append(make_pod("hog", cpu="4", node="n000"))
+    svc = await make_service(objs)
+    from extender.placement import api as placement
+
+    calls = []
+    real = placement.plan_gang
+    monkeypatch.setattr(placement, "plan_gang", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = await svc.filter("big-0")
+    again = await svc.filter("big-1")
+    assert first["NodeNames"] == again["NodeNames"] == []
+    assert len(calls) == 1  # the second member's retry reused the answer
+    svc.cluster.delete("", "Pod", "default", "hog")  # capacity released: plan again
+    await svc.filter("big-2")
+    assert len(calls) == 2
