@@ -292,6 +292,7 @@ class _Solver:
         self.n_log = kernels.fill(
             free=self.a.free,
             allocatable=self.a.allocatable,
+            scarce=self.a.scarce,
             schedulable=self.a.schedulable,
             scope=scope,
             requests=self.g.requests,
@@ -428,6 +429,7 @@ class _Solver:
             dt,
             free=self.a.free,
             allocatable=self.a.allocatable,
+            scarce=self.a.scarce,
             schedulable=self.a.schedulable,
             requests=self.g.requests,
             counts=self.g.counts,
@@ -555,6 +557,7 @@ def score_nodes(
     return kernels.score_nodes(
         free=arrays.free,
         allocatable=arrays.allocatable,
+        scarce=arrays.scarce,
         domains=domains,
         rows=_rows(arrays, rows, field="rows"),
         request=_int_vector(request, field="request", n=arrays.n_res),

@@ -183,6 +183,7 @@ def _order_domains(totals, row_counts, demand, pinned, restrict, descending, inc
 def _fill(
     free,
     allocatable,
+    scarce,
     schedulable,
     scope,
     requests,
@@ -200,8 +201,10 @@ def _fill(
     """Place counts[l] pods of each leaf in `leaves` (largest first) on rows of scope.
 
     Each leaf goes onto the most-allocated rows that fit (least free share of the requested
-    resources, ties by row), filling a row before moving on; with use_rank, rows are first ordered
-    by dom_rank[spill_dom[row]] so a spill uses as few domains of that level as possible.
+    resources, ties by row), filling a row before moving on. Rows offering a scarce resource the
+    leaf does not request (a GPU node for a CPU pod) come after every other row. With use_rank,
+    rows are first ordered by dom_rank[spill_dom[row]] so a spill uses as few domains of that
+    level as possible.
     Appends placements to the log from n_log on; returns the new log length (short when some
     pods found no room; the caller rolls back).
     """
@@ -244,6 +247,10 @@ def _fill(
                         u += local[i, j] / a
             if not ok:
                 continue
+            for j in range(n_res):
+                if scarce[j] and requests[leaf, j] == 0 and allocatable[r, j] > 0:
+                    u += n_res + 1.0  # beyond any share sum: such rows sort last
+                    break
             cand[n] = i
             ukey[n] = u
             n += 1
@@ -279,6 +286,7 @@ def _fill(
 def _fits_per_domain(
     free,
     allocatable,
+    scarce,
     schedulable,
     starts,
     grouped,
@@ -307,6 +315,7 @@ def _fits_per_domain(
         end = _fill(
             free,
             allocatable,
+            scarce,
             schedulable,
             grouped[lo:hi],
             requests,
@@ -339,13 +348,15 @@ def _fit_mask(free, rows, request, out):
 
 
 @njit(cache=True, nogil=True)
-def _score_nodes(free, allocatable, domains, rows, request, anchor_rows, anchor_levels, out):
+def _score_nodes(free, allocatable, scarce, domains, rows, request, anchor_rows, anchor_levels, out):
     """out[i] in 0..10 for rows[i]: bin-packing after placing request, blended with closeness.
 
     Packing = mean over requested columns of min(1, used-after / allocatable); 0 if it does not
-    fit. Closeness = (i + 1) / len(anchor_levels) for the deepest (last) anchor level at which the
-    row shares a domain with some anchor row, 0 if none. With anchors, score = round(10 *
-    (packing + closeness) / 2), else round(10 * packing).
+    fit; mapped to [0, 0.3) on a row offering a scarce resource the request does not ask for and to
+    [0.3, 1] elsewhere, so such rows score below all others. Closeness =
+    (i + 1) / len(anchor_levels) for the deepest (last) anchor level at which the row shares a
+    domain with some anchor row, 0 if none. With anchors, score = round(10 * (packing +
+    closeness) / 2), else round(10 * packing).
     """
     n_res = free.shape[1]
     n_lv = anchor_levels.shape[0]
@@ -374,6 +385,14 @@ def _score_nodes(free, allocatable, domains, rows, request, anchor_rows, anchor_
             continue
         if cols > 0:
             pack = pack / cols
+        # as in _fill: a row offering a scarce resource the request does not ask for ranks below
+        # every other row, so its packing maps to [0, 0.3) and the others' to [0.3, 1]
+        spare = False
+        for j in range(n_res):
+            if scarce[j] and request[j] == 0 and allocatable[r, j] > 0:
+                spare = True
+                break
+        pack = 0.3 * pack if spare else 0.3 + 0.7 * pack
         x = pack
         if use_close:
             depth = 0
@@ -477,6 +496,7 @@ def fill(
     *,
     free: np.ndarray,
     allocatable: np.ndarray,
+    scarce: np.ndarray,
     schedulable: np.ndarray,
     scope: np.ndarray,
     requests: np.ndarray,
@@ -495,6 +515,7 @@ def fill(
         _fill(
             free,
             allocatable,
+            scarce,
             schedulable,
             scope,
             requests,
@@ -517,6 +538,7 @@ def fits_per_domain(
     *,
     free: np.ndarray,
     allocatable: np.ndarray,
+    scarce: np.ndarray,
     schedulable: np.ndarray,
     requests: np.ndarray,
     counts: np.ndarray,
@@ -531,6 +553,7 @@ def fits_per_domain(
     _fits_per_domain(
         free,
         allocatable,
+        scarce,
         schedulable,
         dt.starts,
         dt.grouped,
@@ -557,6 +580,7 @@ def score_nodes(
     *,
     free: np.ndarray,
     allocatable: np.ndarray,
+    scarce: np.ndarray,
     domains: np.ndarray,
     rows: np.ndarray,
     request: np.ndarray,
@@ -564,5 +588,5 @@ def score_nodes(
     anchor_levels: np.ndarray,
 ) -> np.ndarray:
     out = np.zeros(rows.shape[0], dtype=np.int64)
-    _score_nodes(free, allocatable, domains, rows, request, anchor_rows, anchor_levels, out)
+    _score_nodes(free, allocatable, scarce, domains, rows, request, anchor_rows, anchor_levels, out)
     return out

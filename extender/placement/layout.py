@@ -15,7 +15,7 @@ Layout contract (what `check()` enforces):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +25,9 @@ _MIN_CAPACITY = 16
 class ClusterArrays:
     """Per-node arrays the kernels read. Rows are node slots; rows are reused only via remove_row/add_row."""
 
-    def __init__(self, *, resource_names: list[str], capacity: int = 1024) -> None:
+    def __init__(
+        self, *, resource_names: list[str], capacity: int = 1024, scarce: Iterable[str] = ()
+    ) -> None:
         names = [str(n) for n in resource_names]
         if len(set(names)) != len(names):
             raise ValueError(f"resource_names: duplicate names in {names!r}; list each resource once")
@@ -34,6 +36,9 @@ class ClusterArrays:
         capacity = max(int(capacity), _MIN_CAPACITY)
         self._resource_names = names
         self._resource_index = {n: i for i, n in enumerate(names)}
+        scarce_set = set(scarce)
+        self.scarce = np.array([n in scarce_set for n in names], dtype=np.bool_)
+        """bool[n_res]: resources (GPUs, say) that pods not asking for them should leave alone."""
         self.n_rows = 0
         self.free = np.zeros((capacity, len(names)), dtype=np.int64)
         self.allocatable = np.zeros((capacity, len(names)), dtype=np.int64)
@@ -150,10 +155,11 @@ class ClusterArrays:
 
     # -- resources and levels ----------------------------------------------------------------
 
-    def add_resource(self, name: str) -> int:
+    def add_resource(self, name: str, *, scarce: bool = False) -> int:
         """A new column, zero everywhere; an existing name returns its column."""
         if name in self._resource_index:
             return self._resource_index[name]
+        self.scarce = np.append(self.scarce, np.bool_(scarce))
         cap = self.capacity
         for attr in ("free", "allocatable"):
             old = getattr(self, attr)

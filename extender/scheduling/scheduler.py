@@ -478,12 +478,11 @@ class Scheduler:
         if sf is None:
             return f"{head}: does not fit"
         if sf.level >= 0 and sf.domain_id >= 0:
-            where = (
-                f"best {self._level_name(sf.level)} {self.store.arrays.domain_name(sf.level, sf.domain_id)}"
-            )
+            domain = self.store.arrays.domain_name(sf.level, sf.domain_id)
+            where = f"best {self._level_name(sf.level)} {domain} fits"
         else:
-            where = "the offered nodes"
-        text = f"{head}: {where} fits {sf.fits} of {sf.needed}"
+            where = "the offered nodes fit"
+        text = f"{head}: {where} {sf.fits} of {sf.needed}"
         if 0 <= sf.resource < len(self.store.resources.names) and sf.short_units > 0:
             name = self.store.resources.names[sf.resource]
             text += f" ({name} short {resources.units_text(name, sf.short_units)})"

@@ -95,7 +95,10 @@ class ClusterStore:
     def __init__(self) -> None:
         self.objects: dict[Kind, dict[str, dict[str, Any]]] = {}
         self.resources = resources.ResourceIndex(["nvidia.com/gpu"])
-        self.arrays = ClusterArrays(resource_names=list(self.resources.names))
+        self.arrays = ClusterArrays(
+            resource_names=list(self.resources.names),
+            scarce=[n for n in self.resources.names if n not in resources.CORE_RESOURCES],
+        )
         self.node_rows: dict[str, int] = {}
         self.row_names: dict[int, str] = {}
         self.pods: dict[PodKey, PodRecord] = {}
@@ -185,7 +188,7 @@ class ClusterStore:
         for name in requests:
             if self.resources.find(name) is None:
                 self.resources.column(name)
-                self.arrays.add_resource(name)
+                self.arrays.add_resource(name, scarce=name not in resources.CORE_RESOURCES)
         vec = np.zeros(len(self.resources), dtype=np.int64)
         for name, value in requests.items():
             vec[self.resources.column(name)] = value

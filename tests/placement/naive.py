@@ -21,6 +21,7 @@ class _Naive:
         self.n_res = arrays.n_res
         self.free = arrays.free[:n].tolist()
         self.alloc = arrays.allocatable[:n].tolist()
+        self.scarce = arrays.scarce.tolist()
         self.sched = arrays.schedulable[:n].tolist()
         self.domains = arrays.domains[:, :n].tolist()
         self.tree = list(request.tree)
@@ -219,6 +220,8 @@ class _Naive:
                 for j in range(self.n_res):
                     if req[j] > 0 and self.alloc[r][j] > 0:
                         u += f[j] / self.alloc[r][j]
+                if any(self.scarce[j] and req[j] == 0 and self.alloc[r][j] > 0 for j in range(self.n_res)):
+                    u += self.n_res + 1.0
                 rank = 0
                 if spill is not None:
                     d = self.domains[spill[0]][r]

@@ -25,10 +25,13 @@ def test_fit_mask_is_true_where_the_request_fits_free() -> None:
 @pytest.mark.parametrize(
     ("request_", "anchors", "levels", "expected"),
     [
-        (pod(gpu=1), None, (), [1, 4, 1, 1, 1, 1]),  # gpu and pod-slot columns averaged
+        # packing p (gpu and pod-slot columns averaged) maps to 0.3 + 0.7p:
+        # row 0 p=0.067 -> 3, row 1 p=0.447 -> 6
+        (pod(gpu=1), None, (), [3, 6, 3, 3, 3, 3]),
         (pod(gpu=9), None, (), [0, 0, 0, 0, 0, 0]),
-        (pod(gpu=1), [0], (BLOCK, RACK), [5, 7, 3, 3, 0, 0]),
-        (pod(gpu=1), [4], (BLOCK,), [0, 2, 0, 0, 5, 5]),
+        # with anchors: (packing + closeness) / 2, closeness 1 in the anchor's rack, 0.5 in its block
+        (pod(gpu=1), [0], (BLOCK, RACK), [7, 8, 4, 4, 2, 2]),
+        (pod(gpu=1), [4], (BLOCK,), [2, 3, 2, 2, 7, 7]),
     ],
     ids=[
         "the more allocated node scores higher for packing",

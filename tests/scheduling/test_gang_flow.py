@@ -327,11 +327,9 @@ async def test_a_gang_that_does_not_fit_is_not_replanned_until_capacity_is_relea
     objs = rack_cluster(racks=1, nodes_per_rack=2, cpu="4") + gang("big", 3, cpu="4")
     objs.append(make_pod("hog", cpu="4", node="n000"))
     svc = await make_service(objs)
-    from extender.placement import api as placement
-
     calls = []
-    real = placement.plan_gang
-    monkeypatch.setattr(placement, "plan_gang", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = svc.scheduler._plan
+    monkeypatch.setattr(svc.scheduler, "_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
     first = await svc.filter("big-0")
     again = await svc.filter("big-1")
     assert first["NodeNames"] == again["NodeNames"] == []
