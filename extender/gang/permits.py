@@ -51,6 +51,7 @@ class GangEntry:
     last_reason: str = ""
     planned_at: float | None = None
     bound_at: float | None = None
+    releasing: bool = False  # the barrier completed and the binds are in flight: hands off
 
     def waiting(self) -> list[PodKey]:
         return sorted(self.arrived)
@@ -110,6 +111,7 @@ class GangPermits:
         e.plan.clear()
         e.arrived.clear()
         e.deadline = None
+        e.releasing = False
         if e.phase in (Phase.PLANNED, Phase.BINDING):
             e.phase = Phase.PENDING
         return released
@@ -131,6 +133,7 @@ class GangPermits:
         e.arrived.add(pod)
         e.phase = Phase.BINDING
         if e.arrived >= set(e.plan):
+            e.releasing = True
             return Arrival.RELEASE, e
         return Arrival.WAIT, e
 
@@ -146,6 +149,7 @@ class GangPermits:
             e.plan.pop(pod, None)
             e.arrived.discard(pod)
             self._pod_gang.pop(pod, None)
+        e.releasing = False
         if not e.plan:
             e.phase = Phase.BOUND
             e.deadline = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -110,6 +110,9 @@ class Scheduler:
         # group or its members change, or kube-scheduler offers other nodes; every member's retry
         # would otherwise re-run the planner
         self._no_fit: dict[GroupKey, tuple[tuple[int, ...], str]] = {}
+        self.on_abort: Callable[[list[PodKey], str], None] = lambda pods, message: None
+        """Called with the members waiting at a barrier that can no longer complete, and why; the
+        server answers their bind calls with the message."""
         store.add_listener(self._on_change)
 
     # ================================================================= filter
@@ -148,33 +151,17 @@ class Scheduler:
         if state is MembershipState.INVALID or membership.group is None:
             return FilterDecision(Verdict.REJECTED, [], membership.message or "the pod's workload is invalid")
         call = FilterCall(pod, key, membership.group, membership, rows, node_names, self._pod_vector(pod))
-        pending_effects: list[Effect] = []
-        decision = self._filter_member(call, pending_effects)
-        decision.effects[:0] = pending_effects
-        return decision
+        return self._filter_member(call)
 
-    def _filter_member(self, call: FilterCall, pending_effects: list[Effect]) -> FilterDecision:
+    def _filter_member(self, call: FilterCall) -> FilterDecision:
         key = call.key
-        ns, name = key.split("/", 1)
         planned = self.permits.planned_node(key)
         if planned is not None:
             if planned in call.node_names and self._row_usable(planned):
                 return FilterDecision(Verdict.PASS, [planned])
             gang = self.permits.gang_of(key)
             if gang is not None:
-                # members already waiting at bind can never complete this plan: fail them now
-                aborted = self.permits.entry(gang).waiting()
-                reason = f"planned node {planned} is no longer offered for {key}"
-                self._drop_plan(gang, reason)
-                if aborted:
-                    pending_effects.append(
-                        Effect(
-                            "abort-barrier",
-                            ns,
-                            name,
-                            {"pods": aborted, "message": f"gang {gang}: {reason}; replanning"},
-                        )
-                    )
+                self._drop_plan(gang, f"planned node {planned} is no longer offered for {key}")
         if not call.group.is_gang():
             return self._filter_single(call)
         return self._filter_gang(call)
@@ -495,11 +482,19 @@ class Scheduler:
 
     # ----------------------------------------------------------------- invalidation
     def _drop_plan(self, gang: GroupKey, reason: str) -> None:
+        """Forget a plan that can no longer be carried out; members waiting at bind fail at once."""
+        waiting = self.permits.entry(gang).waiting()
         for pk in self.permits.drop_plan(gang):
             self.store.unreserve(pk)
         self._plan_specs.pop(gang, None)
         self.permits.entry(gang).last_reason = f"replanning: {reason}"
         log.info("gang %s: plan dropped: %s", gang, reason)
+        if waiting:
+            self.on_abort(waiting, f"gang {gang}: {reason}; replanning")
+
+    def _replannable(self, gang: GroupKey) -> bool:
+        entry = self.permits.entry(gang)
+        return entry.phase in (Phase.PLANNED, Phase.BINDING) and not entry.releasing
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -508,12 +503,12 @@ class Scheduler:
             gone = event == "DELETED" or not self._row_usable(name)
             if gone:
                 for gang, entry in list(self.permits.gangs.items()):
-                    if entry.phase is Phase.PLANNED and name in entry.plan.values():
+                    if self._replannable(gang) and name in entry.plan.values():
                         self._drop_plan(gang, f"planned node {name} was removed or cordoned")
         elif kind == ("", "Pod") and event == "DELETED":
             pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
             gang = self.permits.gang_of(pk)
-            if gang is not None and self.permits.entry(gang).phase is Phase.PLANNED:
+            if gang is not None and self._replannable(gang):
                 self._drop_plan(gang, f"member {pk} was deleted")
         elif kind in (
             ("scheduling.run.ai", "PodGroup"),
@@ -524,7 +519,7 @@ class Scheduler:
         ):
             for gang, spec in list(self._plan_specs.items()):
                 entry = self.permits.entry(gang)
-                if entry.phase is not Phase.PLANNED or not entry.plan:
+                if not self._replannable(gang) or not entry.plan:
                     continue
                 rec = self.store.pods.get(next(iter(entry.plan)))
                 fresh = self.store.membership(rec).group if rec else None

@@ -317,11 +317,7 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
     store = app[STORE]
     for e in effects:
         try:
-            if e.kind == "abort-barrier":
-                barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
-                for pk in e.data["pods"]:
-                    barrier.resolve(pk, e.data["message"])
-            elif e.kind == "nudge":
+            if e.kind == "nudge":
                 await source.nudge_pod(namespace=e.namespace, name=e.name, value=e.data["value"])  # type: ignore[attr-defined]
             elif e.kind == "condition":
                 await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=e.data)  # type: ignore[attr-defined]
@@ -422,9 +418,17 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app[SETTINGS] = settings
     app[STORE] = store
     app[SOURCE] = source
-    app[SCHEDULER] = Scheduler(store, permits, reason_nodes=settings.gang.reason_nodes)
+    scheduler = Scheduler(store, permits, reason_nodes=settings.gang.reason_nodes)
+    barrier = Barrier()
+
+    def abort(pods: list[PodKey], message: str) -> None:
+        for pk in pods:
+            barrier.resolve(pk, message)
+
+    scheduler.on_abort = abort
+    app[SCHEDULER] = scheduler
     app[METRICS] = Metrics()
-    app[BARRIER] = Barrier()
+    app[BARRIER] = barrier
     app[READY] = {}
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_post("/filter", handle_filter)

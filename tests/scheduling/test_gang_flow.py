@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from extender.gang.permits import Phase
+from extender.gang.permits import Arrival, Phase
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
 
 TOPOLOGY = {
@@ -337,3 +337,31 @@ async def test_a_gang_that_does_not_fit_is_not_replanned_until_capacity_is_relea
     svc.cluster.delete("", "Pod", "default", "hog")  # capacity released: plan again
     await svc.filter("big-2")
     assert len(calls) == 2
+
+
+async def test_a_member_deleted_while_others_wait_at_bind_fails_them_at_once(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    await svc.filter("train-0")
+    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
+    await asyncio.sleep(0.05)
+    assert not any(t.done() for t in waiting)
+    svc.cluster.delete("", "Pod", "default", "train-2")
+    errors = await asyncio.wait_for(asyncio.gather(*waiting), 2)  # no waiting out the gang wait
+    assert all("member default/train-2 was deleted; replanning" in e for e in errors)
+    assert not svc.node_of("train-0") and not svc.node_of("train-1")
+    assert svc.store.reservations == {}
+    svc.check_invariants()
+
+
+async def test_a_cordon_during_the_release_does_not_undo_it(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    svc.scheduler.permits.arrive("default/train-0", plan["default/train-0"])
+    outcome, entry = svc.scheduler.permits.arrive("default/train-1", plan["default/train-1"])
+    assert outcome is Arrival.RELEASE and entry.releasing
+    node = svc.store.node(plan["default/train-1"])
+    node["spec"]["unschedulable"] = True
+    svc.cluster.apply(node)  # the binds are in flight: the plan stands
+    assert svc.scheduler.permits.entry("default/train").plan == plan
