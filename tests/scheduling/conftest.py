@@ -93,9 +93,27 @@ class Service:
 
             for k, v in acc.items():
                 assert v <= to_units(k, alloc.get(k, "0")), f"{node} over-committed on {k}"
+        self.check_no_partial_gang()
         planned = {pk for e in self.scheduler.permits.gangs.values() for pk in e.plan}
         for pk in self.store.reservations:
             assert pk in planned or self.store.pods.get(pk) is not None, f"reservation for {pk} left behind"
+
+    def check_no_partial_gang(self) -> None:
+        """Every gang with a bound member has its quorum bound (counted as the gang's tree counts it)."""
+        from extender.model.group import MembershipState
+
+        groups = {}
+        for rec in self.store.pods.values():
+            m = self.store.membership(rec)
+            if m.state is MembershipState.MEMBER and m.group is not None and m.group.is_gang():
+                groups.setdefault(m.group.key, (m.group, []))[1].append((m.subgroup, rec.node_name))
+        for key, (group, members) in groups.items():
+            bound: dict = {}
+            for leaf, node in members:
+                if node:
+                    bound[leaf] = bound.get(leaf, 0) + 1
+            if bound:
+                assert group.ready_leaves(bound) is not None, f"gang {key} is partially bound: {bound}"
 
 
 @pytest.fixture

@@ -365,3 +365,17 @@ async def test_a_cordon_during_the_release_does_not_undo_it(make_service):
     node["spec"]["unschedulable"] = True
     svc.cluster.apply(node)  # the binds are in flight: the plan stands
     assert svc.scheduler.permits.entry("default/train").plan == plan
+
+
+async def test_the_invariants_catch_a_half_bound_gang_and_an_over_committed_node(make_service):
+    svc = await make_service([make_node("small", cpu="2"), *gang("train", 3, cpu="2")])
+    pod = svc.pod("train-0")
+    pod["spec"]["nodeName"] = "small"  # bound behind the extender's back
+    svc.cluster.apply(pod)
+    with pytest.raises(AssertionError, match="partially bound"):
+        svc.check_invariants()
+    other = svc.pod("train-1")
+    other["spec"]["nodeName"] = "small"
+    svc.cluster.apply(other)
+    with pytest.raises(AssertionError, match="over-committed"):
+        svc.check_invariants()
