@@ -135,9 +135,7 @@ def settings_from(
         cluster=dataclasses.replace(base.cluster, **sections["cluster"]),
         log_level=sections[""].get("log_level", base.log_level),
     )
-    if not errors:
-        errors = validate(settings)
-    return settings, errors
+    return settings, errors + validate(settings)
 
 
 def _fail(errors: list[str]) -> int:

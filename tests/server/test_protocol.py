@@ -210,3 +210,28 @@ async def test_bind_of_an_unknown_pod_answers_in_the_error_field(make_service):
     )
     assert status == 200
     assert "not in the extender's cache" in orjson.loads(body)["Error"]
+
+
+async def test_an_internal_fault_answers_in_the_error_field_and_logs_the_pod(
+    make_service, caplog, monkeypatch
+):
+    svc = await make_service()
+    pod = svc.cluster.apply(make_pod("p", namespace="ml"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("placement state is inconsistent")
+
+    monkeypatch.setattr(svc.scheduler, "filter", broken)
+    status, body = await svc.post("filter", args_names(pod, ["n000"]))
+    assert status == 200
+    doc = orjson.loads(body)
+    assert set(doc) == FILTER_KEYS
+    assert doc["Error"] == "internal error in gang-extender filter: placement state is inconsistent"
+    assert any("filter failed for pod ml/p" in r.getMessage() for r in caplog.records)
+    text = await (await svc.client.get("/metrics")).text()
+    assert 'gang_extender_internal_errors_total{verb="filter"} 1.0' in text
+    monkeypatch.setattr(svc.scheduler, "bind", broken)
+    status, body = await svc.post(
+        "bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"], "Node": "n000"}
+    )
+    assert status == 200 and "internal error in gang-extender bind" in orjson.loads(body)["Error"]

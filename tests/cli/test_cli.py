@@ -1,0 +1,170 @@
+"""The gang-extender command as a user meets it: help, settings errors, podgroups, explain, simulate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from extender import cli
+from extender.config import Settings
+
+SEED = "extender/scenarios/seed"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "extender", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_every_serve_flag_has_help_and_an_environment_twin():
+    out = run("serve", "--help").stdout
+    for flag in cli.SERVE_FLAGS:
+        assert f"--{flag.name}" in out
+        assert cli._env_name(flag.name) in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        pytest.param(
+            ["serve", "--port", "http", "--gang-wait-s", "12", "--cluster", "x.yaml", "--kubeconfig", "k"],
+            {},
+            [
+                "--port must be a whole number, got 'http'",
+                "--gang-wait-s (12.0) must be shorter than --http-timeout-s (10.0)",
+                "choose one cluster source",
+            ],
+            id="every error is reported at once",
+        ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml"],
+            {"GANG_EXTENDER_REASON_NODES": "0", "GANG_EXTENDER_LOG_LEVEL": "chatty"},
+            ["--reason-nodes must be at least 1, got 0", "--log-level must be DEBUG, INFO, WARNING or ERROR"],
+            id="environment twins are validated like flags",
+        ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml"],
+            {"GANG_EXTENDER_PORT": "eighty"},
+            ["GANG_EXTENDER_PORT must be a whole number, got 'eighty'"],
+            id="a bad environment value names the variable",
+        ),
+        pytest.param(["serve"], {}, ["serve needs a cluster source"], id="serve without a cluster source"),
+        pytest.param(
+            ["serve", "--cluster", "/nonexistent/cluster.yaml"],
+            {},
+            ["/nonexistent/cluster.yaml: cannot read"],
+            id="a cluster file that cannot be read",
+        ),
+    ],
+)
+def test_settings_errors_exit_2_and_say_what_to_fix(argv, env, expected):
+    res = run(*argv, env=env)
+    assert res.returncode == 2
+    for text in expected:
+        assert text in res.stderr
+
+
+def test_a_flag_wins_over_its_environment_twin(monkeypatch):
+    monkeypatch.setenv("GANG_EXTENDER_PORT", "9000")
+    ns = cli.build_parser().parse_args(["serve", "--port", "9100"])
+    settings, errors = cli.settings_from(ns, cli.SERVE_FLAGS)
+    assert errors == [] and settings.server.port == 9100
+    ns = cli.build_parser().parse_args(["serve"])
+    settings, _ = cli.settings_from(ns, cli.SERVE_FLAGS)
+    assert settings.server.port == 9000
+    assert settings.gang == Settings().gang
+
+
+def test_a_malformed_cluster_file_is_named(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("apiVersion: v1\nkind: Node\nmetadata: {}\n")
+    res = run("serve", "--cluster", str(bad))
+    assert res.returncode == 2
+    assert f"{bad}: document 1: Node has no metadata.name" in res.stderr
+
+
+def test_podgroups_prints_the_derived_objects():
+    res = run("podgroups", "-f", f"{SEED}/topo-training.yaml")
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    docs = list(yaml.safe_load_all(res.stdout))
+    assert [d["kind"] for d in docs] == ["Workload", "PodGroup", "PodGroup"]
+    workers = docs[2]
+    assert workers["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+    assert workers["spec"]["schedulingConstraints"] == {"topology": [{"key": "topology.kubernetes.io/rack"}]}
+    as_json = run("podgroups", "-f", f"{SEED}/batch-job-min-member.yaml", "-o", "json")
+    import json
+
+    (pg,) = json.loads(as_json.stdout)["items"]
+    assert pg["apiVersion"] == "scheduling.run.ai/v2alpha2" and pg["spec"]["minMember"] == 2
+
+
+def test_podgroups_rejects_an_invalid_workload_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        """apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: bad, namespace: default}
+spec:
+  scheduling:
+    replicatedJobs:
+    - targetReplicatedJobs: [nope]
+  replicatedJobs:
+  - name: w
+    replicas: 1
+    template: {spec: {parallelism: 1, template: {spec: {containers: [{name: c, image: x}]}}}}
+"""
+    )
+    res = run("podgroups", "-f", str(bad))
+    assert res.returncode == 2
+    assert "spec.scheduling.replicatedJobs[0].targetReplicatedJobs" in res.stderr
+    assert res.stdout == ""
+
+
+def test_explain_says_how_to_reach_the_service_when_it_is_not_there():
+    res = run("explain", "ml/train", "--url", "http://127.0.0.1:9")
+    assert res.returncode == 2
+    assert "cannot reach the extender at http://127.0.0.1:9" in res.stderr
+    assert run("explain", "not-a-key").returncode == 2
+
+
+def test_explain_renders_a_gang_for_a_person():
+    text = cli.render_gang(
+        {
+            "gang": "ml/train",
+            "phase": "Binding",
+            "policy": "gang",
+            "quorum": 2,
+            "domain": "rack r1",
+            "lastReason": "planned 2 pods in rack r1",
+            "members": [
+                {"pod": "ml/a", "subgroup": None, "node": None, "planned": "n1", "waitingAtBind": True},
+                {"pod": "ml/b", "subgroup": "w", "node": "n2", "planned": None, "waitingAtBind": False},
+            ],
+        }
+    )
+    assert "Phase:       Binding" in text and "Domain:      rack r1" in text
+    assert "ml/a  planned on n1, waiting at bind" in text
+    assert "ml/b  bound to n2 [w]" in text
+
+
+def test_simulate_runs_a_file_and_prints_json(tmp_path):
+    res = run("simulate", f"{SEED}/gang-training.yaml", "--format", "json", "--gang-wait-s", "3")
+    assert res.returncode == 0, res.stderr
+    import json
+
+    report = json.loads(res.stdout)
+    assert report["summary"]["pods_bound"] == report["summary"]["pods_total"] == 5
+    bad = run("simulate", "--format", "xml", "/nonexistent.yaml")
+    assert bad.returncode == 2
+    assert "--format must be text or json" in bad.stderr and "/nonexistent.yaml: no such file" in bad.stderr
