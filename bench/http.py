@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+from extender.sim.cluster import topology
+
 GANG_SIZE = 8
 
 
@@ -43,19 +45,7 @@ def free_port() -> int:
 
 def make_cluster(n_nodes: int, n_gangs: int) -> list[dict[str, Any]]:
     """Racks of 32 nodes, blocks of 256; n_gangs KAI PodGroups of 8 pods each, rack-constrained."""
-    objs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "kai.scheduler/v1alpha1",
-            "kind": "Topology",
-            "metadata": {"name": "dc"},
-            "spec": {
-                "levels": [
-                    {"nodeLabel": "example.com/block", "alias": "block"},
-                    {"nodeLabel": "topology.kubernetes.io/rack", "alias": "rack"},
-                ]
-            },
-        }
-    ]
+    objs: list[dict[str, Any]] = [topology("dc")]
     for i in range(n_nodes):
         alloc = {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
         objs.append(

@@ -130,12 +130,12 @@ def node(
     }
 
 
-def topology() -> dict[str, Any]:
-    """The KAI Topology of this cluster; identical to the one kai-jobset-topology.yaml ships."""
+def topology(name: str = TOPOLOGY_NAME) -> dict[str, Any]:
+    """The KAI Topology block > rack > host (identical to the one kai-jobset-topology.yaml ships)."""
     return {
         "apiVersion": "kai.scheduler/v1alpha1",
         "kind": "Topology",
-        "metadata": {"name": TOPOLOGY_NAME},
+        "metadata": {"name": name},
         "spec": {
             "levels": [
                 {"nodeLabel": BLOCK, "alias": "block"},

@@ -13,18 +13,9 @@ from dataclasses import dataclass
 import pytest
 from controlplane.start import ControlPlane, plane_for_tests
 
-TOPOLOGY = {
-    "apiVersion": "kai.scheduler/v1alpha1",
-    "kind": "Topology",
-    "metadata": {"name": "dc"},
-    "spec": {
-        "levels": [
-            {"nodeLabel": "example.com/block", "alias": "block"},
-            {"nodeLabel": "topology.kubernetes.io/rack", "alias": "rack"},
-            {"nodeLabel": "kubernetes.io/hostname"},
-        ]
-    },
-}
+from extender.sim.cluster import topology
+
+TOPOLOGY = topology("dc")
 
 # 2 blocks x 2 racks x 3 nodes of 4 CPUs: a rack holds 12 CPUs, a block 24, the cluster 48.
 BLOCKS, RACKS_PER_BLOCK, NODES_PER_RACK, NODE_CPU = 2, 2, 3, 4

@@ -20,6 +20,7 @@ import yaml
 from controlplane.start import SCHEDULER_NAME, wait_until
 
 from extender.model import labels as keys
+from extender.sim.cluster import topology
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -99,18 +100,7 @@ def test_kind_job_gang_binds_whole_inside_one_rack(kubectl: Kubectl) -> None:
     try:
         kubectl.apply(
             [
-                {
-                    "apiVersion": "kai.scheduler/v1alpha1",
-                    "kind": "Topology",
-                    "metadata": {"name": "dc"},
-                    "spec": {
-                        "levels": [
-                            {"nodeLabel": "example.com/block", "alias": "block"},
-                            {"nodeLabel": "topology.kubernetes.io/rack", "alias": "rack"},
-                            {"nodeLabel": "kubernetes.io/hostname"},
-                        ]
-                    },
-                },
+                topology("dc"),
                 {
                     "apiVersion": "batch/v1",
                     "kind": "Job",

@@ -7,20 +7,10 @@ import asyncio
 import pytest
 
 from extender.gang.permits import Arrival, Phase
+from extender.sim.cluster import topology
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
 
-TOPOLOGY = {
-    "apiVersion": "kai.scheduler/v1alpha1",
-    "kind": "Topology",
-    "metadata": {"name": "dc"},
-    "spec": {
-        "levels": [
-            {"nodeLabel": "example.com/block", "alias": "block"},
-            {"nodeLabel": "topology.kubernetes.io/rack", "alias": "rack"},
-            {"nodeLabel": "kubernetes.io/hostname"},
-        ]
-    },
-}
+TOPOLOGY = topology("dc")
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 
 
