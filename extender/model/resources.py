@@ -13,6 +13,7 @@ requests, as the API server's defaulting would have done.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -76,6 +77,14 @@ def to_units(resource: str, value: str | int | float) -> int:
 
     Rounds up, as Quantity.MilliValue()/Value() do, so a request is never undercounted.
     """
+    if not isinstance(value, (str, int, float)):
+        raise QuantityError(f"quantity must be a string or number, got {type(value).__name__}")
+    return _to_units(resource, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _to_units(resource: str, value: str | int | float) -> int:
+    # cached: a cluster repeats a handful of quantity strings ("100m", "64Mi") across every pod
     amount = parse_quantity(value)
     if resource == CPU:
         amount *= 1000

@@ -90,7 +90,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
     names = _field(doc, "NodeNames")
     nodes = _field(doc, "Nodes")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise WireError("NodeNames must be an array of strings or null")
         return ExtenderArgs(pod=pod, node_names=names, nodes=None)
     if nodes is not None:

@@ -110,6 +110,7 @@ class ClusterStore:
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self.generation = 0  # bumps on every change; decisions cache on it
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
+        self._fingerprints: dict[tuple[Kind, str], bytes] = {}
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
@@ -130,10 +131,33 @@ class ClusterStore:
             self._apply_node(obj, old)
         elif kind == POD:
             self._apply_pod(obj)
-        if kind in GROUPING_KINDS:
+        if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
             self.grouping_gen += 1
         self.generation += 1
         self._notify(event, kind, obj)
+
+    def _grouping_changed(self, kind: Kind, key: str, obj: dict[str, Any]) -> bool:
+        """Whether what grouping reads of a workload or group object changed.
+
+        Controllers rewrite a Job's status on every pod transition and we write PodGroup status
+        ourselves; neither may re-derive every pod's gang. Sources may mutate objects in place, so
+        the comparison is against a fingerprint kept here, not against the previous object.
+        """
+        meta = obj.get("metadata") or {}
+        fingerprint = orjson.dumps(
+            [
+                obj.get("spec"),
+                meta.get("uid"),
+                meta.get("labels"),
+                meta.get("annotations"),
+                meta.get("ownerReferences"),
+            ],
+            option=orjson.OPT_SORT_KEYS,
+        )
+        if self._fingerprints.get((kind, key)) == fingerprint:
+            return False
+        self._fingerprints[(kind, key)] = fingerprint
+        return True
 
     def remove(self, obj: dict[str, Any]) -> None:
         kind = kind_of(obj)
@@ -146,6 +170,7 @@ class ClusterStore:
         elif kind == POD:
             self._remove_pod(PodKey(key))
         if kind in GROUPING_KINDS:
+            self._fingerprints.pop((kind, key), None)
             self.grouping_gen += 1
         self.generation += 1
         self._notify("DELETED", kind, old)

@@ -132,3 +132,9 @@ def test_resource_index_keeps_core_columns_first():
     assert idx.column("nvidia.com/gpu") == 4
     assert idx.column("example.com/fpga") == 5
     assert idx.find("nope") is None
+
+
+@pytest.mark.parametrize("bad", [[1], {"a": 1}, None], ids=["a list", "a map", "null"])
+def test_a_quantity_of_the_wrong_type_is_a_quantity_error(bad):
+    with pytest.raises(r.QuantityError, match="must be a string or number"):
+        r.to_units("cpu", bad)
