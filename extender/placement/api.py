@@ -45,6 +45,9 @@ class TreeNode:
     parent: int  # -1 for the root
     required_level: int = -1  # ClusterArrays level index, -1 = none
     preferred_level: int = -1
+    fallback_levels: tuple[int, ...] = ()
+    """Levels between the preferred and the required one, nearest the preferred first (KAI tries
+    every level from preferred up to required: prefer a rack, else one block, else the zone)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +146,12 @@ def _compile(arrays: ClusterArrays, request: GangRequest) -> _Gang:
                     f"GangRequest.tree[{i}].parent: {node.parent} is not an earlier node; list parents first"
                 )
             children[node.parent].append(i)
-        for field in ("required_level", "preferred_level"):
-            lv = getattr(node, field)
-            if not -1 <= lv < n_levels:
+        for field, lv in (
+            ("required_level", node.required_level),
+            ("preferred_level", node.preferred_level),
+            *((f"fallback_levels[{k}]", f) for k, f in enumerate(node.fallback_levels)),
+        ):
+            if not -1 <= lv < n_levels or (field.startswith("fallback") and lv < 0):
                 raise ValueError(
                     f"GangRequest.tree[{i}].{field}: {lv} is not a registered level "
                     f"(0..{n_levels - 1}); register it with ClusterArrays.level(label_key)"
@@ -387,6 +393,23 @@ class _Solver:
         )
         rank = np.full(max(self.a.n_domains(pref), 1), spread.shape[0], dtype=np.int64)
         rank[spread] = np.arange(spread.shape[0], dtype=np.int64)
+        # relax one level at a time: the whole subtree in one domain of the next level up, still
+        # packed into as few preferred domains as it can
+        for level in self.g.tree[t].fallback_levels:
+            ft = self.totals(t, scope, level)
+            forder, _ = kernels.order_domains(
+                ft,
+                demand=self.g.demand[t],
+                pinned=self.pinned(t, level),
+                restrict=False,
+                descending=False,
+                include_unfit=False,
+            )
+            for d in self.policy(forder):
+                mark = self.n_log
+                if self.place_inside(t, ft.rows(int(d)), spill=(pref, rank)):
+                    return True
+                self.rollback(mark, t)
         return self.place_inside(t, scope, spill=(pref, rank))
 
     def place_inside(self, t: int, scope: np.ndarray, *, spill: tuple[int, np.ndarray] | None) -> bool:

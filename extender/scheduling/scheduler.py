@@ -434,6 +434,7 @@ class Scheduler:
             parent=parent,
             required_level=arrays.level(keys.required) if keys.required else -1,
             preferred_level=arrays.level(keys.preferred) if keys.preferred else -1,
+            fallback_levels=tuple(arrays.level(k) for k in keys.fallback),
         )
 
     @staticmethod

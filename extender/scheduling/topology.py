@@ -25,6 +25,9 @@ class LevelKeys:
     required: str | None  # node label key, or None
     preferred: str | None
     alias: dict[str, str]  # label key -> friendly name for messages ("rack")
+    fallback: tuple[str, ...] = ()
+    """Levels between preferred and required (up to the top without a required one), nearest the
+    preferred first: KAI tries each in turn before spreading the group."""
 
 
 def _friendly(key: str) -> str:
@@ -60,4 +63,16 @@ def resolve(constraint: TopologyConstraint | None, lookup: TopologyLookup) -> Le
             raise TopologyError(f"topology {constraint.topology} has no level {name!r}")
         return by_name[name]
 
-    return LevelKeys(find(constraint.required_level), find(constraint.preferred_level), alias)
+    required, preferred = find(constraint.required_level), find(constraint.preferred_level)
+    order = [level["nodeLabel"] for level in levels if level.get("nodeLabel")]  # top to bottom
+    fallback: tuple[str, ...] = ()
+    if preferred is not None:
+        top = order.index(required) + 1 if required is not None else 0
+        below = order.index(preferred)
+        if top > below:
+            raise TopologyError(
+                f"topology {constraint.topology}: preferred level {constraint.preferred_level!r} is above "
+                f"required level {constraint.required_level!r}; the preferred level must be the narrower one"
+            )
+        fallback = tuple(reversed(order[top:below]))
+    return LevelKeys(required, preferred, alias, fallback)

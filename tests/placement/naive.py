@@ -183,6 +183,14 @@ class _Naive:
             self.rollback(mark, t)
         spread = self.ordered(table, dem, pins, restrict=False, descending=True, include_unfit=True)
         rank = {d: i for i, d in enumerate(spread)}
+        for level in self.tree[t].fallback_levels:
+            ftable = self.domain_table(t, scope, level)
+            fpins = self.pinned(t, level)
+            for d in self.ordered(ftable, dem, fpins, restrict=False, descending=False, include_unfit=False):
+                mark = len(self.log)
+                if self.place_inside(t, ftable[d][0], (pref, rank)):
+                    return True
+                self.rollback(mark, t)
         return self.place_inside(t, scope, (pref, rank))
 
     def place_inside(self, t, scope, spill):

@@ -47,8 +47,11 @@ def random_request(rng: np.random.Generator, arrays: ClusterArrays) -> GangReque
         )
         return LeafDemand(t, rng.integers(0, 3, size=n_res), int(rng.integers(0, 6)), eligible, bound)
 
-    shape = rng.integers(0, 3)
-    if shape == 0:  # one group, possibly several pod shapes
+    shape = rng.integers(0, 4)
+    if shape == 3:  # prefer a rack, else one block, else anywhere
+        tree = (TreeNode(-1, -1, RACK, fallback_levels=(BLOCK,)),)
+        leaves = tuple(leaf(0) for _ in range(int(rng.integers(1, 3))))
+    elif shape == 0:  # one group, possibly several pod shapes
         tree = (TreeNode(-1, level(), level()),)
         leaves = tuple(leaf(0) for _ in range(int(rng.integers(1, 3))))
     elif shape == 1:  # replicas under a root
