@@ -289,7 +289,9 @@ class Scheduler:
         if ready is None:
             reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
             entry.last_reason = reason
-            return FilterDecision(Verdict.WAITING, [], reason)
+            ns, name = key.split("/", 1)
+            waiting = Effect("event", ns, name, {"reason": "GangWaiting", "message": reason})
+            return FilterDecision(Verdict.WAITING, [], reason, effects=[waiting])
         if membership.subgroup not in ready:
             return self._filter_single(call)
         sig = (
@@ -590,10 +592,18 @@ class Scheduler:
             self.store.unreserve(key)
 
     def gang_bound(self, gang: GroupKey, pods: list[PodKey]) -> list[Effect]:
+        """The barrier's binds are done: record it and say so on every bound member and the group."""
+        domain = self.permits.entry(gang).domain
         self.permits.mark_bound(gang, pods)
         self._plan_specs.pop(gang, None)
+        message = f"gang {gang}: {len(pods)} pods bound together" + (f" in {domain}" if domain else "")
+        effects = [
+            Effect("event", *pk.split("/", 1), {"reason": "GangBound", "message": message}) for pk in pods
+        ]
         spec = self._spec_of(pods)
-        return [self._group_status(spec, "Running", f"{len(pods)} pods bound")] if spec else []
+        if spec is not None:
+            effects.append(self._group_status(spec, "Running", message))
+        return effects
 
     def _spec_of(self, pods: list[PodKey]) -> GroupSpec | None:
         for pk in pods:

@@ -9,6 +9,7 @@ status land on the objects). Unknown kinds are kept and ignored by the decisions
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import itertools
 import logging
@@ -79,7 +80,9 @@ class EmbeddedCluster:
         self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._store: ClusterStore | None = None
         self._synced = False
-        self.events: list[dict[str, Any]] = []
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=10_000)
+        """The newest Events, as an API server would keep them for a while; bounded so a long
+        `serve --cluster` with gangs retrying does not grow without end."""
         for obj in objects:
             self.apply(obj)
 

@@ -369,3 +369,22 @@ async def test_the_invariants_catch_a_half_bound_gang_and_an_over_committed_node
     svc.cluster.apply(other)
     with pytest.raises(AssertionError, match="over-committed"):
         svc.check_invariants()
+
+
+async def test_a_gangs_life_is_told_in_events(make_service):
+    objs = [*rack_cluster(), make_kai_podgroup("train", min_member=2), gang_pod("train-0", "train")]
+    svc = await make_service(objs)
+    await svc.filter("train-0")
+    svc.cluster.apply(gang_pod("train-1", "train"))
+    await bind_all(svc, ["train-0", "train-1"])
+    await asyncio.sleep(0.05)
+    by_reason: dict[str, list[str]] = {}
+    for e in svc.cluster.events:
+        by_reason.setdefault(e["reason"], []).append(e["involvedObject"]["name"])
+    assert by_reason["GangWaiting"] == ["train-0"]
+    assert sorted(by_reason["GangPlanned"]) == ["train-0", "train-1"]
+    assert sorted(by_reason["GangBound"]) == ["train-0", "train-1"]
+    bound = next(e for e in svc.cluster.events if e["reason"] == "GangBound")
+    assert bound["message"] == "gang default/train: 2 pods bound together"
+    status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
+    assert status == {"phase": "Running", "lastReason": "gang default/train: 2 pods bound together"}
