@@ -28,7 +28,7 @@ import numpy as np
 
 from extender.gang.permits import Arrival, GangEntry, GangPermits, Phase
 from extender.model import resources
-from extender.model.group import GroupSpec, Membership, MembershipState, SubGroup
+from extender.model.group import GroupSpec, Membership, MembershipState, Source, SubGroup
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
 from extender.scheduling import topology
@@ -423,7 +423,9 @@ class Scheduler:
                     },
                 )
             )
-        effects.append(self._group_status(group, "Planned", self.permits.entry(group.key).last_reason))
+        status = self._group_status(group, "Planned", self.permits.entry(group.key).last_reason)
+        if status is not None:
+            effects.append(status)
         return FilterDecision(Verdict.PASS, [assignment[key]], effects=effects)
 
     def _bound_count(self, members: list[PodRecord]) -> int:
@@ -478,9 +480,33 @@ class Scheduler:
             text += f" ({name} short {resources.units_text(name, sf.short_units)})"
         return text
 
-    def _group_status(self, group: GroupSpec, phase: str, reason: str) -> Effect:
+    def _group_status(self, group: GroupSpec, phase: str, reason: str) -> Effect | None:
+        """The status to write on the group's own object, in that API's shape; None when it has none.
+
+        KAI PodGroups (and this project's CRD) take a phase and the last reason. scheduling.k8s.io
+        PodGroups carry only conditions: PodGroupScheduled (v1alpha2) or PodGroupInitiallyScheduled
+        (later versions), written once the gang is bound, never turned back to False.
+        """
+        if group.source is Source.KAI_PODGROUP:
+            target = ("scheduling.run.ai", "PodGroup")
+            status: dict[str, Any] = {"phase": phase, "lastReason": reason}
+        elif group.source is Source.K8S_PODGROUP and phase == "Running":
+            target = ("scheduling.k8s.io", "PodGroup")
+            obj = self.store.get(*target, group.namespace, group.name) or {}
+            kind = (
+                "PodGroupScheduled"
+                if str(obj.get("apiVersion", "")).endswith("v1alpha2")
+                else ("PodGroupInitiallyScheduled")
+            )
+            condition = {"type": kind, "status": "True", "reason": "Scheduled", "message": reason}
+            status = {"conditions": [condition]}
+        else:
+            return None
         return Effect(
-            "group-status", group.namespace, group.name, {"group": group, "phase": phase, "reason": reason}
+            "group-status",
+            group.namespace,
+            group.name,
+            {"group": target[0], "kind": target[1], "status": status},
         )
 
     # ----------------------------------------------------------------- invalidation
@@ -601,8 +627,9 @@ class Scheduler:
             Effect("event", *pk.split("/", 1), {"reason": "GangBound", "message": message}) for pk in pods
         ]
         spec = self._spec_of(pods)
-        if spec is not None:
-            effects.append(self._group_status(spec, "Running", message))
+        status = self._group_status(spec, "Running", message) if spec is not None else None
+        if status is not None:
+            effects.append(status)
         return effects
 
     def _spec_of(self, pods: list[PodKey]) -> GroupSpec | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -333,22 +334,22 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                     event_type=e.data.get("type", "Normal"),
                 )
             elif e.kind == "group-status":
-                group = e.data["group"]
-                kinds = {
-                    "kai-podgroup": ("scheduling.run.ai", "PodGroup"),
-                    "k8s-podgroup": ("scheduling.k8s.io", "PodGroup"),
-                }
-                if group.source.value in kinds:
-                    g, k = kinds[group.source.value]
-                    await source.patch_group_status(  # type: ignore[attr-defined]
-                        group=g,
-                        kind=k,
-                        namespace=group.namespace,
-                        name=group.name,
-                        status={"phase": e.data["phase"], "lastReason": e.data["reason"]},
-                    )
+                status = e.data["status"]
+                for cond in status.get("conditions", ()):
+                    cond.setdefault("lastTransitionTime", _now_rfc3339())
+                await source.patch_group_status(  # type: ignore[attr-defined]
+                    group=e.data["group"],
+                    kind=e.data["kind"],
+                    namespace=e.namespace,
+                    name=e.name,
+                    status=status,
+                )
         except Exception:
             log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
+
+
+def _now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _kick_ticker(app: web.Application) -> None:

@@ -388,3 +388,25 @@ async def test_a_gangs_life_is_told_in_events(make_service):
     assert bound["message"] == "gang default/train: 2 pods bound together"
     status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
     assert status == {"phase": "Running", "lastReason": "gang default/train: 2 pods bound together"}
+
+
+@pytest.mark.parametrize(
+    ("version", "condition"),
+    [("v1beta1", "PodGroupInitiallyScheduled"), ("v1alpha2", "PodGroupScheduled")],
+    ids=["v1beta1 says InitiallyScheduled", "v1alpha2 says Scheduled"],
+)
+async def test_a_scheduling_k8s_io_podgroup_gets_its_condition_when_bound(make_service, version, condition):
+    pg = {
+        "apiVersion": f"scheduling.k8s.io/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": "wl", "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    pods = [make_pod(f"wl-{i}", scheduling_group="wl") for i in range(2)]
+    svc = await make_service([*rack_cluster(), pg, *pods])
+    assert set((await bind_all(svc, ["wl-0", "wl-1"])).values()) == {""}
+    await asyncio.sleep(0.05)
+    (cond,) = svc.cluster.get("scheduling.k8s.io", "PodGroup", "default", "wl")["status"]["conditions"]
+    assert cond["type"] == condition and cond["status"] == "True" and cond["reason"] == "Scheduled"
+    assert cond["message"] == "gang default/wl: 2 pods bound together" and cond["lastTransitionTime"]
+    assert "phase" not in svc.cluster.get("scheduling.k8s.io", "PodGroup", "default", "wl")["status"]
