@@ -359,6 +359,9 @@ class ControlPlane:
         cfg = convert_scheduler_config(
             yaml.safe_load(src.read_text()), url_prefix=url_prefix, kubeconfig=self.kubeconfig
         )
+        # With --config, 1.20 takes its insecure healthz/metrics address from the file and ignores
+        # --port=0; left unset it binds 0.0.0.0:10251, which a second plane on the machine also wants.
+        cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{free_port()}"
         path = self.workdir / "scheduler-config.v1beta1.yaml"
         path.write_text(yaml.safe_dump(cfg))
         self._spawn(
