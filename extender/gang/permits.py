@@ -128,12 +128,15 @@ class GangPermits:
         e = self.gangs[key]
         if e.plan.get(pod) != node:
             return Arrival.WRONG_NODE, e
+        if e.releasing:
+            return Arrival.WAIT, e  # a repeated call while the binds are in flight: the release answers it
         if not e.arrived:
             e.deadline = self.clock() + self.wait_s
         e.arrived.add(pod)
         e.phase = Phase.BINDING
         if e.arrived >= set(e.plan):
             e.releasing = True
+            e.deadline = None  # the barrier is complete; the binds answer for themselves now
             return Arrival.RELEASE, e
         return Arrival.WAIT, e
 
@@ -143,16 +146,19 @@ class GangPermits:
         if key is not None:
             self.gangs[key].arrived.discard(pod)
 
-    def mark_bound(self, key: GroupKey, pods: Iterable[PodKey]) -> None:
+    def mark_released(self, key: GroupKey, bound: Iterable[PodKey], failed: Iterable[PodKey] = ()) -> None:
+        """The release's binds are done. The plan is spent either way: a member whose binding the
+        API refused leaves the plan (its caller was answered) and is placed again like any member
+        beyond quorum, inside the gang's domain."""
         e = self.entry(key)
-        for pod in pods:
+        for pod in (*bound, *failed):
             e.plan.pop(pod, None)
             e.arrived.discard(pod)
             self._pod_gang.pop(pod, None)
         e.releasing = False
+        e.deadline = None
         if not e.plan:
             e.phase = Phase.BOUND
-            e.deadline = None
             e.failures = 0
             e.bound_at = self.clock()
             e.last_reason = "quorum bound"
@@ -160,7 +166,9 @@ class GangPermits:
     def expired(self) -> list[GangEntry]:
         """Gangs whose barrier deadline has passed."""
         now = self.clock()
-        return [e for e in self.gangs.values() if e.deadline is not None and now >= e.deadline]
+        return [
+            e for e in self.gangs.values() if e.deadline is not None and now >= e.deadline and not e.releasing
+        ]
 
     def fail(self, key: GroupKey, reason: str) -> list[PodKey]:
         """The barrier failed: drop the plan, back off (doubling), return pods to release."""

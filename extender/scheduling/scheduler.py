@@ -32,7 +32,7 @@ from extender.model.group import GroupSpec, Membership, MembershipState, Source,
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
 from extender.scheduling import topology
-from extender.state.store import ClusterStore, PodRecord, is_live
+from extender.state.store import GROUPING_KINDS, ClusterStore, PodRecord, is_live, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,23 @@ class Scheduler:
                 f"{len(unknown)} node name(s) unknown to the extender's cluster cache: {shown}"
             ) from None
 
+    def planned_node_for(self, pod: dict[str, Any]) -> str | None:
+        """The node the plan holds for this pod, if the plan is for this very pod (same UID): a pod
+        deleted and recreated under its name must not inherit its predecessor's place."""
+        ns, name, uid = _pod_identity(pod)
+        key = pod_key(ns, name)
+        planned = self.permits.planned_node(key)
+        if planned is None:
+            return None
+        rec = self.store.pods.get(key)
+        if rec is None or (uid and rec.uid and rec.uid != uid):
+            return None
+        return planned
+
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         ns, name, _ = _pod_identity(pod)
         key = pod_key(ns, name)
-        planned = self.permits.planned_node(key)
+        planned = self.planned_node_for(pod)
         if planned is not None and self._row_usable(planned) and planned in node_names:
             return FilterDecision(Verdict.PASS, [planned])  # the plan decides; no need to map names
         rows = self.rows_of(node_names)
@@ -160,6 +173,8 @@ class Scheduler:
             if planned in call.node_names and self._row_usable(planned):
                 return FilterDecision(Verdict.PASS, [planned])
             gang = self.permits.gang_of(key)
+            if gang is not None and self.permits.entry(gang).releasing:
+                return FilterDecision(Verdict.WAITING, [], f"gang {gang}: {key} is being bound to {planned}")
             if gang is not None:
                 self._drop_plan(gang, f"planned node {planned} is no longer offered for {key}")
         if not call.group.is_gang():
@@ -269,9 +284,13 @@ class Scheduler:
     def _filter_gang(self, call: FilterCall) -> FilterDecision:
         pod, key, group, membership = call.pod, call.key, call.group, call.membership
         entry = self.permits.entry(group.key)
-        if entry.phase is Phase.BOUND or (entry.plan and key not in entry.plan):
-            # quorum is bound or planned without this pod: a member beyond quorum
-            return self._filter_single(call)
+        if entry.phase is Phase.BOUND:
+            return self._filter_single(call)  # quorum is bound: a member beyond it, placed as it comes
+        if entry.plan and key not in entry.plan:
+            # a member beyond a quorum not bound yet: bound now, it could end up alone if the
+            # quorum times out
+            reason = f"gang {group.key}: waiting for its quorum to bind before placing {key}"
+            return FilterDecision(Verdict.WAITING, [], reason)
         left = self.permits.in_backoff(group.key)
         if left > 0:
             return FilterDecision(
@@ -297,9 +316,8 @@ class Scheduler:
         sig = (
             self.store.release_gen,
             self.store.grouping_gen,
-            len(members),
-            len(call.rows),
-            int(call.rows.sum()),
+            hash(tuple(m.key for m in members)),
+            hash(call.rows.tobytes()),
         )
         cached = self._no_fit.get(group.key)
         if cached is not None and cached[0] == sig:
@@ -534,18 +552,13 @@ class Scheduler:
                 for gang, entry in list(self.permits.gangs.items()):
                     if self._replannable(gang) and name in entry.plan.values():
                         self._drop_plan(gang, f"planned node {name} was removed or cordoned")
-        elif kind == ("", "Pod") and event == "DELETED":
+        elif kind == ("", "Pod") and (event == "DELETED" or is_terminal(obj)):
             pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
             gang = self.permits.gang_of(pk)
-            if gang is not None and self._replannable(gang):
+            if gang is not None and self._replannable(gang) and event == "DELETED":
                 self._drop_plan(gang, f"member {pk} was deleted")
-        elif kind in (
-            ("scheduling.run.ai", "PodGroup"),
-            ("scheduling.k8s.io", "PodGroup"),
-            ("jobset.x-k8s.io", "JobSet"),
-            ("batch", "Job"),
-            ("kubeflow.org", "PyTorchJob"),
-        ):
+            self._forget_if_gone(obj)
+        elif kind in GROUPING_KINDS:
             for gang, spec in list(self._plan_specs.items()):
                 entry = self.permits.entry(gang)
                 if not self._replannable(gang) or not entry.plan:
@@ -554,6 +567,21 @@ class Scheduler:
                 fresh = self.store.membership(rec).group if rec else None
                 if fresh != spec:
                     self._drop_plan(gang, "the group's definition changed")
+
+    def _forget_if_gone(self, pod: dict[str, Any]) -> None:
+        """A bound gang whose members are all gone or finished starts over at the quorum gate
+        (a JobSet restart, a recreated Job, a reused PodGroup), and its entries are dropped."""
+        membership = self.store.membership_of(pod)
+        group = membership.group
+        if group is None or group.key not in self.permits.gangs:
+            return
+        if self.permits.entry(group.key).phase is not Phase.BOUND:
+            return
+        if any(rec.node_name and is_live(rec.obj) for rec in self.store.group_members(group.key)):
+            return
+        self.permits.forget(group.key)
+        self._no_fit.pop(group.key, None)
+        self._plan_specs.pop(group.key, None)
 
     # ================================================================= prioritize
     def prioritize(self, pod: dict[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
@@ -604,7 +632,23 @@ class Scheduler:
                 gang=entry.key,
                 members=[(pk, entry.plan[pk]) for pk in entry.waiting()],
             )
-        # not planned: a single pod or a member beyond quorum; hold its capacity while it binds
+        if arrival is Arrival.NOT_PLANNED:
+            membership = self.store.membership(rec)
+            group = membership.group
+            if (
+                group is not None
+                and group.is_gang()
+                and self.permits.entry(group.key).phase is not Phase.BOUND
+            ):
+                # a straggler of a plan that was dropped (timed out, replanned): bound alone it
+                # would be a partial gang
+                return BindDecision(
+                    BindVerdict.REFUSE,
+                    gang=group.key,
+                    message=f"gang {group.key} has no plan for {key} (it will be planned again); "
+                    "not binding it alone",
+                )
+        # a single pod or a member beyond a bound quorum; hold its capacity while it binds
         row = self.store.node_rows[node]
         vec = self.store._vec_for(rec.requests)
         if not bool(placement.fit_mask(self.store.arrays, np.array([row], dtype=np.int32), vec)[0]):
@@ -617,10 +661,16 @@ class Scheduler:
         if self.permits.gang_of(key) is None:
             self.store.unreserve(key)
 
-    def gang_bound(self, gang: GroupKey, pods: list[PodKey]) -> list[Effect]:
-        """The barrier's binds are done: record it and say so on every bound member and the group."""
+    def gang_bound(self, gang: GroupKey, pods: list[PodKey], failed: Sequence[PodKey] = ()) -> list[Effect]:
+        """The barrier's binds are done: record it and say so on every bound member and the group.
+
+        Members whose binding the API refused give their reservation back and are placed again
+        like members beyond quorum.
+        """
         domain = self.permits.entry(gang).domain
-        self.permits.mark_bound(gang, pods)
+        self.permits.mark_released(gang, pods, failed)
+        for pk in failed:
+            self.store.unreserve(pk)
         self._plan_specs.pop(gang, None)
         message = f"gang {gang}: {len(pods)} pods bound together" + (f" in {domain}" if domain else "")
         effects = [

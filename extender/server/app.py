@@ -52,23 +52,44 @@ Clock = Callable[[], float]
 
 
 class Barrier:
-    """Waiting bind calls, by pod; resolved with "" (bound) or an error message."""
+    """Waiting bind calls, by pod; resolved with "" (bound) or an error message.
+
+    Each waiter keeps the UID kube-scheduler sent (the release binds exactly that pod) and when
+    its call started (kube-scheduler's httpTimeout runs from there).
+    """
 
     def __init__(self) -> None:
-        self.waiters: dict[PodKey, asyncio.Future[str]] = {}
+        self.waiters: dict[PodKey, tuple[asyncio.Future[str], str, float]] = {}
 
-    def wait(self, key: PodKey) -> asyncio.Future[str]:
+    def wait(self, key: PodKey, *, uid: str, started: float) -> asyncio.Future[str]:
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         old = self.waiters.get(key)
-        if old is not None and not old.done():
-            old.set_result(f"superseded by a newer bind call for {key}")
-        self.waiters[key] = fut
+        if old is not None and not old[0].done():
+            old[0].set_result(f"superseded by a newer bind call for {key}")
+        self.waiters[key] = (fut, uid, started)
         return fut
 
+    def uid(self, key: PodKey) -> str:
+        found = self.waiters.get(key)
+        return found[1] if found else ""
+
+    def earliest_start(self, keys: list[PodKey], default: float) -> float:
+        return min((self.waiters[k][2] for k in keys if k in self.waiters), default=default)
+
     def resolve(self, key: PodKey, error: str) -> None:
-        fut = self.waiters.pop(key, None)
-        if fut is not None and not fut.done():
-            fut.set_result(error)
+        found = self.waiters.pop(key, None)
+        if found is not None and not found[0].done():
+            found[0].set_result(error)
+
+
+# kube-scheduler's clock for a bind call starts before ours; answer this much before its httpTimeout
+_TIMEOUT_MARGIN_S = 0.5
+
+
+def _bind_budget(app: web.Application, started: float) -> float:
+    """Seconds left before kube-scheduler gives up on a bind call that started at `started`."""
+    timeout_s = app[SETTINGS].cluster.http_timeout_s
+    return max(0.1, timeout_s - _TIMEOUT_MARGIN_S - (time.monotonic() - started))
 
 
 def _text_400(reason: str) -> web.Response:
@@ -127,8 +148,7 @@ async def handle_filter(request: web.Request) -> web.Response:
     async def work(body: bytes) -> web.Response:
         pod = wire.peek_pod(body)
         if pod is not None:
-            meta = pod.get("metadata") or {}
-            planned = scheduler.permits.planned_node(pod_key(meta.get("namespace", "default"), meta["name"]))
+            planned = scheduler.planned_node_for(pod)
             if planned is not None and wire.names_contain(body, planned) and scheduler._row_usable(planned):
                 app[METRICS].fast_path.inc()
                 return _json(
@@ -200,6 +220,7 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     scheduler = app[SCHEDULER]
     source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    started = time.monotonic()
     key = pod_key(args.pod_namespace, args.pod_name)
     decision = scheduler.bind(
         namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
@@ -207,16 +228,14 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     if decision.verdict is BindVerdict.REFUSE:
         return decision.message
     if decision.verdict is BindVerdict.NOW:
-        try:
-            await source.bind_pod(
-                namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
-            )
-        except BindError as exc:
+        error = await _bind_one(
+            source, key, uid=args.pod_uid, node=args.node, budget_s=_bind_budget(app, started)
+        )
+        if error:
             scheduler.bind_failed(key)
-            return f"binding {key} to {args.node}: {exc}"
-        return ""
+        return error
     if decision.verdict is BindVerdict.WAIT:
-        fut = barrier.wait(key)
+        fut = barrier.wait(key, uid=args.pod_uid, started=started)
         _kick_ticker(app)
         try:
             return await fut
@@ -225,33 +244,69 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
             raise
     # RELEASE: this call completed the barrier; bind every waiting member together
     assert decision.gang is not None
-    own = barrier.wait(key)
+    own = barrier.wait(key, uid=args.pod_uid, started=started)
     await _release(app, decision.gang, decision.members)
     return await own
 
 
+async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, budget_s: float) -> str:
+    """Bind one pod through the source within the budget; "" on success, else the reason."""
+    ns, name = key.split("/", 1)
+    try:
+        await asyncio.wait_for(source.bind_pod(namespace=ns, name=name, uid=uid, node=node), budget_s)
+    except BindError as exc:
+        return f"binding {key} to {node}: {exc}"
+    except TimeoutError:
+        return f"binding {key} to {node} did not finish within {budget_s:.1f}s"
+    except Exception as exc:
+        log.exception("binding %s to %s failed", key, node)
+        return f"internal error binding {key} to {node}: {exc}"
+    return ""
+
+
 async def _release(app: web.Application, gang: GroupKey, members: list[tuple[PodKey, str]]) -> None:
+    """Bind every member of a completed barrier, answering each waiting call before its timeout.
+
+    Binds still in flight when the earliest caller's budget runs out are answered with that and
+    keep going; the gang is recorded as bound once every bind has finished.
+    """
     scheduler = app[SCHEDULER]
     source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     store = app[STORE]
-
-    async def one(pk: PodKey, node: str) -> str:
-        ns, name = pk.split("/", 1)
+    keys = [pk for pk, _ in members]
+    budget_s = _bind_budget(app, barrier.earliest_start(keys, time.monotonic()))
+    loop = asyncio.get_running_loop()
+    tasks: dict[PodKey, asyncio.Task[str]] = {}
+    for pk, node in members:
         rec = store.pods.get(pk)
-        try:
-            await source.bind_pod(namespace=ns, name=name, uid=rec.uid if rec else "", node=node)
-        except BindError as exc:
-            return f"binding {pk} to {node}: {exc}"
-        return ""
+        uid = barrier.uid(pk) or (rec.uid if rec else "")
+        # the budget is enforced below, per caller, not per bind: a late bind is not cancelled
+        tasks[pk] = loop.create_task(_bind_one(source, pk, uid=uid, node=node, budget_s=3600.0))
+    _, pending = await asyncio.wait(tasks.values(), timeout=budget_s)
 
-    results = await asyncio.gather(*(one(pk, node) for pk, node in members))
-    bound = [pk for (pk, _), err in zip(members, results, strict=True) if not err]
-    effects = scheduler.gang_bound(gang, bound)
-    for (pk, _), err in zip(members, results, strict=True):
-        barrier.resolve(pk, err)
-    app[METRICS].gangs_bound.inc()
-    _spawn_effects(app, effects)
+    def finish() -> None:
+        results = {pk: t.result() for pk, t in tasks.items()}
+        bound = [pk for pk, err in results.items() if not err]
+        failed = [pk for pk, err in results.items() if err]
+        _spawn_effects(app, scheduler.gang_bound(gang, bound, failed))
+        if bound:
+            app[METRICS].gangs_bound.inc()
+
+    if not pending:
+        finish()
+        for pk, t in tasks.items():
+            barrier.resolve(pk, t.result())
+        return
+    for pk, t in tasks.items():
+        late = f"binding {pk} was still in flight after {budget_s:.1f}s; it completes in the background"
+        barrier.resolve(pk, t.result() if t.done() else late)
+
+    async def finish_later() -> None:
+        await asyncio.wait(pending)
+        finish()
+
+    _track(app, loop.create_task(finish_later()))
 
 
 async def handle_preempt(request: web.Request) -> web.Response:
@@ -270,6 +325,8 @@ async def handle_healthz(request: web.Request) -> web.Response:
 
 async def handle_readyz(request: web.Request) -> web.Response:
     ready = request.app[READY]
+    if ready.get("failed"):
+        return web.Response(status=503, text=f"not ready: {ready['failed']}\n")
     source = request.app[SOURCE]
     synced = source.is_synced()  # type: ignore[attr-defined]
     if synced and ready.get("kernels"):
@@ -306,11 +363,15 @@ async def handle_debug_gang(request: web.Request) -> web.Response:
 
 
 # ------------------------------------------------------------------ effects and ticker
+def _track(app: web.Application, task: asyncio.Task[Any]) -> None:
+    """Keep a fire-and-forget task referenced until it ends (the loop holds only weak references)."""
+    app[READY].setdefault("tasks", set()).add(task)
+    task.add_done_callback(app[READY]["tasks"].discard)
+
+
 def _spawn_effects(app: web.Application, effects: list[Effect]) -> None:
     if effects:
-        task = asyncio.get_running_loop().create_task(_run_effects(app, effects))
-        app[READY].setdefault("tasks", set()).add(task)
-        task.add_done_callback(app[READY]["tasks"].discard)
+        _track(app, asyncio.get_running_loop().create_task(_run_effects(app, effects)))
 
 
 async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
@@ -363,16 +424,19 @@ async def _expiry_ticker(app: web.Application) -> None:
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     tick: asyncio.Event = app[READY]["tick"]
     while True:
-        for _entry, waiting, msg in scheduler.expire():
-            app[METRICS].gang_timeouts.inc()
-            effects = []
-            for pk in waiting:
-                barrier.resolve(pk, msg)
-                ns, name = pk.split("/", 1)
-                effects.append(
-                    Effect("event", ns, name, {"reason": "GangTimedOut", "message": msg, "type": "Warning"})
-                )
-            _spawn_effects(app, effects)
+        try:
+            for _entry, waiting, msg in scheduler.expire():
+                app[METRICS].gang_timeouts.inc()
+                effects = []
+                for pk in waiting:
+                    barrier.resolve(pk, msg)
+                    ns, name = pk.split("/", 1)
+                    event = {"reason": "GangTimedOut", "message": msg, "type": "Warning"}
+                    effects.append(Effect("event", ns, name, event))
+                _spawn_effects(app, effects)
+        except Exception:
+            # one bad gang must not stop the ticker: every other waiting bind would then hang
+            log.exception("expiring gang barriers failed")
         deadlines = [e.deadline for e in scheduler.permits.gangs.values() if e.deadline is not None]
         # capped: the clock may run faster than real time (the simulator's does)
         timeout = min(0.1, max(0.0, min(deadlines) - scheduler.permits.clock()) + 0.01) if deadlines else None
@@ -394,6 +458,21 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         log.info("placement kernels warm in %.2fs", seconds)
 
     warmer = asyncio.get_running_loop().create_task(warm())
+
+    def watch(what: str) -> Callable[[asyncio.Task[Any]], None]:
+        def done(task: asyncio.Task[Any]) -> None:
+            if task.cancelled():
+                return
+            exc = task.exception()
+            reason = f"{what} stopped: {exc!r}" if exc else f"{what} stopped"
+            # a stale cache over-commits and waiting binds hang: stop being ready, say why
+            app[READY]["failed"] = reason
+            log.error("%s", reason, exc_info=exc)
+
+        return done
+
+    runner.add_done_callback(watch("the cluster source"))
+    ticker.add_done_callback(watch("the gang barrier ticker"))
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ import collections
 import datetime
 import itertools
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -76,6 +77,7 @@ class EmbeddedCluster:
 
     def __init__(self, objects: Iterable[dict[str, Any]] = ()) -> None:
         self._objects: dict[Kind, dict[str, dict[str, Any]]] = {}
+        self._deleted: set[tuple[Kind, str]] = set()
         self._rv = itertools.count(1)
         self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._store: ClusterStore | None = None
@@ -105,7 +107,10 @@ class EmbeddedCluster:
         if old is not None:
             meta.setdefault("uid", old["metadata"]["uid"])
             meta.setdefault("creationTimestamp", old["metadata"].get("creationTimestamp"))
-        meta.setdefault("uid", object_uid(obj))
+        elif (kind_of(obj), key) in self._deleted:
+            # recreated under its old name: a new object, as the API server would make it
+            meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("uid", object_uid(obj))  # stable for objects first loaded from a file
         meta.setdefault("creationTimestamp", _now())
         meta["resourceVersion"] = str(next(self._rv))
         bucket[key] = obj
@@ -117,6 +122,7 @@ class EmbeddedCluster:
         obj = self._objects.get((group, kind), {}).pop(key, None)
         if obj is None:
             return False
+        self._deleted.add(((group, kind), key))
         self._emit("DELETED", obj)
         return True
 

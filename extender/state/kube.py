@@ -76,6 +76,10 @@ DEFAULT_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind(
         "scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1"), "podgroups", "PodGroup"
     ),
+    # a v1alpha2 PodGroup may take its policy from its Workload's template
+    WatchedKind(
+        "scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1"), "workloads", "Workload"
+    ),
     WatchedKind("kai.scheduler", ("v1alpha1",), "topologies", "Topology", namespaced=False),
 )
 
@@ -114,6 +118,13 @@ class ApiStatusError(Exception):
         self.status = status
         self.message = message
         self.reason = reason
+
+
+@dataclasses.dataclass
+class _Cursor:
+    """Where one kind's watch stands: the resourceVersion of the last event applied."""
+
+    rv: str | None
 
 
 class _Gone(Exception):
@@ -327,19 +338,21 @@ class KubeClusterSource:
         s = self._settings
         delay = s.backoff_initial_s
         watches = 0
+        cursor = _Cursor(rv)
         while self._iterations is None or watches < self._iterations:
+            rv = cursor.rv
             try:
                 if rv is None:
-                    rv = await self._list_into(store, served)
+                    cursor.rv = rv = await self._list_into(store, served)
                     self._mark_listed(served)
                 watches += 1
-                rv = await self._watch_into(store, served, rv)
+                await self._watch_into(store, served, cursor)
                 delay = s.backoff_initial_s
             except _Gone:
                 log.info(
                     "watch of %s.%s expired (410 Gone); relisting", served.plural, served.group or "core"
                 )
-                rv = None
+                cursor.rv = None
             except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError, ValueError) as exc:
                 log.warning(
                     "%s %s.%s failed (%s); retrying in %.1f s",
@@ -378,8 +391,11 @@ class KubeClusterSource:
                 store.replace_all(served.group, served.kind, items)
                 return str(meta.get("resourceVersion", ""))
 
-    async def _watch_into(self, store: ClusterStore, served: ServedKind, rv: str) -> str:
-        """One watch request from `rv`; returns the last resourceVersion seen. Raises _Gone on 410."""
+    async def _watch_into(self, store: ClusterStore, served: ServedKind, cursor: _Cursor) -> str:
+        """One watch request from `cursor.rv`, advancing it with every event applied (so a watch
+        that breaks mid-stream resumes after the last event, not replaying the ones applied).
+        Returns the last resourceVersion seen. Raises _Gone on 410."""
+        rv = cursor.rv or ""
         s = self._settings
         query = [
             ("watch", "true"),
@@ -418,7 +434,7 @@ class KubeClusterSource:
                     obj.setdefault("kind", served.kind)
                     store.remove(obj)
                 if new_rv:
-                    rv = str(new_rv)
+                    cursor.rv = rv = str(new_rv)
             return rv
         finally:
             resp.release()
@@ -443,7 +459,11 @@ class KubeClusterSource:
         if status in (200, 201):
             return
         if status == 409:
-            current = await self._pod_node(namespace, name)
+            current, current_uid = await self._pod_node(namespace, name)
+            if uid and current_uid and current_uid != uid:
+                raise BindError(
+                    f"pod {namespace}/{name} was deleted and recreated (uid {current_uid}, not {uid})"
+                )
             if current == node:
                 return
             raise BindError(
@@ -454,14 +474,16 @@ class KubeClusterSource:
         err = _status_message(status, data)
         raise BindError(f"API server refused to {what}: {err.message or err}")
 
-    async def _pod_node(self, namespace: str, name: str) -> str | None:
+    async def _pod_node(self, namespace: str, name: str) -> tuple[str | None, str | None]:
+        """(spec.nodeName, metadata.uid) of the pod as the API has it now; Nones when unreadable."""
         try:
             status, data = await self._request("GET", self._pod_path(namespace, name))
         except (TimeoutError, aiohttp.ClientError, OSError):
-            return None
+            return None, None
         if status != 200:
-            return None
-        return (orjson.loads(data).get("spec") or {}).get("nodeName")
+            return None, None
+        pod = orjson.loads(data)
+        return (pod.get("spec") or {}).get("nodeName"), (pod.get("metadata") or {}).get("uid")
 
     async def set_pod_condition(self, *, namespace: str, name: str, condition: dict[str, Any]) -> None:
         """Strategic-merge one condition into status.conditions (merged by `type` on the server)."""

@@ -35,7 +35,7 @@ def test_barrier_releases_when_every_planned_member_arrives(permits):
     outcome, entry = permits.arrive(C, "n2")
     assert outcome is Arrival.RELEASE
     assert entry.waiting() == [A, B, C]
-    permits.mark_bound(G, [A, B, C])
+    permits.mark_released(G, [A, B, C])
     assert permits.entry(G).phase is Phase.BOUND
     assert permits.planned_node(A) is None
 
@@ -91,3 +91,23 @@ def test_a_new_plan_replaces_the_old_one(permits):
     permits.set_plan(G, {A: "n3", C: "n4"}, domain="")
     assert permits.planned_node(B) is None
     assert permits.planned_node(A) == "n3"
+
+
+def test_a_completed_barrier_does_not_expire_while_its_binds_are_in_flight(permits, clock):
+    permits.set_plan(G, {A: "n1", B: "n2"}, domain="")
+    permits.arrive(A, "n1")
+    clock.now += 4.99
+    assert permits.arrive(B, "n2")[0] is Arrival.RELEASE
+    clock.now += 1.0
+    assert permits.expired() == []
+    assert permits.arrive(B, "n2")[0] is Arrival.WAIT  # a repeated call does not release twice
+
+
+def test_members_the_api_refused_leave_the_spent_plan(permits):
+    permits.set_plan(G, {A: "n1", B: "n2"}, domain="")
+    permits.arrive(A, "n1")
+    permits.arrive(B, "n2")
+    permits.mark_released(G, [A], failed=[B])
+    entry = permits.entry(G)
+    assert entry.plan == {} and entry.arrived == set() and entry.phase is Phase.BOUND
+    assert permits.planned_node(B) is None

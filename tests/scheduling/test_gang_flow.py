@@ -157,14 +157,21 @@ async def test_a_plain_pod_respects_another_gangs_reservation(make_service):
     assert "cpu short 1000m" in doc["FailedNodes"]["only"]
 
 
-async def test_members_beyond_quorum_are_placed_as_they_come(make_service):
+async def test_members_beyond_quorum_wait_for_the_quorum_then_are_placed_as_they_come(make_service):
     svc = await make_service(rack_cluster() + gang("hpo", 6, min_member=2, cpu="1"))
     first = await svc.filter("hpo-0")
-    plan = svc.scheduler.permits.entry("default/hpo").plan
+    plan = dict(svc.scheduler.permits.entry("default/hpo").plan)
     assert len(plan) == 2 and len(first["NodeNames"]) == 1
     extra = next(p.split("/")[1] for p in (f"default/hpo-{i}" for i in range(6)) if p not in plan)
     doc = await svc.filter(extra)
-    assert len(doc["NodeNames"]) > 1  # not held to the plan: any node with room
+    # bound before the quorum, it would be left alone if the quorum timed out
+    assert doc["NodeNames"] == []
+    assert "waiting for its quorum to bind" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    quorum = [p.split("/")[1] for p in plan]
+    assert set((await bind_all(svc, quorum)).values()) == {""}
+    doc = await svc.filter(extra)
+    assert len(doc["NodeNames"]) > 1  # not held to a plan: any node with room
+    assert await svc.bind(extra, doc["NodeNames"][0]) == ""
     svc.check_invariants()
 
 
@@ -410,3 +417,103 @@ async def test_a_scheduling_k8s_io_podgroup_gets_its_condition_when_bound(make_s
     assert cond["type"] == condition and cond["status"] == "True" and cond["reason"] == "Scheduled"
     assert cond["message"] == "gang default/wl: 2 pods bound together" and cond["lastTransitionTime"]
     assert "phase" not in svc.cluster.get("scheduling.k8s.io", "PodGroup", "default", "wl")["status"]
+
+
+async def test_a_straggler_of_a_timed_out_gang_is_not_bound_alone(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    for i in range(3):
+        await svc.schedule(f"train-{i}")
+    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
+    await asyncio.sleep(0.05)
+    await svc.expire(5.1)
+    await asyncio.gather(*waiting)
+    late = await svc.bind("train-2", plan["default/train-2"])  # its binding goroutine, after the timeout
+    assert "has no plan for default/train-2" in late and "not binding it alone" in late
+    assert not any(svc.node_of(f"train-{i}") for i in range(3))
+    svc.check_invariants()
+
+
+async def test_a_gang_whose_members_are_all_gone_starts_over_at_the_quorum_gate(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    await bind_all(svc, [f"train-{i}" for i in range(3)])
+    for i in range(3):
+        svc.cluster.delete("", "Pod", "default", f"train-{i}")  # a restart: the pods are recreated
+    assert "default/train" not in svc.scheduler.permits.gangs
+    svc.cluster.apply(gang_pod("train-0", "train"))
+    doc = await svc.filter("train-0")
+    assert doc["NodeNames"] == []
+    assert "1 exist, 3 needed" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
+
+
+async def test_a_recreated_pod_does_not_inherit_its_predecessors_plan(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    planned = svc.scheduler.permits.planned_node("default/train-1")
+    stale = svc.pod("train-1")
+    newer = dict(stale, metadata={**stale["metadata"], "uid": "a-new-uid"})
+    assert svc.scheduler.planned_node_for(stale) == planned
+    assert svc.scheduler.planned_node_for(newer) is None
+
+
+class SlowBinds:
+    """Wraps the embedded cluster's bind to take a while or fail, as a busy API server might."""
+
+    def __init__(self, cluster, *, delay_s: float = 0.0, fail: str | None = None, crash: str | None = None):
+        self.cluster, self.delay_s, self.fail, self.crash = cluster, delay_s, fail, crash
+        self.real = cluster.bind_pod
+
+    async def __call__(self, *, namespace, name, uid, node):
+        await asyncio.sleep(self.delay_s)
+        if name == self.crash:
+            raise RuntimeError("connection reset in the middle of a write")
+        if name == self.fail:
+            from extender.state.source import BindError
+
+            raise BindError("the API refused it")
+        await self.real(namespace=namespace, name=name, uid=uid, node=node)
+
+
+async def test_a_bind_that_raises_does_not_strand_its_gang(make_service, monkeypatch):
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    flaky = SlowBinds(svc.cluster, crash="train-1")
+    monkeypatch.setattr(svc.cluster, "bind_pod", flaky)
+    errors = await asyncio.wait_for(bind_all(svc, [f"train-{i}" for i in range(3)]), 3)
+    assert errors["train-0"] == errors["train-2"] == ""
+    assert "internal error binding default/train-1" in errors["train-1"]
+    entry = svc.scheduler.permits.entry("default/train")
+    assert entry.phase is Phase.BOUND and entry.arrived == set() and not entry.releasing
+    assert "default/train-1" not in svc.store.reservations  # its capacity is given back
+    # the API cannot bind three pods atomically; what the service owes is that the refused
+    # member is placed again at once, like a member beyond a bound quorum
+    svc.cluster.bind_pod = flaky.real
+    node, reason = await svc.schedule("train-1")
+    assert node, reason
+    assert await svc.bind("train-1", node) == ""
+    svc.check_invariants()
+
+
+async def test_slow_binds_are_answered_before_kube_schedulers_timeout(make_service, monkeypatch):
+    svc = await make_service(rack_cluster() + gang("train", 2), cluster_http_timeout_s=1.0, gang_wait_s=0.5)
+    monkeypatch.setattr(svc.cluster, "bind_pod", SlowBinds(svc.cluster, delay_s=1.5))
+    started = asyncio.get_running_loop().time()
+    errors = await bind_all(svc, ["train-0", "train-1"])
+    assert asyncio.get_running_loop().time() - started < 1.0  # 1 s timeout minus the margin
+    assert all("still in flight after" in e for e in errors.values())
+    await asyncio.sleep(1.2)  # the binds finish in the background; then the gang is recorded
+    assert svc.node_of("train-0") and svc.node_of("train-1")
+    assert svc.scheduler.permits.entry("default/train").phase is Phase.BOUND
+    svc.check_invariants()
+
+
+async def test_a_failed_background_task_turns_readiness_off_with_the_reason(make_service):
+    svc = await make_service(rack_cluster())
+    for _ in range(100):
+        if (await svc.client.get("/readyz")).status == 200:
+            break
+        await asyncio.sleep(0.05)
+    from extender.server.app import READY
+
+    svc.app[READY]["failed"] = "the cluster source stopped: ConnectionError()"
+    resp = await svc.client.get("/readyz")
+    assert resp.status == 503 and "the cluster source stopped" in await resp.text()

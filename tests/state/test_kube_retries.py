@@ -27,6 +27,7 @@ class Script:
     def __init__(self) -> None:
         self.answers: dict[tuple[str, str], list[tuple[int, Any]]] = {}
         self.seen: list[tuple[str, str]] = []
+        self.queries: list[tuple[str, dict[str, str]]] = []
 
     def on(self, method: str, path: str, *answers: tuple[int, Any]) -> None:
         self.answers[(method, path)] = list(answers)
@@ -34,6 +35,7 @@ class Script:
     async def handle(self, request: web.Request) -> web.Response:
         key = (request.method, request.path + ("?watch" if request.query.get("watch") else ""))
         self.seen.append(key)
+        self.queries.append((key[1], dict(request.query)))
         queue = self.answers.get(key) or [(404, {"kind": "Status", "message": f"{request.path} not found"})]
         status, body = queue.pop(0) if len(queue) > 1 else queue[0]
         if status == -1:  # drop the connection mid-request
@@ -87,6 +89,7 @@ CONFLICT = (409, {"kind": "Status", "reason": "Conflict", "message": "pod p is a
         ([(-1, None), CREATED], None, None),
         ([CONFLICT], "n1", None),
         ([CONFLICT], "n2", "already bound to n2, not n1"),
+        ([CONFLICT], "n1:other-uid", "was deleted and recreated"),
         ([BUSY, BUSY, BUSY], None, "etcd busy"),
         ([(400, {"kind": "Status", "message": "bad binding"})], None, "bad binding"),
     ],
@@ -96,6 +99,7 @@ CONFLICT = (409, {"kind": "Status", "reason": "Conflict", "message": "pod p is a
         "a dropped connection is retried",
         "a 409 for a pod already on the same node is success",
         "a 409 for a pod on another node is an error naming that node",
+        "a 409 for a pod recreated under the same name is an error, even on the same node",
         "retries are bounded and the last error is reported",
         "a 400 is reported at once with the server's message",
     ],
@@ -105,7 +109,8 @@ async def test_bind_outcomes(
 ) -> None:
     script, kubeconfig = fake
     script.on("POST", BIND, *answers)
-    script.on("GET", POD, (200, {"spec": {"nodeName": pod_node}}))
+    node, _, uid = (pod_node or "").partition(":")
+    script.on("GET", POD, (200, {"metadata": {"uid": uid or "u"}, "spec": {"nodeName": node or None}}))
     source = KubeClusterSource(kubeconfig, settings=FAST)
     try:
         if error is None:
@@ -158,3 +163,35 @@ async def test_watch_error_410_relists(fake: tuple[Script, str]) -> None:
     assert source.is_synced()
     assert store.lists.count(("", "Node", ["n1"])) == 2, "the 410 on the node watch made it relist"
     assert store.lists.count(("", "Pod", [])) == 1, "a garbled watch line reconnects from the same version"
+
+
+async def test_a_watch_broken_mid_stream_resumes_after_the_last_event_applied(
+    fake: tuple[Script, str],
+) -> None:
+    script, kubeconfig = fake
+    script.on("GET", "/apis", (200, {"groups": []}))
+    script.on("GET", "/api/v1", (200, {"resources": [{"name": "pods"}]}))
+    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "5"}, "items": []}))
+    event = {
+        "type": "ADDED",
+        "object": {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"}},
+    }
+    script.on("GET", "/api/v1/pods?watch", (200, orjson.dumps(event) + b"\nnot json\n"), (200, b""))
+
+    class Store:
+        def __init__(self) -> None:
+            self.upserts: list[str] = []
+
+        def upsert(self, obj: dict[str, Any]) -> None:
+            self.upserts.append(obj["metadata"]["resourceVersion"])
+
+        def remove(self, obj: dict[str, Any]) -> None: ...
+
+        def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None: ...
+
+    store = Store()
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=2)
+    await source.run(store)
+    watches = [q["resourceVersion"] for path, q in script.queries if path.endswith("?watch")]
+    assert watches == ["5", "7"], "the second watch starts after the event the first one applied"
+    assert store.upserts == ["7"], "nothing was replayed"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from extender.state.kube import KubeClusterSource, KubeSettings, _Gone
+from extender.state.kube import KubeClusterSource, KubeSettings, _Cursor, _Gone
 from extender.state.source import BindError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
@@ -157,7 +157,7 @@ async def test_relists_when_the_watched_version_is_gone(plane: ControlPlane) -> 
         topologies = source._served[("kai.scheduler", "Topology")]
         # A custom resource's watch cache starts when its CRD was created: version 2 is long gone.
         with pytest.raises(_Gone):
-            await source._watch_into(store, topologies, "2")
+            await source._watch_into(store, topologies, _Cursor("2"))
         await asyncio.wait_for(source._feed(store, topologies, rv="2"), 15)
     finally:
         await source.close()
