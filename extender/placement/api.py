@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -291,24 +292,30 @@ class _Solver:
             mask[ids[ids >= 0]] = True
         return mask
 
+    def fill_inputs(self) -> dict[str, Any]:
+        """The arrays every fill reads: the cluster's, the gang's and the placement log so far."""
+        return {
+            "free": self.a.free,
+            "allocatable": self.a.allocatable,
+            "scarce": self.a.scarce,
+            "schedulable": self.a.schedulable,
+            "requests": self.g.requests,
+            "counts": self.g.counts,
+            "elig": self.g.elig,
+            "leaf_elig": self.g.leaf_elig,
+            "log_rows": self.log_rows,
+            "log_leaves": self.log_leaves,
+            "n_log": self.n_log,
+        }
+
     def fill(self, scope: np.ndarray, leaves: np.ndarray, spill: tuple[int, np.ndarray] | None) -> bool:
         want = int(self.g.counts[leaves].sum())
         start = self.n_log
         spill_dom, rank = (self.a.domains[spill[0]], spill[1]) if spill else (self._no_dom, self._no_rank)
         self.n_log = kernels.fill(
-            free=self.a.free,
-            allocatable=self.a.allocatable,
-            scarce=self.a.scarce,
-            schedulable=self.a.schedulable,
+            **self.fill_inputs(),
             scope=scope,
-            requests=self.g.requests,
-            counts=self.g.counts,
             leaves=leaves,
-            elig=self.g.elig,
-            leaf_elig=self.g.leaf_elig,
-            log_rows=self.log_rows,
-            log_leaves=self.log_leaves,
-            n_log=self.n_log,
             spill_dom=spill_dom,
             dom_rank=rank,
             use_rank=spill is not None,
@@ -448,21 +455,7 @@ class _Solver:
                 n_log=self.n_log,
             )
             pinned = np.zeros(1, dtype=np.bool_)
-        fits = kernels.fits_per_domain(
-            dt,
-            free=self.a.free,
-            allocatable=self.a.allocatable,
-            scarce=self.a.scarce,
-            schedulable=self.a.schedulable,
-            requests=self.g.requests,
-            counts=self.g.counts,
-            leaves=leaves,
-            elig=self.g.elig,
-            leaf_elig=self.g.leaf_elig,
-            log_rows=self.log_rows,
-            log_leaves=self.log_leaves,
-            n_log=self.n_log,
-        )
+        fits = kernels.fits_per_domain(dt, **self.fill_inputs(), leaves=leaves)
         usable = dt.row_counts > 0
         if pinned.any():
             usable &= pinned
