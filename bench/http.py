@@ -11,6 +11,7 @@ noise from other tenants falls on both. Cases per cluster size:
 - plain:         a plain pod: fit mask over every offered node, the general path
 - gang-plan:     a gang's first member with quorum present: plans and reserves 8 pods in a rack
 - gang-planned:  a member whose plan already names its node: answered without decoding the names
+- gang-all:      every gang member's filter call together (1 planning + 7 planned calls per gang)
 
 Each line printed is one JSON object; ratios are to the null handler's p50 in the same run.
 Server CPU per call is read from /proc (robust to a noisy neighbour).
@@ -225,6 +226,9 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
         finally:
             real.stop()
             null.stop()
+    # what kube-scheduler sends for a gang: one planning call, then each member's planned call
+    samples["gang-all"] = samples["gang-plan"] + samples["gang-planned"]
+    cpu["gang-all"] = cpu["gang-plan"] + cpu["gang-planned"]
     null_p50 = statistics.median(samples["null"])
     out = []
     for case, s in samples.items():
