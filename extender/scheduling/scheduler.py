@@ -186,10 +186,16 @@ class Scheduler:
         return row is not None and bool(self.store.arrays.schedulable[row])
 
     def _pod_vector(self, pod: dict[str, Any]) -> np.ndarray:
-        try:
-            reqs = resources.pod_requests(pod)
-        except resources.QuantityError as exc:
-            raise ValueError(f"Pod: {exc}") from None
+        """The pod's requests as a row of the arrays' columns; from the cache when it holds this pod."""
+        ns, name, uid = _pod_identity(pod)
+        rec = self.store.pods.get(pod_key(ns, name))
+        if rec is not None and uid and rec.uid == uid:
+            reqs = rec.requests  # the watch keeps these current (in-place resize included)
+        else:
+            try:
+                reqs = resources.pod_requests(pod)
+            except resources.QuantityError as exc:
+                raise ValueError(f"Pod: {exc}") from None
         return self.store._vec_for(reqs)
 
     # ----------------------------------------------------------------- single pods

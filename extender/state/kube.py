@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -121,6 +122,46 @@ class ApiStatusError(Exception):
 
 
 @dataclasses.dataclass
+class _Connection:
+    """One aiohttp session to the API server, configured from a kubeconfig or the pod's service account.
+
+    kubernetes-asyncio loads the configuration and refreshes tokens; requests go straight through
+    aiohttp. Its own client costs about 5x the CPU of a raw POST (performance-floor.md) and, with
+    trust_env, reads proxy variables and ~/.netrc in a thread on every request: measured on the
+    bind path under a real kube-scheduler, that was most of the service's CPU per pod.
+    """
+
+    cfg: Any  # kubernetes_asyncio Configuration
+    session: aiohttp.ClientSession
+    host: str
+
+    @classmethod
+    def open(cls, cfg: Any) -> _Connection:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+        if not cfg.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=ctx, limit=64),
+            trust_env=False,
+            # a watch event carries a whole object; etcd's default request limit is 1.5 MiB
+            read_bufsize=2**21,
+        )
+        return cls(cfg=cfg, session=session, host=str(cfg.host).rstrip("/"))
+
+    async def headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": _JSON, "User-Agent": "gang-extender"}
+        token = await self.cfg.get_api_key_with_prefix("BearerToken")  # refreshes rotated tokens
+        if token:
+            headers["Authorization"] = token
+        elif self.cfg.username:
+            headers["Authorization"] = self.cfg.get_basic_auth_token()
+        return headers
+
+
+@dataclasses.dataclass
 class _Cursor:
     """Where one kind's watch stands: the resourceVersion of the last event applied."""
 
@@ -170,7 +211,7 @@ class KubeClusterSource:
         self._clock = clock
         # Test hook: each kind's loop ends after this many watch requests (None: until cancelled).
         self._iterations = _iterations
-        self._api: k8s_client.ApiClient | None = None
+        self._api: _Connection | None = None
         self._api_lock = asyncio.Lock()
         self._served: dict[tuple[str, str], ServedKind] = {}
         self._pending_sync: set[tuple[str, str]] | None = None
@@ -179,7 +220,7 @@ class KubeClusterSource:
 
     # ---- connection --------------------------------------------------------------------------
 
-    async def _client(self) -> k8s_client.ApiClient:
+    async def _client(self) -> _Connection:
         async with self._api_lock:
             if self._api is None:
                 cfg = k8s_client.Configuration()
@@ -187,13 +228,12 @@ class KubeClusterSource:
                     await k8s_config.load_kube_config(config_file=self._kubeconfig, client_configuration=cfg)
                 else:
                     k8s_config.load_incluster_config(client_configuration=cfg)
-                self._api = k8s_client.ApiClient(configuration=cfg)
-                self._api.user_agent = "gang-extender"  # shows as the field manager on what we write
+                self._api = _Connection.open(cfg)
             return self._api
 
     async def close(self) -> None:
         if self._api is not None:
-            await self._api.close()
+            await self._api.session.close()
             self._api = None
 
     async def _send(
@@ -207,16 +247,20 @@ class KubeClusterSource:
         timeout: Any = None,
     ) -> aiohttp.ClientResponse:
         """One raw request; the caller reads and releases the response. Non-2xx answers are returned."""
-        api = await self._client()
-        return await api.call_api(
-            path,
+        conn = await self._client()
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(total=self._settings.request_timeout_s)
+        elif not isinstance(timeout, aiohttp.ClientTimeout):
+            timeout = aiohttp.ClientTimeout(total=float(timeout))
+        data = body if body is None or isinstance(body, bytes) else orjson.dumps(body)
+        return await conn.session.request(
             method,
-            query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": _JSON},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout if timeout is not None else self._settings.request_timeout_s,
+            conn.host + path,
+            params=query or None,
+            data=data,
+            headers=await conn.headers(content_type),
+            timeout=timeout,
+            proxy=conn.cfg.proxy or None,
         )
 
     async def _request(
