@@ -257,9 +257,11 @@ def scheduler_config(variant: Variant, *, url: str, kubeconfig: str) -> dict[str
     cfg["leaderElection"] = {"leaderElect": False}
     cfg["clientConnection"].update(qps=5000, burst=5000)
     cfg["percentageOfNodesToScore"] = 100
+    for profile in cfg["profiles"]:
+        profile.pop("plugins", None)  # each variant states its own scoring: kube-scheduler's defaults...
     if variant.most_allocated:
-        # 1.20 (v1beta1) plugin names. BalancedAllocation goes too: at equal weight it outvotes
-        # MostAllocated for cpu-only requests (each pod skews cpu against memory), and pods spread.
+        # ...or bin-packing, with 1.20 (v1beta1) plugin names. BalancedAllocation goes too: at equal
+        # weight it outvotes MostAllocated for cpu-only requests (each pod skews cpu against memory).
         for profile in cfg["profiles"]:
             profile["plugins"] = {
                 "score": {
@@ -275,9 +277,13 @@ def scheduler_config(variant: Variant, *, url: str, kubeconfig: str) -> dict[str
         return cfg
     (ext,) = cfg["extenders"]
     for verb in ("filter", "prioritize", "bind", "preempt"):
-        if verb not in variant.verbs:
+        if verb in variant.verbs:
+            ext[f"{verb}Verb"] = verb
+        else:
             ext.pop(f"{verb}Verb", None)
-    if "prioritize" not in variant.verbs:
+    if "prioritize" in variant.verbs:
+        ext["weight"] = 5  # required (> 0) with a prioritize verb; the shipped file has none
+    else:
         ext.pop("weight", None)
     return cfg
 

@@ -195,9 +195,26 @@ def convert_scheduler_config(v1: dict[str, Any], *, url_prefix: str, kubeconfig:
         pct = profile.pop("percentageOfNodesToScore", None)
         if pct is not None:
             cfg["percentageOfNodesToScore"] = pct
+        _score_plugins_to_v1beta1(profile)
     for ext in cfg.get("extenders") or []:
         ext["urlPrefix"] = url_prefix
     return cfg
+
+
+def _score_plugins_to_v1beta1(profile: dict[str, Any]) -> None:
+    """v1's NodeResourcesFit scoringStrategy MostAllocated is a plugin of its own in 1.20's v1beta1."""
+    args = [pc for pc in profile.get("pluginConfig") or [] if pc.get("name") == "NodeResourcesFit"]
+    strategy = (((args[0].get("args") or {}).get("scoringStrategy") or {}).get("type")) if args else None
+    if args:
+        profile["pluginConfig"] = [
+            pc for pc in profile["pluginConfig"] if pc.get("name") != "NodeResourcesFit"
+        ]
+        if not profile["pluginConfig"]:
+            del profile["pluginConfig"]
+    if strategy == "MostAllocated":
+        score = profile.setdefault("plugins", {}).setdefault("score", {})
+        score.setdefault("disabled", []).append({"name": "NodeResourcesLeastAllocated"})
+        score.setdefault("enabled", []).append({"name": "NodeResourcesMostAllocated", "weight": 1})
 
 
 class ControlPlane:
