@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from extender.gang.permits import Arrival, GangEntry, GangPermits, Phase
+from extender.gang.permits import Arrival, GangPermits, Phase
 from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source, SubGroup
 from extender.model.keys import GroupKey, PodKey, pod_key
@@ -110,6 +110,7 @@ class Scheduler:
         # group or its members change, or kube-scheduler offers other nodes; every member's retry
         # would otherwise re-run the planner
         self._no_fit: dict[GroupKey, tuple[tuple[int, ...], str]] = {}
+        self._rejected: set[PodKey] = set()  # pods whose last filter passed no node
         self.on_abort: Callable[[list[PodKey], str], None] = lambda pods, message: None
         """Called with the members waiting at a barrier that can no longer complete, and why; the
         server answers their bind calls with the message."""
@@ -141,6 +142,16 @@ class Scheduler:
         return planned
 
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
+        decision = self._filter(pod, node_names)
+        ns, name, _ = _pod_identity(pod)
+        key = pod_key(ns, name)
+        if decision.verdict is Verdict.PASS:
+            self._rejected.discard(key)
+        else:
+            self._rejected.add(key)
+        return decision
+
+    def _filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         ns, name, _ = _pod_identity(pod)
         key = pod_key(ns, name)
         planned = self.planned_node_for(pod)
@@ -431,25 +442,15 @@ class Scheduler:
         self._plan_specs[group.key] = group
         effects = []
         for pk, node in assignment.items():
-            ns, name = pk.split("/", 1)
-            if pk != key:
-                effects.append(Effect("nudge", ns, name, {"value": f"{group.name}:{node}"}))
-            effects.append(
-                Effect(
-                    "event",
-                    ns,
-                    name,
-                    {
-                        "reason": "GangPlanned",
-                        "message": f"gang {group.key}: {len(assignment)} pods planned"
-                        + (f" in {domain}" if domain else "")
-                        + f"; this pod goes to {node}",
-                    },
-                )
-            )
-        status = self._group_status(group, "Planned", self.permits.entry(group.key).last_reason)
-        if status is not None:
-            effects.append(status)
+            if pk != key and pk in self._rejected:
+                # only a pod we turned away sits in kube-scheduler's backoff or unschedulable queue;
+                # the others are still in its active queue and need no API write
+                effects.append(Effect("nudge", *pk.split("/", 1), {"value": f"{group.name}:{node}"}))
+        # the gang's story is told once, on the member that planned it: an event per member per step
+        # would be more writes than the binds themselves on an API server that is the bottleneck
+        where = f" in {domain}" if domain else ""
+        message = f"gang {group.key}: {len(assignment)} pods planned{where}"
+        effects.append(Effect("event", *key.split("/", 1), {"reason": "GangPlanned", "message": message}))
         return FilterDecision(Verdict.PASS, [assignment[key]], effects=effects)
 
     def _bound_count(self, members: list[PodRecord]) -> int:
@@ -560,6 +561,7 @@ class Scheduler:
                         self._drop_plan(gang, f"planned node {name} was removed or cordoned")
         elif kind == ("", "Pod") and (event == "DELETED" or is_terminal(obj)):
             pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+            self._rejected.discard(pk)
             gang = self.permits.gang_of(pk)
             if gang is not None and self._replannable(gang) and event == "DELETED":
                 self._drop_plan(gang, f"member {pk} was deleted")
@@ -679,9 +681,11 @@ class Scheduler:
             self.store.unreserve(pk)
         self._plan_specs.pop(gang, None)
         message = f"gang {gang}: {len(pods)} pods bound together" + (f" in {domain}" if domain else "")
-        effects = [
-            Effect("event", *pk.split("/", 1), {"reason": "GangBound", "message": message}) for pk in pods
-        ]
+        effects = (
+            [Effect("event", *pods[0].split("/", 1), {"reason": "GangBound", "message": message})]
+            if pods
+            else []
+        )
         spec = self._spec_of(pods)
         status = self._group_status(spec, "Running", message) if spec is not None else None
         if status is not None:
@@ -695,8 +699,12 @@ class Scheduler:
                 return self.store.membership(rec).group
         return None
 
-    def expire(self) -> list[tuple[GangEntry, list[PodKey], str]]:
-        """Fail every gang whose barrier deadline passed; returns (entry, waiting pods, message)."""
+    def expire(self) -> list[tuple[list[PodKey], str, list[Effect]]]:
+        """Fail every gang whose barrier deadline passed.
+
+        Returns, per gang, the members waiting at bind, the message to answer them with, and the
+        writes that tell it: a Warning event on each waiting member, the group object's status.
+        """
         out = []
         for entry in self.permits.expired():
             waiting = entry.waiting()
@@ -709,9 +717,17 @@ class Scheduler:
             for pk in self.permits.fail(entry.key, msg):
                 self.store.unreserve(pk)
             self._plan_specs.pop(entry.key, None)
-            out.append((entry, waiting, msg))
-            if spec is not None:
-                log.warning("%s", msg)
+            log.warning("%s", msg)
+            event = {"reason": "GangTimedOut", "message": msg, "type": "Warning"}
+            effects = [Effect("event", *pk.split("/", 1), event) for pk in waiting]
+            status = (
+                self._group_status(spec, "Pending", self.permits.entry(entry.key).last_reason)
+                if spec
+                else None
+            )
+            if status is not None:
+                effects.append(status)
+            out.append((waiting, msg, effects))
         return out
 
     # ================================================================= preempt

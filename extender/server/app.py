@@ -425,14 +425,10 @@ async def _expiry_ticker(app: web.Application) -> None:
     tick: asyncio.Event = app[READY]["tick"]
     while True:
         try:
-            for _entry, waiting, msg in scheduler.expire():
+            for waiting, msg, effects in scheduler.expire():
                 app[METRICS].gang_timeouts.inc()
-                effects = []
                 for pk in waiting:
                     barrier.resolve(pk, msg)
-                    ns, name = pk.split("/", 1)
-                    event = {"reason": "GangTimedOut", "message": msg, "type": "Warning"}
-                    effects.append(Effect("event", ns, name, event))
                 _spawn_effects(app, effects)
         except Exception:
             # one bad gang must not stop the ticker: every other waiting bind would then hang

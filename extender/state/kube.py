@@ -121,6 +121,9 @@ class ApiStatusError(Exception):
         self.reason = reason
 
 
+_YIELD_EVERY_S = 0.002  # longest stretch of watch events applied without yielding the event loop
+
+
 @dataclasses.dataclass
 class _Connection:
     """One aiohttp session to the API server, configured from a kubeconfig or the pod's service account.
@@ -456,7 +459,13 @@ class KubeClusterSource:
                 raise _Gone()
             if resp.status != 200:
                 raise _status_message(resp.status, await resp.read())
+            slice_start = time.monotonic()
             async for line in resp.content:
+                if time.monotonic() - slice_start > _YIELD_EVERY_S:
+                    # a burst of events (a Job creating its pods) must not hold up filter and bind
+                    # answers for its whole length: let them in between
+                    await asyncio.sleep(0)
+                    slice_start = time.monotonic()
                 if not line.strip():
                     continue
                 event = orjson.loads(line)
