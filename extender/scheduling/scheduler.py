@@ -686,6 +686,11 @@ class Scheduler:
             if pods
             else []
         )
+        # members beyond quorum that were told to wait for it can be placed now: bring them back
+        # from kube-scheduler's backoff rather than after it
+        for rec in self.store.group_members(gang):
+            if rec.key in self._rejected and not rec.node_name and rec.key not in pods:
+                effects.append(Effect("nudge", *rec.key.split("/", 1), {"value": f"{gang}:bound"}))
         spec = self._spec_of(pods)
         status = self._group_status(spec, "Running", message) if spec is not None else None
         if status is not None:

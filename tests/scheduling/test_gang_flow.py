@@ -181,6 +181,9 @@ async def test_members_beyond_quorum_wait_for_the_quorum_then_are_placed_as_they
     assert "waiting for its quorum to bind" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
     quorum = [p.split("/")[1] for p in plan]
     assert set((await bind_all(svc, quorum)).values()) == {""}
+    await asyncio.sleep(0.05)
+    # told to wait, it sat in kube-scheduler's backoff: the bound quorum brings it back at once
+    assert "gang-extender.io/nudge" in svc.pod(extra)["metadata"]["annotations"]
     doc = await svc.filter(extra)
     assert len(doc["NodeNames"]) > 1  # not held to a plan: any node with room
     assert await svc.bind(extra, doc["NodeNames"][0]) == ""
