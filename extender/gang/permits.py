@@ -49,8 +49,6 @@ class GangEntry:
     failures: int = 0
     backoff_until: float = 0.0
     last_reason: str = ""
-    planned_at: float | None = None
-    bound_at: float | None = None
     releasing: bool = False  # the barrier completed and the binds are in flight: hands off
 
     def waiting(self) -> list[PodKey]:
@@ -95,7 +93,6 @@ class GangPermits:
         e.plan = dict(plan)
         e.domain = domain
         e.phase = Phase.PLANNED
-        e.planned_at = self.clock()
         e.last_reason = f"planned {len(plan)} pods" + (f" in {domain}" if domain else "")
         for pod in plan:
             self._pod_gang[pod] = key
@@ -160,7 +157,6 @@ class GangPermits:
         if not e.plan:
             e.phase = Phase.BOUND
             e.failures = 0
-            e.bound_at = self.clock()
             e.last_reason = "quorum bound"
 
     def expired(self) -> list[GangEntry]:

@@ -54,6 +54,3 @@ class ListLookup:
         elif found is None:
             found = self._by_key.get((group, kind, "default", name))
         return found
-
-
-EMPTY_LOOKUP: ObjectLookup = ListLookup(())

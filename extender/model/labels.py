@@ -26,7 +26,6 @@ JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-GROUP_TEMPLATE_NAME = "scheduling.k8s.io/group-template-name"  # annotation on child Jobs
 
 # batch Job controller
 JOB_NAME = "batch.kubernetes.io/job-name"

@@ -65,13 +65,6 @@ class ClusterArrays:
     def resource_names(self) -> tuple[str, ...]:
         return tuple(self._resource_names)
 
-    def resource_column(self, name: str) -> int:
-        """The column of a resource; KeyError names the known resources."""
-        try:
-            return self._resource_index[name]
-        except KeyError:
-            raise KeyError(f"resource {name!r} has no column; known: {self._resource_names}") from None
-
     @property
     def n_levels(self) -> int:
         return len(self._level_keys)

@@ -95,9 +95,6 @@ class Expansion:
             out.append(f"{meta.get('namespace', '')}/{meta['name']}/{step.rjob_name}")
         return out
 
-    def released_pods_of(self, namespace: str, jobset: str, rjob: str) -> list[PodKey]:
-        return list(self._pods_of_rjob.get((namespace, jobset, rjob), ()))
-
     def release(self, is_ready: Callable[[PodKey], bool]) -> list[dict[str, Any]]:
         """Create the Jobs and pods of held replicatedJobs whose predecessor is now Ready.
 

@@ -24,7 +24,7 @@ import orjson
 from extender import grouping
 from extender.model import nodematch, resources
 from extender.model.group import Membership, MembershipState
-from extender.model.keys import GroupKey, PodKey, api_group, pod_key
+from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement.layout import ClusterArrays
 
 log = logging.getLogger(__name__)
@@ -50,10 +50,7 @@ def kind_of(obj: dict[str, Any]) -> Kind:
     return api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))
 
 
-def key_of(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+key_of = object_key
 
 
 def is_terminal(pod: dict[str, Any]) -> bool:
@@ -108,7 +105,6 @@ class ClusterStore:
         self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
         self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
-        self.generation = 0  # bumps on every change; decisions cache on it
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
         self._group_index: dict[GroupKey, set[PodKey]] = {}
@@ -133,7 +129,6 @@ class ClusterStore:
             self._apply_pod(obj)
         if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
             self.grouping_gen += 1
-        self.generation += 1
         self._notify(event, kind, obj)
 
     def _grouping_changed(self, kind: Kind, key: str, obj: dict[str, Any]) -> bool:
@@ -172,7 +167,6 @@ class ClusterStore:
         if kind in GROUPING_KINDS:
             self._fingerprints.pop((kind, key), None)
             self.grouping_gen += 1
-        self.generation += 1
         self._notify("DELETED", kind, old)
 
     def replace_all(self, group: str, kind_name: str, objs: Iterable[dict[str, Any]]) -> None:
@@ -364,7 +358,6 @@ class ClusterStore:
         self.unreserve(key)
         self.arrays.sub(row, vector)
         self.reservations[key] = Reservation(row=row, vector=vector)
-        self.generation += 1
 
     def unreserve(self, key: PodKey) -> None:
         res = self.reservations.pop(key, None)
@@ -372,7 +365,6 @@ class ClusterStore:
             self.release_gen += 1
             if res.row in self.row_names:
                 self.arrays.add(res.row, res.vector)
-            self.generation += 1
 
     # ----------------------------------------------------------------- grouping
     def membership(self, rec: PodRecord) -> Membership:
