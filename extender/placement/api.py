@@ -268,11 +268,17 @@ class _Solver:
     # kernels, typed
 
     def totals(self, t: int, scope: np.ndarray, level: int) -> kernels.DomainTotals:
+        return self.totals_over(t, scope, self.a.domains[level], self.a.n_domains(level))
+
+    def totals_over(
+        self, t: int, scope: np.ndarray, dom_row: np.ndarray, n_domains: int
+    ) -> kernels.DomainTotals:
+        """Free capacity per domain of `dom_row` (one id per row) over the scope, for subtree t."""
         return kernels.domain_totals(
             free=self.a.free,
             schedulable=self.a.schedulable,
-            dom_row=self.a.domains[level],
-            n_domains=self.a.n_domains(level),
+            dom_row=dom_row,
+            n_domains=n_domains,
             scope=scope,
             demand=self.g.demand[t],
             elig=self.g.elig,
@@ -438,22 +444,8 @@ class _Solver:
             dt = self.totals(t, scope, level)
             pinned = self.pinned(t, level)
         else:
-            whole = np.zeros(self.a.capacity, dtype=np.int32)
-            dt = kernels.domain_totals(
-                free=self.a.free,
-                schedulable=self.a.schedulable,
-                dom_row=whole,
-                n_domains=1,
-                scope=scope,
-                demand=self.g.demand[t],
-                elig=self.g.elig,
-                leaf_elig=self.g.leaf_elig,
-                group_leaves=self.g.subtree_leaves[t],
-                requests=self.g.requests,
-                log_rows=self.log_rows,
-                log_leaves=self.log_leaves,
-                n_log=self.n_log,
-            )
+            whole = np.zeros(self.a.capacity, dtype=np.int32)  # the scope as one domain
+            dt = self.totals_over(t, scope, whole, 1)
             pinned = np.zeros(1, dtype=np.bool_)
         fits = kernels.fits_per_domain(dt, **self.fill_inputs(), leaves=leaves)
         usable = dt.row_counts > 0
