@@ -8,8 +8,9 @@ Models (mutually exclusive):
   replicatedJob instead (an explicit top-level gang is rejected);
 - `replicatedJobs[]` entries: one PodGroup per entry, minCount summed over its targets;
 - an entry's `job`: one PodGroup per Job replica ("gang of gangs"), minCount = parallelism.
-An unset (or 0) minCount is recomputed from the live spec on every compile, which is how elastic
-scaling moves it; an explicit non-zero minCount is a fixed quorum. Names use the controller's
+minCount is recomputed from the live spec on every compile, which is how elastic scaling moves it;
+only an explicit non-zero `job.schedulingPolicy.gang.minCount` is a fixed quorum (the top level
+and entries take the controller's composite policy, which has no count of its own). Names use the controller's
 identity-hash scheme so our keys equal the real PodGroup names.
 """
 
@@ -151,10 +152,17 @@ def _parse_policy(raw: Any, path: str, *, allow_min_count: bool = True) -> tuple
     return Policy.GANG, min_count
 
 
-def _parse_settings(raw: dict[str, Any], path: str, *, claims_allowed: bool) -> _Settings:
+def _parse_settings(
+    raw: dict[str, Any], path: str, *, claims_allowed: bool, fixed_quorum: bool = False
+) -> _Settings:
+    """One level's settings. Only a `job` policy's gang.minCount is a fixed quorum: the top level and
+    replicatedJobs[] entries take the controller's composite policy, whose count it always derives
+    from the live pod count (so elastic scaling moves it), whatever the manifest says."""
     policy, explicit = None, None
     if raw.get("schedulingPolicy") is not None:
         policy, explicit = _parse_policy(raw["schedulingPolicy"], f"{path}.schedulingPolicy")
+        if not fixed_quorum:
+            explicit = None
     topology_key = None
     if raw.get("schedulingConstraints") is not None:
         constraints = raw["schedulingConstraints"]
@@ -299,7 +307,9 @@ def _items(jobset: dict[str, Any]) -> list[_Item]:
                         )
                 if not _is_dict(job):
                     raise GroupingError(f"{epath}.job", "must be an object")
-                settings = _fallback(_parse_settings(job, f"{epath}.job", claims_allowed=True), global_)
+                settings = _fallback(
+                    _parse_settings(job, f"{epath}.job", claims_allowed=True, fixed_quorum=True), global_
+                )
                 rj_name = str(targets[0])
                 rj = rjs[index_of[rj_name]]
                 parallelism = rj_parallelism(rj, index_of[rj_name])
@@ -309,7 +319,15 @@ def _items(jobset: dict[str, Any]) -> list[_Item]:
                         f"minCount {settings.explicit_min_count} exceeds the {parallelism} pods of one "
                         f"Job of replicatedJob {rj_name!r}",
                     )
-                for j in range(rj_replicas(rj, index_of[rj_name])):
+                replicas = rj_replicas(rj, index_of[rj_name])
+                if len(items) + replicas > MAX_TEMPLATES:
+                    # checked before building: replicas may be in the millions
+                    raise GroupingError(
+                        f"{epath}.job",
+                        f"one PodGroupTemplate per Job would make {len(items) + replicas} templates; "
+                        f"a Workload holds at most {MAX_TEMPLATES}",
+                    )
+                for j in range(replicas):
                     items.append(
                         _Item(
                             template=per_job_template_name(namespace, name, rj_name, j),
@@ -373,11 +391,14 @@ def _items(jobset: dict[str, Any]) -> list[_Item]:
         ]
 
     total = sum(pods.values())
-    if global_.explicit_min_count is not None and global_.explicit_min_count > total:
-        raise GroupingError(
-            global_.min_count_field,
-            f"minCount {global_.explicit_min_count} exceeds the {total} pods of the JobSet",
-        )
+    if (global_.policy or Policy.GANG) is Policy.GANG:
+        for i, rj in enumerate(rjs):
+            if _priority(rj) != _priority(rjs[0]):
+                raise GroupingError(
+                    f"spec.replicatedJobs[{i}].template.spec.template.spec.priorityClassName",
+                    "must match across replicatedJobs when top-level gang scheduling is used "
+                    f"({_priority(rj)!r} vs {_priority(rjs[0])!r}): one PodGroup has one priority",
+                )
     return [
         _Item(
             template=top_level_template_name(namespace, name),

@@ -337,33 +337,62 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
         if sg["name"] in names:
             raise GroupingError(f"spec.subGroups[{i}].name", f"duplicate subgroup {sg['name']!r}")
         names.add(sg["name"])
+        where = f"spec.subGroups[{i}]"
         subgroups.append(
             SubGroup(
                 name=str(sg["name"]),
                 parent=sg.get("parent") or None,
-                min_member=_int_field(sg.get("minMember"), f"spec.subGroups[{i}].minMember", default=0)
-                if sg.get("minMember") is not None
-                else None,
-                min_subgroup=sg.get("minSubGroup"),
+                min_member=_optional_int(sg.get("minMember"), f"{where}.minMember"),
+                min_subgroup=_optional_int(sg.get("minSubGroup"), f"{where}.minSubGroup"),
                 topology=topo(sg.get("topologyConstraint")),
             )
         )
-    for i, sg in enumerate(subgroups):
-        if sg.parent is not None and sg.parent not in names:
-            raise GroupingError(f"spec.subGroups[{i}].parent", f"unknown parent subgroup {sg.parent!r}")
+    _check_tree(subgroups, names)
     min_member = spec.get("minMember")
+    if min_member is not None and spec.get("minSubGroup") is not None:
+        raise GroupingError("spec.minSubGroup", "set minMember or minSubGroup on the root, not both")
     return GroupSpec(
         key=group_key(namespace, name),
         source=Source.KAI_PODGROUP,
         policy=Policy.GANG,
         min_member=_int_field(min_member, "spec.minMember", default=1) if min_member is not None else None,
-        min_subgroup=spec.get("minSubGroup"),
+        min_subgroup=_optional_int(spec.get("minSubGroup"), "spec.minSubGroup"),
         topology=topo(spec.get("topologyConstraint")),
         subgroups=tuple(subgroups),
         queue=spec.get("queue") or None,
         priority_class=spec.get("priorityClassName") or None,
         owner=f"PodGroup {namespace}/{name}",
     )
+
+
+def _optional_int(value: Any, field: str) -> int | None:
+    return None if value is None else _int_field(value, field, default=0)
+
+
+def _check_tree(subgroups: list[SubGroup], names: set[str]) -> None:
+    """KAI's PodGroup webhook rules: known parents, no cycles, leaves count pods and inner nodes
+    count children (never both)."""
+    parents = {sg.parent for sg in subgroups if sg.parent is not None}
+    by_name = {sg.name: sg for sg in subgroups}
+    for i, sg in enumerate(subgroups):
+        where = f"spec.subGroups[{i}]"
+        if sg.parent is not None and sg.parent not in names:
+            raise GroupingError(f"{where}.parent", f"unknown parent subgroup {sg.parent!r}")
+        seen = {sg.name}
+        node = sg
+        while node.parent is not None:
+            if node.parent in seen:
+                raise GroupingError(f"{where}.parent", f"subgroup {sg.name!r} is its own ancestor")
+            seen.add(node.parent)
+            node = by_name[node.parent]
+        if sg.min_member is not None and sg.min_subgroup is not None:
+            raise GroupingError(f"{where}.minSubGroup", "set minMember or minSubGroup, not both")
+        if sg.name in parents and sg.min_member is not None:
+            raise GroupingError(f"{where}.minMember", "a subgroup with children counts them with minSubGroup")
+        if sg.name not in parents and sg.min_subgroup is not None:
+            raise GroupingError(f"{where}.minSubGroup", "a leaf subgroup counts pods with minMember")
+        if sg.name not in parents and sg.min_member is None:
+            raise GroupingError(f"{where}.minMember", "a leaf subgroup needs minMember")
 
 
 def podgroup_object(group: GroupSpec, *, top: dict[str, Any] | None = None) -> dict[str, Any]:

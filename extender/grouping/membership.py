@@ -22,6 +22,7 @@ from typing import Any
 from extender.grouping import kai
 from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
 from extender.grouping.jobset_scheduling import (
+    JobSetCompilation,
     compile_jobset,
     has_scheduling,
     is_suspended,
@@ -56,6 +57,9 @@ def single_pod_group(pod: dict[str, Any]) -> GroupSpec:
     )
 
 
+DEFAULT_SUBGROUP = "default"
+
+
 def derive_membership(pod: dict, lookup: ObjectLookup) -> Membership:
     """The pod's gang and leaf. Pure; never raises."""
     try:
@@ -85,12 +89,27 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
         obj = lookup.get(*K8S_PODGROUP, ns, str(k8s_name))
         if obj is not None:
             return Membership(state=MembershipState.MEMBER, group=k8s_group(obj, lookup))
+        if kind_of(chain.top) == kai.JOBSET and is_suspended(chain.top):
+            # the controller deletes the PodGroups of a suspended JobSet; nothing to schedule
+            return Membership(
+                state=MembershipState.GROUP_MISSING,
+                message=f"JobSet {ns}/{meta(chain.top).get('name')} is suspended: it has no PodGroups",
+            )
         compiled = _jobset_compiled(chain)
         if compiled is not None and compiled.key == group_key(ns, str(k8s_name)):
             return Membership(state=MembershipState.MEMBER, group=compiled)
         return Membership(
             state=MembershipState.GROUP_MISSING,
             message=f"waiting for PodGroup {ns}/{k8s_name} (scheduling.k8s.io) to exist",
+        )
+
+    if skipping:
+        # skip-podgrouper: no group is derived for this workload; without a PodGroup to join the
+        # pod waits, as KAI leaves it unscheduled
+        return Membership(
+            state=MembershipState.GROUP_MISSING,
+            message=f"{keys.SKIP_PODGROUPER} is set but the pod has no {keys.POD_GROUP_NAME} annotation: "
+            "it waits for a PodGroup to name",
         )
 
     # 3. the top owner's kind
@@ -119,7 +138,7 @@ def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
     top = chain.top
     if kind_of(top) != kai.JOBSET or not has_scheduling(top):
         return None
-    compilation = compile_jobset(top)
+    compilation = _compile_cached(top)
     rj = index = None
     for obj in (chain.pod, *chain.owners):
         rj = rj or labels(obj).get(keys.REPLICATED_JOB_NAME)
@@ -139,6 +158,26 @@ def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
     return next(g for g in compilation.groups if g.key == key)
 
 
+_COMPILED: dict[tuple[str, str], JobSetCompilation] = {}
+_COMPILED_MAX = 512
+
+
+def _compile_cached(jobset: dict[str, Any]) -> JobSetCompilation:
+    """compile_jobset, once per JobSet version: every pod of a 4096-pod JobSet asks for the same one."""
+    m = meta(jobset)
+    uid, rv = m.get("uid"), m.get("resourceVersion")
+    if not uid or not rv:
+        return compile_jobset(jobset)
+    key = (str(uid), str(rv))
+    found = _COMPILED.get(key)
+    if found is None:
+        found = compile_jobset(jobset)  # raises GroupingError for an invalid spec: nothing cached
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        _COMPILED[key] = found
+    return found
+
+
 def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
     obj = lookup.get(*kai.KAI_PODGROUP, ns, pg_name)
     if obj is None:
@@ -146,28 +185,14 @@ def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLook
             state=MembershipState.GROUP_MISSING, message=f"waiting for PodGroup {ns}/{pg_name} to exist"
         )
     group = kai.external_group(obj)
-    wanted = labels(pod).get(keys.SUBGROUP_NAME)
-    leaves = {s.name for s in group.leaves()}
-    if wanted is None:
-        if not group.subgroups:
+    # KAI: a pod without the label belongs to the subgroup "default"; a PodGroup without subgroups
+    # is one pod set of that name; only leaves take pods; any other name is the contract's error
+    wanted = labels(pod).get(keys.SUBGROUP_NAME) or DEFAULT_SUBGROUP
+    if not group.subgroups:
+        if wanted == DEFAULT_SUBGROUP:
             return Membership(state=MembershipState.MEMBER, group=group)
-        if len(leaves) == 1:
-            return Membership(state=MembershipState.MEMBER, group=group, subgroup=next(iter(leaves)))
-        return Membership(
-            state=MembershipState.INVALID_SUBGROUP,
-            group=group,
-            message=f"Pod has no {keys.SUBGROUP_NAME} label, but PodGroup {group.key} has subgroups "
-            f"{', '.join(sorted(leaves))}: label the pod with one of them",
-        )
-    if wanted in leaves:
+    elif wanted in {s.name for s in group.leaves()}:
         return Membership(state=MembershipState.MEMBER, group=group, subgroup=wanted)
-    if group.subgroup(wanted) is not None:
-        return Membership(
-            state=MembershipState.INVALID_SUBGROUP,
-            group=group,
-            message=f'Pod references subgroup "{wanted}" of PodGroup {group.key}, which is not a leaf: '
-            "pods may only join leaf subgroups",
-        )
     return Membership(
         state=MembershipState.INVALID_SUBGROUP, group=group, message=invalid_subgroup_message(wanted, group)
     )

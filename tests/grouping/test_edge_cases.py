@@ -182,9 +182,14 @@ INVALID = [
         "spec.scheduling.replicatedJobs[0].schedulingPolicy",
     ),
     (
-        "a minCount above the pods that exist",
-        {"schedulingPolicy": {"gang": {"minCount": 99}}},
-        "spec.scheduling.schedulingPolicy.gang.minCount",
+        "a job-level minCount above the pods of one Job",
+        {
+            "replicatedJobs": [
+                {"targetReplicatedJobs": ["a"], "job": {"schedulingPolicy": {"gang": {"minCount": 99}}}},
+                {"targetReplicatedJobs": ["b"]},
+            ]
+        },
+        "spec.scheduling.replicatedJobs[0].job.schedulingPolicy.gang.minCount",
     ),
     (
         "both basic and gang",
@@ -218,7 +223,7 @@ INVALID = [
     (
         "more PodGroups than a Workload holds",
         {"replicatedJobs": [{"targetReplicatedJobs": ["a"], "job": {}}, {"targetReplicatedJobs": ["b"]}]},
-        "spec.scheduling",
+        "spec.scheduling.replicatedJobs[0].job",
     ),
 ]
 
@@ -547,3 +552,39 @@ def test_jobset_pod_before_its_podgroup_exists_uses_the_compiled_group():
         "per-rj-independent-worker-6cf5bd766e",
         Source.JOBSET_SCHEDULING,
     )
+
+
+@pytest.mark.parametrize(
+    "sched",
+    [
+        {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        {
+            "replicatedJobs": [
+                {"targetReplicatedJobs": ["a", "b"], "schedulingPolicy": {"gang": {"minCount": 2}}}
+            ]
+        },
+    ],
+    ids=["at the top level", "in a replicatedJobs entry"],
+)
+def test_a_min_count_outside_job_is_derived_from_the_live_pods_as_the_controller_does(sched):
+    # the controller's composite policy has no count of its own: it follows parallelism x replicas
+    js = jobset([("a", 1, 1), ("b", 1, 2)], sched)
+    (group,) = compile_jobset(js).groups
+    assert group.min_member == 3
+    js["spec"]["replicatedJobs"][1]["template"]["spec"]["parallelism"] = 4
+    (scaled,) = compile_jobset(js).groups
+    assert scaled.min_member == 5
+
+
+def test_a_whole_jobset_gang_needs_one_priority_class():
+    js = jobset([("a", 1, 1), ("b", 1, 2)], {"schedulingPolicy": {"gang": {}}})
+    js["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    with pytest.raises(GroupingError) as err:
+        compile_jobset(js)
+    assert err.value.field == "spec.replicatedJobs[1].template.spec.template.spec.priorityClassName"
+
+
+def test_a_gang_of_gangs_with_millions_of_replicas_is_rejected_before_it_is_built():
+    js = jobset([("a", 10**7, 1)], {"replicatedJobs": [{"targetReplicatedJobs": ["a"], "job": {}}]})
+    with pytest.raises(GroupingError, match="at most 8"):
+        compile_jobset(js)
