@@ -8,7 +8,8 @@ exist would wait forever):
 - a batch Job's `kai.scheduler/batch-min-member` is clamped to the pods the Job runs at once
   (min(parallelism, completions)); KAI does not clamp;
 - a replicatedJob template's `batch-min-member` is clamped to that Job's parallelism (KAI logs);
-- `dependsOn` counts as sequenced startup like `InOrder` for the JobSet root `minSubGroup`.
+- `dependsOn` counts as sequenced startup like `InOrder` for the JobSet root `minSubGroup`;
+- a PyTorchJob's minAvailable / elastic minReplicas is clamped to its replicas.
 Priority class is only set when the workload names one (KAI would default to `train`).
 """
 
@@ -232,36 +233,49 @@ def _jobset_group(jobset: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
     )
 
 
+MAX_SEGMENTS = 10_000  # KAI's cap on generated segment subgroups
+
+
 def _pytorch_group(job: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
+    """KAI's PyTorchJob gang: master and worker in one group.
+
+    Quorum: runPolicy.schedulingPolicy.minAvailable, else elasticPolicy.minReplicas, else every
+    replica. With minAvailable set KAI does not validate the replica counts (a spec without
+    `replicas` runs one). With `kai.scheduler/segment-size: S` on the Worker template, `worker`
+    becomes a parent of segments `worker-0..` of S pods each (the last one the remainder), each with
+    the segment topology constraint; segments past the ones the quorum needs have minMember 0.
+    """
     spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
     specs = spec.get("pytorchReplicaSpecs")
     if not isinstance(specs, dict) or not specs:
         raise GroupingError("spec.pytorchReplicaSpecs", "a PyTorchJob needs at least one replica spec")
-    total = 0
+    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    sched = run_policy.get("schedulingPolicy") if isinstance(run_policy.get("schedulingPolicy"), dict) else {}
+    min_available = sched.get("minAvailable")
+    counts: dict[str, int] = {}
     for role, rs in specs.items():
         replicas = rs.get("replicas") if isinstance(rs, dict) else None
         field = f"spec.pytorchReplicaSpecs.{role}.replicas"
+        if replicas is None and min_available is not None:
+            replicas = 1  # the training operator's default
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise GroupingError(field, f"must be a positive integer, got {replicas!r}")
-        total += replicas
+        counts[role] = replicas
+    total = sum(counts.values())
     min_member = total
     elastic = spec.get("elasticPolicy") if isinstance(spec.get("elasticPolicy"), dict) else {}
     if elastic.get("minReplicas") is not None:
         min_member = _int_field(elastic["minReplicas"], "spec.elasticPolicy.minReplicas", default=total)
-    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
-    sched = run_policy.get("schedulingPolicy") if isinstance(run_policy.get("schedulingPolicy"), dict) else {}
-    if sched.get("minAvailable") is not None:
-        min_member = _int_field(
-            sched["minAvailable"], "spec.runPolicy.schedulingPolicy.minAvailable", default=total
-        )
-    min_member = min(min_member, total)
+    if min_available is not None:
+        min_member = _int_field(min_available, "spec.runPolicy.schedulingPolicy.minAvailable", default=total)
+    min_member = min(min_member, total)  # deliberate: a quorum above the pods that exist never forms
     subgroups: list[SubGroup] = []
-    master = specs.get("Master")
-    master_replicas = master.get("replicas", 0) if isinstance(master, dict) else 0
+    master_replicas = counts.get("Master", 0)
     if master_replicas:
         subgroups.append(SubGroup(name="master", min_member=master_replicas))
-    if isinstance(specs.get("Worker"), dict):
-        subgroups.append(SubGroup(name="worker", min_member=max(0, min_member - master_replicas)))
+    if "Worker" in counts:
+        worker_min = max(0, min_member - master_replicas)
+        subgroups.extend(_worker_subgroups(job, specs["Worker"], counts["Worker"], worker_min))
     return GroupSpec(
         policy=Policy.GANG,
         min_member=min_member,
@@ -269,6 +283,41 @@ def _pytorch_group(job: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
         subgroups=tuple(subgroups),
         **common,
     )
+
+
+def _worker_subgroups(
+    job: dict[str, Any], worker: dict[str, Any], replicas: int, worker_min: int
+) -> list[SubGroup]:
+    template = worker.get("template") if isinstance(worker.get("template"), dict) else {}
+    anns = annotations(template)
+    raw = anns.get(keys.SEGMENT_SIZE)
+    if raw is None:
+        return [SubGroup(name="worker", min_member=worker_min)]
+    field = f"spec.pytorchReplicaSpecs.Worker.template.metadata.annotations[{keys.SEGMENT_SIZE!r}]"
+    size = _parse_positive(raw, field)
+    n_segments = -(-replicas // size)
+    if n_segments > MAX_SEGMENTS:
+        raise GroupingError(
+            field, f"{replicas} workers in segments of {size} make {n_segments}; at most {MAX_SEGMENTS}"
+        )
+    needed = -(-worker_min // size)
+    required, preferred = anns.get(keys.SEGMENT_REQUIRED), anns.get(keys.SEGMENT_PREFERRED)
+    topology = None
+    if required or preferred:
+        topology = TopologyConstraint(
+            topology=annotations(job).get(keys.TOPOLOGY) or anns.get(keys.TOPOLOGY) or None,
+            required_level=required or None,
+            preferred_level=preferred or None,
+        )
+    out = [SubGroup(name="worker", min_subgroup=n_segments)]
+    for i in range(n_segments):
+        pods = min(size, replicas - i * size)
+        out.append(
+            SubGroup(
+                name=f"worker-{i}", parent="worker", min_member=pods if i < needed else 0, topology=topology
+            )
+        )
+    return out
 
 
 def leaf_for_pod(group: GroupSpec, top: dict[str, Any], chain: Sequence[dict[str, Any]]) -> str | None:
@@ -299,6 +348,15 @@ def leaf_for_pod(group: GroupSpec, top: dict[str, Any], chain: Sequence[dict[str
                 f"metadata.labels[{keys.PYTORCH_REPLICA_TYPE!r}]", "a PyTorchJob pod needs its replica type"
             )
         leaf = role.lower()
+        if leaf == "worker" and group.subgroup("worker-0") is not None:
+            index = label(keys.PYTORCH_REPLICA_INDEX)
+            segment = _segment_size(top)
+            if index is None or not index.isdigit() or segment is None:
+                raise GroupingError(
+                    f"metadata.labels[{keys.PYTORCH_REPLICA_INDEX!r}]",
+                    "a segmented PyTorchJob's worker pod needs its replica index",
+                )
+            leaf = f"worker-{int(index) // segment}"
     else:
         return None
     if leaf not in {s.name for s in group.leaves()}:
@@ -308,6 +366,15 @@ def leaf_for_pod(group: GroupSpec, top: dict[str, Any], chain: Sequence[dict[str
             f"pod maps to subgroup {leaf!r}, which {group.key} does not have",
         )
     return leaf
+
+
+def _segment_size(top: dict[str, Any]) -> int | None:
+    worker = ((top.get("spec") or {}).get("pytorchReplicaSpecs") or {}).get("Worker") or {}
+    raw = annotations(worker.get("template") or {}).get(keys.SEGMENT_SIZE)
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 # External PodGroups (scheduling.run.ai/v2alpha2)

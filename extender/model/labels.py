@@ -14,6 +14,9 @@ BATCH_MIN_MEMBER = "kai.scheduler/batch-min-member"  # annotation on Job / JobSe
 TOPOLOGY = "kai.scheduler/topology"
 TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
 TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+SEGMENT_SIZE = "kai.scheduler/segment-size"  # PyTorchJob Worker template: split workers into segments
+SEGMENT_REQUIRED = "kai.scheduler/segment-topology-required-placement"
+SEGMENT_PREFERRED = "kai.scheduler/segment-topology-preferred-placement"
 PRIORITY_CLASS_LABEL = "priorityClassName"
 
 # JobSet controller (labels and annotations on child Jobs and their pods)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import yaml
@@ -89,4 +90,53 @@ async def test_a_basic_group_with_a_rack_constraint_is_placed_pod_by_pod_in_one_
     assert len(placed) == 4 and len(racks) == 1
     # no gang was planned: each pod was placed on its own
     assert all(not e.plan for e in svc.scheduler.permits.gangs.values())
+    svc.check_invariants()
+
+
+SEGMENTED = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: seg
+  namespace: default
+  annotations: {kai.scheduler/topology: dc}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template: {spec: {containers: [{name: m, image: sleep, resources: {requests: {cpu: "1"}}}]}}
+    Worker:
+      replicas: 8
+      template:
+        metadata:
+          annotations:
+            kai.scheduler/segment-size: "4"
+            kai.scheduler/segment-topology-required-placement: rack
+        spec: {containers: [{name: w, image: sleep, resources: {requests: {cpu: "4"}}}]}
+"""
+
+
+async def test_each_segment_of_a_segmented_pytorchjob_lands_in_one_rack(make_service):
+    from extender.sim.cluster import topology
+
+    exp = expand([yaml.safe_load(SEGMENTED)])
+    # racks of 2 nodes x 8 cpu: one segment of 4 x 4 cpu fills a rack, so segments must split
+    svc = await make_service([*rack_cluster(racks=4, nodes_per_rack=2), topology("dc"), *exp.objects])
+    names = pods_of(exp.objects)
+    nodes = {}
+    for name in names:
+        doc = await svc.filter(name)
+        assert doc["NodeNames"], doc
+        nodes[name] = doc["NodeNames"][0]
+    errors = await asyncio.gather(*(svc.bind(n, nodes[n]) for n in names))
+    assert set(errors) == {""}
+    racks: dict[str, set[str]] = {}
+    for name in names:
+        rec = svc.store.pods[f"default/{name}"]
+        leaf = svc.store.membership(rec).subgroup
+        rack = svc.store.node(svc.node_of(name))["metadata"]["labels"]["topology.kubernetes.io/rack"]
+        racks.setdefault(leaf, set()).add(rack)
+    assert set(racks) == {"master", "worker-0", "worker-1"}
+    assert len(racks["worker-0"]) == 1 and len(racks["worker-1"]) == 1
+    assert racks["worker-0"] != racks["worker-1"]
     svc.check_invariants()
