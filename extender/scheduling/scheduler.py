@@ -178,15 +178,17 @@ class Scheduler:
         return self._filter_member(call)
 
     def _filter_member(self, call: FilterCall) -> FilterDecision:
+        # _filter answered a usable planned node already; a plan held here for this name cannot be
+        # carried out: its node is gone or not offered, or it was made for a pod since recreated
         key = call.key
         planned = self.permits.planned_node(key)
-        if planned is not None:
-            if planned in call.node_names and self._row_usable(planned):
-                return FilterDecision(Verdict.PASS, [planned])
-            gang = self.permits.gang_of(key)
-            if gang is not None and self.permits.entry(gang).releasing:
+        gang = self.permits.gang_of(key)
+        if planned is not None and gang is not None:
+            if self.permits.entry(gang).releasing:
                 return FilterDecision(Verdict.WAITING, [], f"gang {gang}: {key} is being bound to {planned}")
-            if gang is not None:
+            if self.planned_node_for(call.pod) is None:
+                self._drop_plan(gang, f"{key} was recreated after the plan was made")
+            else:
                 self._drop_plan(gang, f"planned node {planned} is no longer offered for {key}")
         if not call.group.is_gang():
             return self._filter_single(call)

@@ -550,3 +550,25 @@ async def test_a_timeout_is_told_on_the_waiting_members_and_the_group(make_servi
     ] == "Warning"
     status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
     assert status["phase"] == "Pending" and "backing off 2s" in status["lastReason"]
+
+
+async def test_a_pod_recreated_under_a_planned_name_drops_its_predecessors_plan(make_service, monkeypatch):
+    import orjson
+
+    svc = await make_service(rack_cluster() + gang("train", 2))
+    await svc.filter("train-0")
+    old_node = svc.scheduler.permits.entry("default/train").plan["default/train-1"]
+    stale = svc.pod("train-1")
+    recreated = dict(stale, metadata={**stale["metadata"], "uid": "a-new-uid"})
+    plans = []
+    real = svc.scheduler._plan
+    monkeypatch.setattr(svc.scheduler, "_plan", lambda *a, **k: plans.append(1) or real(*a, **k))
+    doc = {"Pod": recreated, "Nodes": None, "NodeNames": [old_node]}
+    resp = await svc.client.post("/filter", data=orjson.dumps(doc))
+    assert resp.status == 200
+    assert plans == [1], "the predecessor's plan was dropped and the gang planned afresh"
+    assert (
+        "was recreated after the plan was made"
+        not in svc.scheduler.permits.entry("default/train").last_reason
+    )
+    assert set(svc.store.reservations) == set(svc.scheduler.permits.entry("default/train").plan)
