@@ -9,6 +9,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+MIN_BIND_MARGIN_S = 1.0
+"""How much sooner than kube-scheduler's `httpTimeout` the gang wait must end. When a gang is released
+(or its wait ends) the waiting binds still have work to do before they answer: the release's binds are
+parallel POSTs to the API server, each normally well under 100 ms but slower under load, and
+kube-scheduler's clock for the bind call starts before ours (its request is still in flight to us).
+With no margin, `--gang-wait-s 3.99 --http-timeout-s 4` answered a bind at 4.004 s, after
+kube-scheduler had given up on it."""
+
 
 @dataclasses.dataclass(frozen=True)
 class ServerSettings:
@@ -22,8 +30,9 @@ class ServerSettings:
 @dataclasses.dataclass(frozen=True)
 class GangSettings:
     wait_s: float = 8.0
-    """How long a gang's bind barrier waits for quorum. Must end before kube-scheduler's `httpTimeout`
-    (10 s in the shipped configuration), so the waiting binds answer with our error, not a timeout."""
+    """How long a gang's bind barrier waits for quorum. Must end at least MIN_BIND_MARGIN_S before
+    kube-scheduler's `httpTimeout` (10 s in the shipped configuration), so the waiting binds answer
+    with our error, or the release's binds land, before kube-scheduler times the call out."""
     backoff_initial_s: float = 2.0
     """Delay before a gang that timed out at the barrier is planned again; doubles per failure."""
     backoff_max_s: float = 60.0
@@ -41,7 +50,7 @@ class ClusterSettings:
     in_cluster: bool = False
     """A live cluster through the pod's service account."""
     http_timeout_s: float = 10.0
-    """kube-scheduler's `httpTimeout` for this extender; the gang wait must be shorter."""
+    """kube-scheduler's `httpTimeout` for this extender; the gang wait must end MIN_BIND_MARGIN_S sooner."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +75,19 @@ def validate(settings: Settings) -> list[str]:
         errors.append(f"--gang-wait-s must be positive, got {g.wait_s}")
     if c.http_timeout_s <= 0:
         errors.append(f"--http-timeout-s must be positive, got {c.http_timeout_s}")
-    elif g.wait_s >= c.http_timeout_s:
+    elif g.wait_s > 0 and c.http_timeout_s - g.wait_s < MIN_BIND_MARGIN_S - 1e-9:  # 3.9 - 2.9 < 1.0
+        highest_wait = round(c.http_timeout_s - MIN_BIND_MARGIN_S, 3)
+        lowest_timeout = round(g.wait_s + MIN_BIND_MARGIN_S, 3)
+        raise_timeout = f"raise the scheduler's httpTimeout and --http-timeout-s to {lowest_timeout:g}"
+        fix = (
+            f"lower --gang-wait-s to {highest_wait:g}, or {raise_timeout}"
+            if highest_wait > 0
+            else raise_timeout
+        )
         errors.append(
-            f"--gang-wait-s ({g.wait_s}) must be shorter than --http-timeout-s ({c.http_timeout_s}), "
-            "or kube-scheduler times out the waiting binds before the gang's own error arrives"
+            f"--gang-wait-s ({g.wait_s:g}) must end at least {MIN_BIND_MARGIN_S:g}s before --http-timeout-s "
+            f"({c.http_timeout_s:g}), so that a released gang's binds (parallel POSTs to the API server) "
+            f"are answered before kube-scheduler gives up on them: {fix}"
         )
     if g.backoff_initial_s <= 0:
         errors.append(f"--gang-backoff-initial-s must be positive, got {g.backoff_initial_s}")

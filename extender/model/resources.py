@@ -9,6 +9,10 @@ app containers summed, restartable init containers (sidecars) added and running 
 later init containers, plain init containers taking the max, pod overhead on top, and pod-level
 `spec.resources` overriding cpu/memory where set. A container's limits stand in for missing
 requests, as the API server's defaulting would have done.
+
+Every amount is saturated at MAX_UNITS: the API server accepts quantities (`cpu: "1e16"`,
+`memory: "1e40"`) that no node can hold and no int64 column can store. A saturated request fits
+nowhere, as kube-scheduler's NodeResourcesFit would say, and never overflows the arrays downstream.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -39,6 +44,20 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+MAX_UNITS = 2**50
+"""Saturation bound of every amount this module returns (to_units, resource_list, pod_requests,
+node_allocatable), in either sign. 2**50 is 1 PiB of memory or storage, about 10**12 cores, 10**15
+devices: beyond any node, so a saturated request fits nowhere and a node clamped to it loses nothing
+real. Well inside int64 so that sums of saturated amounts stay exact: the store subtracts bound pods
+from a node's free column, and the planner sums a gang's requests (count x request), so up to 8191
+saturated pods add up to less than 2**63 instead of wrapping around to a small or negative total."""
+
+_SATURATE_DIGITS = 30
+"""A quantity whose leading digit is above 10**30 is saturated, and one below 10**-30 is rounded up to
+one unit, without computing it: `1e2000000000` is a valid quantity, and 10**2000000000 would stall the
+event loop for minutes. 10**30 with any suffix, in any unit, is above MAX_UNITS; 10**-30 is below
+one unit."""
+
 _QUANTITY = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 
 
@@ -46,8 +65,40 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+def _shown(value: str) -> str:
+    """`value` quoted for an error message, cut short: a quantity may be megabytes of digits."""
+    return repr(value) if len(value) <= 40 else repr(value[:40]) + f"... ({len(value)} characters)"
+
+
+def _parts(value: str) -> tuple[bool, Decimal, int, Fraction]:
+    """(negative, mantissa, decimal exponent, suffix multiplier) of a quantity string."""
+    m = _QUANTITY.match(value.strip())
+    if not m:
+        raise QuantityError(
+            f"{_shown(value)} is not a Kubernetes quantity (examples: 100m, 64Mi, 1.5Gi, 2e3)"
+        )
+    sign, number, exponent, suffix = m.groups()
+    if exponent and len(exponent.lstrip("eE+-")) > 18:
+        # beyond int64, which the API server refuses too; also keeps int() off huge digit strings
+        raise QuantityError(f"{_shown(value)}: exponent out of range")
+    # Decimal, not Fraction(str): a mantissa of thousands of digits is valid and Fraction's parser
+    # would refuse it (int's string-length limit)
+    mantissa = Decimal(number)
+    multiplier = Fraction(_BINARY[suffix]) if suffix in _BINARY else _DECIMAL[suffix or ""]
+    return sign == "-", mantissa, int(exponent[1:]) if exponent else 0, multiplier
+
+
+def _magnitude(mantissa: Decimal, exponent: int) -> int:
+    """The decimal exponent of the leading digit: 2.5e7 -> 7, 0.03 -> -2 (0 for zero)."""
+    return mantissa.adjusted() + exponent if mantissa else 0
+
+
 def parse_quantity(value: str | int | float) -> Fraction:
-    """The exact value of a Kubernetes quantity: "100m" -> 1/10, "1.5Gi" -> 1610612736."""
+    """The exact value of a Kubernetes quantity: "100m" -> 1/10, "1.5Gi" -> 1610612736.
+
+    A value beyond 10**±10000 raises QuantityError rather than take minutes to compute exactly;
+    `to_units` saturates such values without calling this.
+    """
     if isinstance(value, bool):
         raise QuantityError(f"quantity must be a string or number, got {value!r}")
     if isinstance(value, int):
@@ -58,24 +109,25 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(str(value))
     if not isinstance(value, str):
         raise QuantityError(f"quantity must be a string or number, got {type(value).__name__}")
-    m = _QUANTITY.match(value.strip())
-    if not m:
-        raise QuantityError(f"{value!r} is not a Kubernetes quantity (examples: 100m, 64Mi, 1.5Gi, 2e3)")
-    sign, number, exponent, suffix = m.groups()
-    amount = Fraction(number)
-    if exponent:
-        amount *= Fraction(10) ** int(exponent[1:])
-    elif suffix in _BINARY:
-        amount *= _BINARY[suffix]
-    else:
-        amount *= _DECIMAL[suffix or ""]
-    return -amount if sign == "-" else amount
+    negative, mantissa, exponent, multiplier = _parts(value)
+    if not mantissa:
+        return Fraction(0)
+    if abs(_magnitude(mantissa, exponent)) > 10_000:
+        raise QuantityError(f"{_shown(value)} is out of range")
+    amount = Fraction(mantissa) * Fraction(10) ** exponent * multiplier
+    return -amount if negative else amount
+
+
+def saturate(units: int) -> int:
+    """`units` clamped to [-MAX_UNITS, MAX_UNITS]."""
+    return MAX_UNITS if units > MAX_UNITS else -MAX_UNITS if units < -MAX_UNITS else units
 
 
 def to_units(resource: str, value: str | int | float) -> int:
     """A quantity in this project's integer unit for `resource`: millicores for cpu, else base units.
 
-    Rounds up, as Quantity.MilliValue()/Value() do, so a request is never undercounted.
+    Rounds up, as Quantity.MilliValue()/Value() do, so a request is never undercounted; saturates at
+    ±MAX_UNITS.
     """
     if not isinstance(value, (str, int, float)):
         raise QuantityError(f"quantity must be a string or number, got {type(value).__name__}")
@@ -85,10 +137,17 @@ def to_units(resource: str, value: str | int | float) -> int:
 @functools.lru_cache(maxsize=4096)
 def _to_units(resource: str, value: str | int | float) -> int:
     # cached: a cluster repeats a handful of quantity strings ("100m", "64Mi") across every pod
+    if isinstance(value, str):
+        negative, mantissa, exponent, _ = _parts(value)
+        magnitude = _magnitude(mantissa, exponent)
+        if mantissa and magnitude > _SATURATE_DIGITS:
+            return -MAX_UNITS if negative else MAX_UNITS
+        if mantissa and magnitude < -_SATURATE_DIGITS:
+            return 0 if negative else 1  # rounded up to the smallest unit, as MilliValue does
     amount = parse_quantity(value)
     if resource == CPU:
         amount *= 1000
-    return math.ceil(amount)
+    return saturate(math.ceil(amount))
 
 
 def units_text(resource: str, units: int) -> str:
@@ -116,6 +175,11 @@ def resource_list(raw: Mapping[str, Any] | None, *, where: str) -> dict[str, int
         except QuantityError as exc:
             raise QuantityError(f"{where}.{name}: {exc}") from None
     return out
+
+
+def _saturated(amounts: dict[str, int]) -> dict[str, int]:
+    """Each amount clamped to ±MAX_UNITS (sums of saturated amounts exceed it)."""
+    return {k: saturate(v) for k, v in amounts.items()}
 
 
 def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
@@ -163,7 +227,9 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
             total[name] = pod_level[name]
     _add(total, resource_list(spec.get("overhead"), where="spec.overhead"))
     total[PODS] = total.get(PODS, 0) + 1
-    return {k: v for k, v in total.items() if v}
+    # clamped after summing, per resource: containers, sidecars and overhead of saturated amounts
+    # add up past MAX_UNITS in Python's ints, never in int64
+    return {k: v for k, v in _saturated(total).items() if v}
 
 
 def node_allocatable(node: Mapping[str, Any]) -> dict[str, int]:

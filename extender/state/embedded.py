@@ -85,6 +85,10 @@ class EmbeddedCluster:
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=10_000)
         """The newest Events, as an API server would keep them for a while; bounded so a long
         `serve --cluster` with gangs retrying does not grow without end."""
+        self.bad_objects = 0
+        """Objects the store could not apply (each skipped and logged once), as on the live source."""
+        self.last_bad_object = ""
+        """The newest of them and why, one bounded line: "Pod ns/name: OverflowError: ..."."""
         for obj in objects:
             self.apply(obj)
 
@@ -141,12 +145,22 @@ class EmbeddedCluster:
 
     def _emit(self, event: str, obj: dict[str, Any]) -> None:
         if self._store is not None:
-            if event == "DELETED":
-                self._store.remove(obj)
-            else:
-                self._store.upsert(obj)
+            self._feed(self._store.remove if event == "DELETED" else self._store.upsert, obj)
         for fn in self._listeners:
             fn(event, obj)
+
+    def _feed(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any]) -> None:
+        """`op(obj)` (store.upsert or store.remove); an object the store cannot take is counted, logged
+        once and skipped: one bad object never stops the source (the object itself stays here)."""
+        try:
+            op(obj)
+        except Exception as exc:  # whatever one object does, the cluster source goes on
+            ref = f"{kind_of(obj)[1]} {key_of(obj)}"[:200]
+            error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            self.bad_objects += 1
+            self.last_bad_object = f"{ref}: {error}"
+            log.error("skipping %s (the cache goes on without it)", self.last_bad_object)
+            log.debug("traceback for %s", ref, exc_info=exc)
 
     def _touch(self, obj: dict[str, Any]) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
@@ -157,7 +171,7 @@ class EmbeddedCluster:
         """Feed `store` with everything now and every change from here on."""
         self._store = store
         for obj in self.all_objects():
-            store.upsert(obj)
+            self._feed(store.upsert, obj)
         self._synced = True
 
     async def run(self, store: ClusterStore) -> None:

@@ -23,6 +23,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from extender.model import labels
+from extender.model.keys import object_key
 from extender.state.source import BindError
 
 if TYPE_CHECKING:
@@ -187,6 +188,20 @@ def _status_message(status: int, body: bytes) -> ApiStatusError:
         return ApiStatusError(status, body[:200].decode("utf-8", "replace"))
 
 
+def _object_ref(obj: Any, kind: str) -> str:
+    """ "Kind namespace/name" of a watched object, for a log line; bounded, whatever the object holds."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    ns, name = meta.get("namespace"), meta.get("name")
+    ref = f"{kind} {f'{ns}/' if ns else ''}{name or '?'}"
+    return ref if len(ref) <= 200 else ref[:200] + "..."
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -220,6 +235,10 @@ class KubeClusterSource:
         self._pending_sync: set[tuple[str, str]] | None = None
         self._synced = False
         self._last_event_s: dict[tuple[str, str], float] = {}
+        self.bad_objects = 0
+        """Listed or watched objects the store could not apply (each skipped and logged once)."""
+        self.last_bad_object = ""
+        """The newest of them and why, one bounded line: "Pod ns/name: OverflowError: ..."."""
 
     # ---- connection --------------------------------------------------------------------------
 
@@ -429,14 +448,55 @@ class KubeClusterSource:
                 raise _status_message(status, data)
             doc = orjson.loads(data)
             for item in doc.get("items") or []:
+                if not isinstance(item, dict):
+                    self._skip(item, ValueError("a listed item that is not a mapping"), served)
+                    continue
                 item["apiVersion"] = served.api_version
                 item["kind"] = served.kind
                 items.append(item)
             meta = doc.get("metadata") or {}
             cont = meta.get("continue") or ""
             if not cont:
-                store.replace_all(served.group, served.kind, items)
+                self._replace_all(store, served, items)
                 return str(meta.get("resourceVersion", ""))
+
+    def _apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], served: ServedKind) -> bool:
+        """`op(obj)` (store.upsert or store.remove); an object it cannot take is counted, logged once
+        and skipped, so one bad object never stops the watch. False when it was skipped."""
+        try:
+            op(obj)
+        except Exception as exc:  # whatever one object does, the cluster source goes on
+            self._skip(obj, exc, served)
+            return False
+        return True
+
+    def _skip(self, obj: Any, exc: BaseException, served: ServedKind) -> None:
+        ref = _object_ref(obj, served.kind)
+        self.bad_objects += 1
+        self.last_bad_object = f"{ref}: {_one_line(exc)}"
+        log.error("skipping %s (the cache goes on without it)", self.last_bad_object)
+        log.debug("traceback for %s", ref, exc_info=exc)
+
+    def _replace_all(self, store: ClusterStore, served: ServedKind, items: list[dict[str, Any]]) -> None:
+        """A (re)list into the store. When the store refuses the list as a whole, the objects are
+        applied one by one (the gone removed, the rest upserted), so one bad object is skipped and
+        never costs the cache the rest of the list."""
+        try:
+            store.replace_all(served.group, served.kind, items)
+            return
+        except Exception as exc:  # retried object by object below, where the bad one is skipped
+            log.warning(
+                "list of %s.%s could not be applied in one go (%s); applying it object by object",
+                served.plural,
+                served.group or "core",
+                _one_line(exc),
+            )
+        fresh = {object_key(o) for o in items}
+        for old in list(store.list(served.group, served.kind)):
+            if object_key(old) not in fresh:
+                self._apply(store.remove, old, served)
+        for obj in items:
+            self._apply(store.upsert, obj, served)
 
     async def _watch_into(self, store: ClusterStore, served: ServedKind, cursor: _Cursor) -> str:
         """One watch request from `cursor.rv`, advancing it with every event applied (so a watch
@@ -473,19 +533,28 @@ class KubeClusterSource:
                     raise ValueError(f"malformed watch event: {line[:100]!r}")
                 kind = event.get("type")
                 obj = event.get("object") or {}
+                if not isinstance(obj, dict):
+                    if kind == "ERROR":
+                        raise ValueError(f"malformed watch event: {line[:100]!r}")
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._skip(
+                            obj, ValueError(f"{kind} event with an object that is not a mapping"), served
+                        )
+                    continue
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise _Gone()
                     raise ApiStatusError(int(obj.get("code") or 0), str(obj.get("message", "")))
-                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                meta = obj.get("metadata")
+                new_rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
                 if kind == "ADDED" or kind == "MODIFIED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)
-                    store.upsert(obj)
+                    self._apply(store.upsert, obj, served)
                 elif kind == "DELETED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)
-                    store.remove(obj)
+                    self._apply(store.remove, obj, served)
                 if new_rv:
                     cursor.rv = rv = str(new_rv)
             return rv

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from extender import cli
-from extender.config import Settings
+from extender.config import MIN_BIND_MARGIN_S, Settings, default_settings, validate
 
 SEED = "extender/scenarios/seed"
 
@@ -40,7 +40,7 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
             {},
             [
                 "--port must be a whole number, got 'http'",
-                "--gang-wait-s (12.0) must be shorter than --http-timeout-s (10.0)",
+                "--gang-wait-s (12) must end at least 1s before --http-timeout-s (10)",
                 "choose one cluster source",
             ],
             id="every error is reported at once",
@@ -57,6 +57,15 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
             ["GANG_EXTENDER_PORT must be a whole number, got 'eighty'"],
             id="a bad environment value names the variable",
         ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml", "--gang-wait-s", "3.99", "--http-timeout-s", "4"],
+            {},
+            [
+                "--gang-wait-s (3.99) must end at least 1s before --http-timeout-s (4)",
+                "lower --gang-wait-s to 3",
+            ],
+            id="a gang wait with no margin before httpTimeout",
+        ),
         pytest.param(["serve"], {}, ["serve needs a cluster source"], id="serve without a cluster source"),
         pytest.param(
             ["serve", "--cluster", "/nonexistent/cluster.yaml"],
@@ -71,6 +80,43 @@ def test_settings_errors_exit_2_and_say_what_to_fix(argv, env, expected):
     assert res.returncode == 2
     for text in expected:
         assert text in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("wait_s", "http_timeout_s", "error"),
+    [
+        (
+            3.99,
+            4.0,
+            "--gang-wait-s (3.99) must end at least 1s before --http-timeout-s (4), so that a released "
+            "gang's binds (parallel POSTs to the API server) are answered before kube-scheduler gives up "
+            "on them: lower --gang-wait-s to 3, or raise the scheduler's httpTimeout and --http-timeout-s "
+            "to 4.99",
+        ),
+        (3.0, 4.0, None),
+        (8.0, 10.0, None),
+        (2.9, 3.9, None),
+        (9.5, 10.0, "--gang-wait-s (9.5) must end at least 1s before --http-timeout-s (10)"),
+        (0.5, 1.0, "raise the scheduler's httpTimeout and --http-timeout-s to 1.5"),
+    ],
+    ids=[
+        "3.99 of 4: no margin",
+        "3 of 4: the margin exactly",
+        "the defaults, 8 of 10",
+        "2.9 of 3.9: the margin despite float rounding",
+        "9.5 of 10: half the margin",
+        "a timeout below the margin: only raising it helps",
+    ],
+)
+def test_the_gang_wait_ends_a_margin_before_http_timeout(wait_s, http_timeout_s, error):
+    """Issue 9, defect 8: 3.99 and 4 were accepted and a bind was answered at 4.004 s."""
+    settings = default_settings(gang_wait_s=wait_s, cluster_http_timeout_s=http_timeout_s)
+    errors = validate(settings)
+    if error is None:
+        assert errors == []
+    else:
+        assert len(errors) == 1 and error in errors[0]
+    assert MIN_BIND_MARGIN_S == 1.0
 
 
 def test_a_flag_wins_over_its_environment_twin(monkeypatch):

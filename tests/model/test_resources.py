@@ -21,7 +21,7 @@ from extender.model import resources as r
         ("500k", "memory", 500_000),
         ("1Ki", "ephemeral-storage", 1024),
         ("8", "nvidia.com/gpu", 8),
-        ("1E", "memory", 10**18),
+        ("1P", "memory", 10**15),
         ("3", "pods", 3),
         (2, "cpu", 2000),
         ("1e-3", "cpu", 1),
@@ -138,3 +138,63 @@ def test_resource_index_keeps_core_columns_first():
 def test_a_quantity_of_the_wrong_type_is_a_quantity_error(bad):
     with pytest.raises(r.QuantityError, match="must be a string or number"):
         r.to_units("cpu", bad)
+
+
+# Amounts the API server accepts but no node can hold (issue 9, defect 2): saturated at MAX_UNITS so
+# that no int64 column downstream overflows, and computed without building 10**2000000000.
+@pytest.mark.parametrize(
+    ("text", "resource", "units"),
+    [
+        ("1e16", "cpu", r.MAX_UNITS),  # 10**19 millicores: beyond int64, crashed the store's watch
+        ("1E", "memory", r.MAX_UNITS),
+        ("8Ei", "ephemeral-storage", r.MAX_UNITS),
+        ("1e2000000000", "cpu", r.MAX_UNITS),
+        ("9" * 5000, "nvidia.com/gpu", r.MAX_UNITS),
+        ("-1e16", "cpu", -r.MAX_UNITS),
+        ("1e-2000000000", "cpu", 1),  # rounded up to the smallest unit, as MilliValue does
+        ("0." + "0" * 5000 + "1", "memory", 1),
+        ("0e2000000000", "cpu", 0),
+        (10**30, "memory", r.MAX_UNITS),
+        (1e300, "cpu", r.MAX_UNITS),
+        ("1P", "memory", 10**15),  # below the bound: exact
+    ],
+    ids=lambda v: str(v)[:20],
+)
+def test_amounts_beyond_any_node_saturate(text, resource, units):
+    assert r.to_units(resource, text) == units
+
+
+def test_the_saturation_bound_leaves_room_for_sums_in_int64():
+    assert r.MAX_UNITS >= 2**50, "1 PiB of memory, 10**12 cores: above any node"
+    assert 8191 * r.MAX_UNITS < 2**63, "a gang of saturated pods sums without wrapping"
+
+
+def test_pod_requests_saturate_after_summing_per_resource():
+    huge = {"cpu": "1e16", "memory": "1e16"}
+    spec = {
+        "containers": [{"name": f"c{i}", "resources": {"requests": huge}} for i in range(5)]
+        + [_c("100m", gpu="1")],
+        "initContainers": [_c(restart="Always", cpu="1e16")],
+        "overhead": {"cpu": "1e16"},
+    }
+    assert r.pod_requests({"spec": spec}) == {
+        "cpu": r.MAX_UNITS,
+        "memory": r.MAX_UNITS,
+        "nvidia.com/gpu": 1,
+        "pods": 1,
+    }
+
+
+def test_node_allocatable_saturates():
+    node = {"status": {"allocatable": {"cpu": "1e16", "memory": "64Gi", "example.com/x": "1e30"}}}
+    assert r.node_allocatable(node) == {
+        "cpu": r.MAX_UNITS,
+        "memory": 64 * 2**30,
+        "example.com/x": r.MAX_UNITS,
+    }
+
+
+def test_a_huge_bad_quantity_is_named_briefly():
+    with pytest.raises(r.QuantityError) as err:
+        r.to_units("cpu", "1" * 100_000 + "x")
+    assert len(str(err.value)) < 200 and "100001 characters" in str(err.value)

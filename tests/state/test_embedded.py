@@ -48,3 +48,32 @@ def test_a_bad_cluster_file_says_where(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ClusterFileError, match=message):
         load_objects(str(path))
+
+
+def test_one_object_the_store_cannot_take_is_skipped_and_the_cluster_goes_on():
+    """Issue 9, defect 2, on the embedded source: a pod asking `cpu: "1e16"` is stored (saturated), and
+    an object whose application raises is counted and skipped, at attach and on later changes."""
+    from extender.state.store import ClusterStore
+
+    cluster = EmbeddedCluster(
+        [make_node("a"), make_pod("huge", cpu="1e16", node="a"), make_pod("poison"), make_pod("b")]
+    )
+    store = ClusterStore()
+    real = store.upsert
+
+    def upsert(obj):
+        if obj["metadata"]["name"] == "poison":
+            raise RuntimeError("the store cannot take this one")
+        real(obj)
+
+    store.upsert = upsert
+    cluster.attach(store)
+    assert cluster.is_synced()
+    assert {o["metadata"]["name"] for o in store.list("", "Pod")} == {"huge", "b"}
+    assert cluster.bad_objects == 1
+    assert cluster.last_bad_object == "Pod default/poison: RuntimeError: the store cannot take this one"
+    cluster.apply(make_pod("poison", labels={"x": "y"}))
+    cluster.apply(make_pod("later", cpu="1e16", node="a"))
+    assert store.get("", "Pod", "default", "later") is not None, "changes after a bad one still arrive"
+    assert cluster.bad_objects == 2
+    assert cluster.get("", "Pod", "default", "poison")["metadata"]["labels"] == {"x": "y"}

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from extender.state.kube import KubeClusterSource, KubeSettings
 from extender.state.source import BindError
+from extender.state.store import ClusterStore
 
 FAST = KubeSettings(write_attempts=3, write_backoff_s=0.001, backoff_initial_s=0.001, backoff_max_s=0.002)
 
@@ -195,3 +196,98 @@ async def test_a_watch_broken_mid_stream_resumes_after_the_last_event_applied(
     watches = [q["resourceVersion"] for path, q in script.queries if path.endswith("?watch")]
     assert watches == ["5", "7"], "the second watch starts after the event the first one applied"
     assert store.upserts == ["7"], "nothing was replayed"
+
+
+def _pod(name: str, rv: str, *, cpu: str = "100m", node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv},
+        "spec": spec,
+    }
+
+
+def _poisoned(store: ClusterStore, *names: str) -> ClusterStore:
+    """`store` whose upsert raises for the pods named, as a store bug would on one odd object."""
+    real = store.upsert
+
+    def upsert(obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] in names:
+            raise RuntimeError("the store cannot take this one\n(a second line that must not reach the log)")
+        real(obj)
+
+    store.upsert = upsert  # type: ignore[method-assign]
+    return store
+
+
+def _serve_nodes_and_pods(script: Script, *, pods: list[dict[str, Any]], watch: bytes) -> None:
+    script.on("GET", "/apis", (200, {"groups": []}))
+    script.on("GET", "/api/v1", (200, {"resources": [{"name": "nodes"}, {"name": "pods"}]}))
+    node = {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+    }
+    script.on("GET", "/api/v1/nodes", (200, {"metadata": {"resourceVersion": "5"}, "items": [node]}))
+    script.on("GET", "/api/v1/nodes?watch", (200, b""))
+    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "5"}, "items": pods}))
+    script.on("GET", "/api/v1/pods?watch", (200, watch), (200, b""))
+
+
+async def test_one_bad_object_in_the_watch_is_skipped_and_the_watch_goes_on(
+    fake: tuple[Script, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 9, defect 2: a pod asking `cpu: "1e16"` (which the API server accepts) raised OverflowError
+    out of store.upsert and ended the watch for good. Now the amount saturates, and an object the
+    store still cannot take is counted, logged on one line and skipped; later events arrive."""
+    script, kubeconfig = fake
+    events = [
+        {"type": "ADDED", "object": _pod("huge", "6", cpu="1e16", node="n1")},
+        {"type": "ADDED", "object": _pod("poison", "7")},
+        {"type": "ADDED", "object": _pod("after", "8", node="n1")},
+    ]
+    _serve_nodes_and_pods(script, pods=[], watch=b"".join(orjson.dumps(e) + b"\n" for e in events))
+    store = _poisoned(ClusterStore(), "poison")
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=2)
+    await source.run(store)  # returns after two watch requests per kind, instead of raising
+    assert store.get("", "Pod", "ns", "huge") is not None
+    assert store.get("", "Pod", "ns", "after") is not None, "events after the bad one still arrive"
+    assert store.get("", "Pod", "ns", "poison") is None
+    assert source.bad_objects == 1
+    assert source.last_bad_object.startswith("Pod ns/poison: RuntimeError: the store cannot take this one")
+    assert "\n" not in source.last_bad_object
+    watches = [q["resourceVersion"] for path, q in script.queries if path == "/api/v1/pods?watch"]
+    assert watches == ["5", "8"], "the watch resumed after the last event, skipping the bad one for good"
+    skipped = [rec.getMessage() for rec in caplog.records if "skipping" in rec.getMessage()]
+    assert len(skipped) == 1 and "Pod ns/poison" in skipped[0] and "\n" not in skipped[0]
+
+
+async def test_one_bad_object_in_a_list_does_not_cost_the_rest_of_it(fake: tuple[Script, str]) -> None:
+    """A (re)list applies every other object, removes the ones gone, and counts the one skipped."""
+    script, kubeconfig = fake
+    listed = [_pod("a", "2", node="n1"), _pod("poison", "3"), _pod("huge", "4", cpu="1e16", node="n1")]
+    _serve_nodes_and_pods(script, pods=listed, watch=b"")
+    store = _poisoned(ClusterStore(), "poison")
+    store.upsert(_pod("gone", "1"))  # in the store from before, absent from the list
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=1)
+    await source.run(store)
+    assert source.is_synced()
+    assert sorted(o["metadata"]["name"] for o in store.list("", "Pod")) == ["a", "huge"]
+    assert source.bad_objects == 1 and source.last_bad_object.startswith("Pod ns/poison: RuntimeError")
+
+
+async def test_an_event_whose_object_is_not_a_mapping_is_skipped(fake: tuple[Script, str]) -> None:
+    script, kubeconfig = fake
+    events = [
+        {"type": "ADDED", "object": ["not", "a", "pod"]},
+        {"type": "ADDED", "object": _pod("after", "8")},
+    ]
+    _serve_nodes_and_pods(script, pods=[[1]], watch=b"".join(orjson.dumps(e) + b"\n" for e in events))
+    store = ClusterStore()
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=1)
+    await source.run(store)
+    assert store.get("", "Pod", "ns", "after") is not None
+    assert source.bad_objects == 2, "the listed item and the watched object, each skipped"
+    assert source.last_bad_object == "Pod ?: ValueError: ADDED event with an object that is not a mapping"
