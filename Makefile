@@ -34,6 +34,7 @@ e2e: install
 lint: install
 	$(VENV)/bin/ruff check extender tests bench
 	$(VENV)/bin/ruff format --check extender tests bench
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) -m bench placement --quick

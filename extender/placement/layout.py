@@ -6,6 +6,8 @@ state layer translates Node and Pod events into add_row/update_row/remove_row/su
 
 Layout contract (what `check()` enforces):
 1. `free` and `allocatable` are int64[capacity, n_res], C-contiguous; rows >= n_rows are zero.
+   `n_res` is the physical column count: it may exceed `len(resource_names)` by spare columns,
+   zero everywhere and never requested, so a new resource name costs an amortised O(1) copy.
 2. `schedulable` is bool[capacity]; a removed row is a free slot with schedulable False, free 0.
 3. `domains` is int32[n_levels, capacity]; -1 where a row has no label for that level.
 4. Arrays are replaced (not resized in place) when capacity grows or a resource is added, so
@@ -59,7 +61,8 @@ class ClusterArrays:
 
     @property
     def n_res(self) -> int:
-        return len(self._resource_names)
+        """Physical columns, spares included: the width of every vector the kernels read."""
+        return int(self.free.shape[1])
 
     @property
     def resource_names(self) -> tuple[str, ...]:
@@ -149,19 +152,29 @@ class ClusterArrays:
     # -- resources and levels ----------------------------------------------------------------
 
     def add_resource(self, name: str, *, scarce: bool = False) -> int:
-        """A new column, zero everywhere; an existing name returns its column."""
+        """A new column, zero everywhere; an existing name returns its column.
+
+        Columns grow by doubling into spares, so a stream of new names (device plugins
+        registering) copies the arrays O(log n) times, not once per name.
+        """
         if name in self._resource_index:
             return self._resource_index[name]
-        self.scarce = np.append(self.scarce, np.bool_(scarce))
-        cap = self.capacity
-        for attr in ("free", "allocatable"):
-            old = getattr(self, attr)
-            new = np.zeros((cap, old.shape[1] + 1), dtype=np.int64)
-            new[:, :-1] = old
-            setattr(self, attr, new)
+        col = len(self._resource_names)
+        if col >= self.n_res:
+            width = max(2 * self.n_res, col + 1)
+            cap = self.capacity
+            for attr in ("free", "allocatable"):
+                old = getattr(self, attr)
+                new = np.zeros((cap, width), dtype=np.int64)
+                new[:, : old.shape[1]] = old
+                setattr(self, attr, new)
+            scarce_flags = np.zeros(width, dtype=np.bool_)
+            scarce_flags[: len(self.scarce)] = self.scarce
+            self.scarce = scarce_flags
+        self.scarce[col] = bool(scarce)
         self._resource_names.append(name)
-        self._resource_index[name] = len(self._resource_names) - 1
-        return self._resource_index[name]
+        self._resource_index[name] = col
+        return col
 
     def level(self, label_key: str) -> int:
         """The index of the topology level keyed by a node label, registered on first use."""
@@ -224,6 +237,8 @@ class ClusterArrays:
 
     def _as_vector(self, values: Sequence[int] | np.ndarray, *, field: str) -> np.ndarray:
         vec = np.asarray(values)
+        if vec.shape == (len(self._resource_names),) and vec.shape[0] < self.n_res:
+            vec = np.pad(vec, (0, self.n_res - vec.shape[0]))
         if vec.shape != (self.n_res,):
             raise ValueError(
                 f"{field}: expected {self.n_res} values in column order {self._resource_names}, "

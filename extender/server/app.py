@@ -22,17 +22,12 @@ import orjson
 from aiohttp import web
 
 from extender.config import Settings
-from extender.gang.permits import GangPermits
 from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.model.resources import QuantityError
 from extender.placement import api as placement
-from extender.scheduling.scheduler import (
-    BindVerdict,
-    Effect,
-    FilterDecision,
-    Scheduler,
-    UnknownNodesError,
-    Verdict,
-)
+from extender.scheduling.decisions import BindVerdict, Effect, FilterDecision, UnknownNodesError, Verdict
+from extender.scheduling.ledger import GangLedger, Release
+from extender.scheduling.scheduler import Scheduler
 from extender.server import wire
 from extender.server.metrics import Metrics
 from extender.state.source import BindError, ClusterSource
@@ -47,49 +42,59 @@ SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
 BARRIER = web.AppKey("barrier", object)
 READY = web.AppKey("ready", dict)
+CLOCK = web.AppKey("clock", object)
 
 Clock = Callable[[], float]
 
 
 class Barrier:
-    """Waiting bind calls, by pod; resolved with "" (bound) or an error message.
+    """Waiting bind calls and release binds in flight: the server's futures, nothing else.
 
-    Each waiter keeps the UID kube-scheduler sent (the release binds exactly that pod) and when
-    its call started (kube-scheduler's httpTimeout runs from there).
+    Each waiter keeps its own deadline (kube-scheduler's httpTimeout from when its call started,
+    less a margin), so every call is answered in time whatever happens to its gang.
     """
 
     def __init__(self) -> None:
-        self.waiters: dict[PodKey, tuple[asyncio.Future[str], str, float]] = {}
+        self.waiters: dict[PodKey, tuple[asyncio.Future[str], float]] = {}
+        self.in_flight: dict[PodKey, asyncio.Task[str]] = {}
 
-    def wait(self, key: PodKey, *, uid: str, started: float) -> asyncio.Future[str]:
+    def wait(self, key: PodKey, *, deadline: float) -> asyncio.Future[str]:
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         old = self.waiters.get(key)
         if old is not None and not old[0].done():
             old[0].set_result(f"superseded by a newer bind call for {key}")
-        self.waiters[key] = (fut, uid, started)
+        self.waiters[key] = (fut, deadline)
         return fut
-
-    def uid(self, key: PodKey) -> str:
-        found = self.waiters.get(key)
-        return found[1] if found else ""
-
-    def earliest_start(self, keys: list[PodKey], default: float) -> float:
-        return min((self.waiters[k][2] for k in keys if k in self.waiters), default=default)
 
     def resolve(self, key: PodKey, error: str) -> None:
         found = self.waiters.pop(key, None)
         if found is not None and not found[0].done():
             found[0].set_result(error)
 
+    def forget(self, key: PodKey, fut: asyncio.Future[str]) -> None:
+        found = self.waiters.get(key)
+        if found is not None and found[0] is fut:
+            del self.waiters[key]
+
+    def overdue(self, now: float) -> list[PodKey]:
+        return [k for k, (fut, deadline) in self.waiters.items() if now >= deadline and not fut.done()]
+
+    def next_deadline(self) -> float | None:
+        return min((d for _, d in self.waiters.values()), default=None)
+
 
 # kube-scheduler's clock for a bind call starts before ours; answer this much before its httpTimeout
 _TIMEOUT_MARGIN_S = 0.5
 
 
+def _deadline(app: web.Application, started: float) -> float:
+    """When a bind call that started at `started` (app clock) must have its answer."""
+    return started + app[SETTINGS].cluster.http_timeout_s - _TIMEOUT_MARGIN_S
+
+
 def _bind_budget(app: web.Application, started: float) -> float:
     """Seconds left before kube-scheduler gives up on a bind call that started at `started`."""
-    timeout_s = app[SETTINGS].cluster.http_timeout_s
-    return max(0.1, timeout_s - _TIMEOUT_MARGIN_S - (time.monotonic() - started))
+    return max(0.1, _deadline(app, started) - app[CLOCK]())
 
 
 def _text_400(reason: str) -> web.Response:
@@ -131,7 +136,7 @@ async def _handle(
             return _text_400(f"request body is larger than --max-body-bytes ({limit} bytes)")
         try:
             resp = await work(body)
-        except (wire.WireError, UnknownNodesError) as exc:
+        except (wire.WireError, UnknownNodesError, QuantityError) as exc:
             status = 400
             return _text_400(str(exc))
         status = resp.status
@@ -149,7 +154,7 @@ async def handle_filter(request: web.Request) -> web.Response:
         pod = wire.peek_pod(body)
         if pod is not None:
             planned = scheduler.planned_node_for(pod)
-            if planned is not None and wire.names_contain(body, planned) and scheduler._row_usable(planned):
+            if planned is not None and wire.names_contain(body, planned) and scheduler.node_usable(planned):
                 app[METRICS].fast_path.inc()
                 return _json(
                     orjson.dumps(
@@ -165,14 +170,15 @@ async def handle_filter(request: web.Request) -> web.Response:
         args = wire.parse_extender_args(body)
         try:
             decision = scheduler.filter(args.pod, args.node_names)
-        except (UnknownNodesError, wire.WireError):
-            raise
-        except ValueError as exc:
-            raise wire.WireError(str(exc)) from None
+        except (UnknownNodesError, wire.WireError, QuantityError):
+            raise  # the caller's input: HTTP 400
         except Exception as exc:
+            # our fault, whatever its type: never blamed on the caller
             log.exception("filter failed for pod %s", _pod_ref(args.pod))
             app[METRICS].errors.labels("filter").inc()
             return _json(wire.filter_error(f"internal error in gang-extender filter: {exc}"))
+        finally:
+            _answer_dropped(app)
         _spawn_effects(app, decision.effects)
         return _json(_filter_reply(args, decision, reason_nodes))
 
@@ -186,10 +192,8 @@ async def handle_prioritize(request: web.Request) -> web.Response:
         args = wire.parse_extender_args(body)
         try:
             scores = app[SCHEDULER].prioritize(args.pod, args.node_names)
-        except (UnknownNodesError, wire.WireError):
+        except (UnknownNodesError, wire.WireError, QuantityError):
             raise
-        except ValueError as exc:
-            raise wire.WireError(str(exc)) from None
         except Exception:
             # prioritize errors are ignored by kube-scheduler; give every node 0 and log it
             log.exception("prioritize failed for pod %s", _pod_ref(args.pod))
@@ -218,35 +222,68 @@ async def handle_bind(request: web.Request) -> web.Response:
 
 async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     scheduler = app[SCHEDULER]
-    source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
-    started = time.monotonic()
+    started = app[CLOCK]()
     key = pod_key(args.pod_namespace, args.pod_name)
     decision = scheduler.bind(
         namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
     )
-    if decision.verdict is BindVerdict.REFUSE:
+    _answer_dropped(app)
+    verdict = decision.verdict
+    if verdict is BindVerdict.REFUSE:
         return decision.message
-    if decision.verdict is BindVerdict.NOW:
-        error = await _bind_one(
-            source, key, uid=args.pod_uid, node=args.node, budget_s=_bind_budget(app, started)
-        )
-        if error:
-            scheduler.bind_failed(key)
-        return error
-    if decision.verdict is BindVerdict.WAIT:
-        fut = barrier.wait(key, uid=args.pod_uid, started=started)
-        _kick_ticker(app)
+    if verdict is BindVerdict.DONE:
+        return ""
+    if verdict is BindVerdict.NOW:
+        source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
         try:
-            return await fut
+            error = await _bind_one(
+                source, key, uid=args.pod_uid, node=args.node, budget_s=_bind_budget(app, started)
+            )
         except asyncio.CancelledError:
-            scheduler.permits.depart(key)
+            scheduler.bind_done(key, args.node, "cancelled")
             raise
-    # RELEASE: this call completed the barrier; bind every waiting member together
-    assert decision.gang is not None
-    own = barrier.wait(key, uid=args.pod_uid, started=started)
-    await _release(app, decision.gang, decision.members)
-    return await own
+        scheduler.bind_done(key, args.node, error)
+        return error
+    if verdict is BindVerdict.IN_FLIGHT:
+        task = barrier.in_flight.get(key)
+        if task is None:
+            return f"binding {key} to {args.node} is in flight; retry shortly"
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), _bind_budget(app, started))
+        except TimeoutError:
+            return f"binding {key} to {args.node} is still in flight; retry shortly"
+    fut = barrier.wait(key, deadline=_deadline(app, started))
+    if verdict is BindVerdict.RELEASE:
+        assert decision.gang is not None
+        _release(app, decision.gang, decision.members, started)
+    else:
+        _kick_ticker(app)
+    try:
+        # the ticker answers at the deadline on the app's clock; this bounds the wait in real time too
+        return await asyncio.wait_for(asyncio.shield(fut), _bind_budget(app, started))
+    except TimeoutError:
+        scheduler.ledger.depart(key)
+        app[METRICS].waiter_deadlines.inc()
+        return fut.result() if fut.done() else _overdue_message(app, key)
+    except asyncio.CancelledError:
+        scheduler.ledger.depart(key)
+        raise
+    finally:
+        barrier.forget(key, fut)
+
+
+def _overdue_message(app: web.Application, key: PodKey) -> str:
+    timeout_s = app[SETTINGS].cluster.http_timeout_s
+    if key in app[BARRIER].in_flight:  # type: ignore[attr-defined]
+        return (
+            f"binding {key} was still in flight near the scheduler's httpTimeout ({timeout_s:g}s); "
+            "it completes in the background"
+        )
+    return (
+        f"{key}: no answer from its gang's bind barrier before the scheduler's httpTimeout "
+        f"({timeout_s:g}s); the scheduler will retry it"
+    )
 
 
 async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, budget_s: float) -> str:
@@ -264,49 +301,49 @@ async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, 
     return ""
 
 
-async def _release(app: web.Application, gang: GroupKey, members: list[tuple[PodKey, str]]) -> None:
-    """Bind every member of a completed barrier, answering each waiting call before its timeout.
+def _release(app: web.Application, gang: GroupKey, members: list[Release], started: float) -> None:
+    """Bind every member of a completed barrier at once.
 
-    Binds still in flight when the earliest caller's budget runs out are answered with that and
-    keep going; the gang is recorded as bound once every bind has finished.
+    Each waiting call is answered with its own bind's outcome, or at its own deadline if the
+    bind is still in flight then (the ticker sees to that); the ledger hears the outcome of
+    every bind once all have finished, which is bounded too.
     """
-    scheduler = app[SCHEDULER]
     source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
-    store = app[STORE]
-    keys = [pk for pk, _ in members]
-    budget_s = _bind_budget(app, barrier.earliest_start(keys, time.monotonic()))
     loop = asyncio.get_running_loop()
+    # a bind outliving this is abandoned and counted as failed; the watch still shows the pod
+    # bound if the API server did apply it, and the ledger then takes it as bound
+    limit_s = 2 * app[SETTINGS].cluster.http_timeout_s
     tasks: dict[PodKey, asyncio.Task[str]] = {}
-    for pk, node in members:
-        rec = store.pods.get(pk)
-        uid = barrier.uid(pk) or (rec.uid if rec else "")
-        # the budget is enforced below, per caller, not per bind: a late bind is not cancelled
-        tasks[pk] = loop.create_task(_bind_one(source, pk, uid=uid, node=node, budget_s=3600.0))
-    _, pending = await asyncio.wait(tasks.values(), timeout=budget_s)
+    for m in members:
+        task = loop.create_task(_bind_one(source, m.pod, uid=m.uid, node=m.node, budget_s=limit_s))
+        tasks[m.pod] = task
+        barrier.in_flight[m.pod] = task
+        task.add_done_callback(
+            lambda t, pk=m.pod: barrier.resolve(pk, t.result() if not t.cancelled() else "cancelled")
+        )
 
-    def finish() -> None:
-        results = {pk: t.result() for pk, t in tasks.items()}
-        bound = [pk for pk, err in results.items() if not err]
-        failed = [pk for pk, err in results.items() if err]
-        _spawn_effects(app, scheduler.gang_bound(gang, bound, failed))
-        if bound:
-            app[METRICS].gangs_bound.inc()
+    async def settle() -> None:
+        results: dict[PodKey, str] = {}
+        began = time.perf_counter()
+        try:
+            await asyncio.wait(tasks.values())
+            app[METRICS].release_seconds.observe(time.perf_counter() - began)
+        finally:
+            for pk, t in tasks.items():
+                results[pk] = (t.result() if not t.cancelled() else "cancelled") if t.done() else "abandoned"
+                if barrier.in_flight.get(pk) is t:
+                    del barrier.in_flight[pk]
+            failed = sum(1 for e in results.values() if e)
+            if failed:
+                app[METRICS].release_failures.inc(failed)
+            effects = app[SCHEDULER].release_done(gang, results)
+            if any(not e for e in results.values()):
+                app[METRICS].gangs_bound.inc()
+            _spawn_effects(app, effects)
+            _answer_dropped(app)
 
-    if not pending:
-        finish()
-        for pk, t in tasks.items():
-            barrier.resolve(pk, t.result())
-        return
-    for pk, t in tasks.items():
-        late = f"binding {pk} was still in flight after {budget_s:.1f}s; it completes in the background"
-        barrier.resolve(pk, t.result() if t.done() else late)
-
-    async def finish_later() -> None:
-        await asyncio.wait(pending)
-        finish()
-
-    _track(app, loop.create_task(finish_later()))
+    _track(app, loop.create_task(settle()))
 
 
 async def handle_preempt(request: web.Request) -> web.Response:
@@ -320,7 +357,18 @@ async def handle_preempt(request: web.Request) -> web.Response:
 
 
 async def handle_healthz(request: web.Request) -> web.Response:
+    failed = request.app[READY].get("failed")
+    if failed:
+        # a dead cluster source or barrier ticker never comes back: let the kubelet restart us
+        return web.Response(status=503, text=f"unhealthy: {failed}\n")
     return web.Response(text="ok\n")
+
+
+async def _answer_all_waiting(app: web.Application) -> None:
+    """On shutdown (SIGTERM), answer every waiting bind before the process goes."""
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    for pk in list(barrier.waiters):
+        barrier.resolve(pk, f"{pk}: gang-extender is shutting down; the scheduler will retry it")
 
 
 async def handle_readyz(request: web.Request) -> web.Response:
@@ -344,8 +392,9 @@ async def handle_metrics(request: web.Request) -> web.Response:
         nodes=len(store.node_rows),
         pods=len(store.pods),
         reservations=len(store.reservations),
-        gangs=len(request.app[SCHEDULER].permits.gangs),
+        gangs=len(request.app[SCHEDULER].ledger.gangs),
     )
+    m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -380,7 +429,10 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
     for e in effects:
         try:
             if e.kind == "nudge":
-                await source.nudge_pod(namespace=e.namespace, name=e.name, value=e.data["value"])  # type: ignore[attr-defined]
+                # a value never written before: an unchanged annotation is no update, and no update
+                # brings the pod back from kube-scheduler's queues
+                value = f"{e.data['value']}@{time.time_ns()}"
+                await source.nudge_pod(namespace=e.namespace, name=e.name, value=value)  # type: ignore[attr-defined]
             elif e.kind == "condition":
                 await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=e.data)  # type: ignore[attr-defined]
             elif e.kind == "event":
@@ -418,24 +470,50 @@ def _kick_ticker(app: web.Application) -> None:
     event.set()
 
 
+def _answer_dropped(app: web.Application) -> None:
+    """Answer the waiting binds of plans the ledger dropped (a member or node gone, a replan)."""
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    for answer in app[SCHEDULER].ledger.take_answers():
+        for pk in answer.pods:
+            barrier.resolve(pk, answer.message)
+
+
+def _tick(app: web.Application) -> None:
+    """One pass: expire gang barriers, answer dropped plans and overdue waiters."""
+    scheduler = app[SCHEDULER]
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    for expiry, effects in scheduler.expire():
+        app[METRICS].gang_timeouts.inc()
+        for pk in expiry.waiting:
+            barrier.resolve(pk, expiry.message)
+        _spawn_effects(app, effects)
+    _spawn_effects(app, scheduler.backoffs_over())
+    _answer_dropped(app)
+    now = app[CLOCK]()
+    for pk in barrier.overdue(now):
+        scheduler.ledger.depart(pk)
+        app[METRICS].waiter_deadlines.inc()
+        barrier.resolve(pk, _overdue_message(app, pk))
+
+
 async def _expiry_ticker(app: web.Application) -> None:
-    """Fails gangs whose barrier deadline passed; sleeps until the next deadline or a new waiter."""
+    """Runs `_tick` until cancelled; sleeps until the next deadline or a kick, at most 0.1 s."""
     scheduler = app[SCHEDULER]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     tick: asyncio.Event = app[READY]["tick"]
     while True:
         try:
-            for waiting, msg, effects in scheduler.expire():
-                app[METRICS].gang_timeouts.inc()
-                for pk in waiting:
-                    barrier.resolve(pk, msg)
-                _spawn_effects(app, effects)
+            _tick(app)
         except Exception:
             # one bad gang must not stop the ticker: every other waiting bind would then hang
             log.exception("expiring gang barriers failed")
-        deadlines = [e.deadline for e in scheduler.permits.gangs.values() if e.deadline is not None]
+            for pk in barrier.overdue(float("inf")):
+                barrier.resolve(
+                    pk, f"{pk}: internal error in gang-extender's bind barrier; the scheduler will retry it"
+                )
+        deadlines = [d for d in (scheduler.ledger.next_deadline(), barrier.next_deadline()) if d is not None]
         # capped: the clock may run faster than real time (the simulator's does)
-        timeout = min(0.1, max(0.0, min(deadlines) - scheduler.permits.clock()) + 0.01) if deadlines else None
+        timeout = min(0.1, max(0.0, min(deadlines) - app[CLOCK]()) + 0.01) if deadlines else 0.1
         tick.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(tick.wait(), timeout)
@@ -485,7 +563,8 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     attach = getattr(source, "attach", None)
     if attach is not None:
         attach(store)  # an embedded cluster is in the store before the first request
-    permits = GangPermits(
+    ledger = GangLedger(
+        store,
         wait_s=settings.gang.wait_s,
         backoff_initial_s=settings.gang.backoff_initial_s,
         backoff_max_s=settings.gang.backoff_max_s,
@@ -494,19 +573,15 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app[SETTINGS] = settings
     app[STORE] = store
     app[SOURCE] = source
-    scheduler = Scheduler(store, permits, reason_nodes=settings.gang.reason_nodes)
+    app[CLOCK] = clock
+    scheduler = Scheduler(store, ledger, reason_nodes=settings.gang.reason_nodes)
     barrier = Barrier()
-
-    def abort(pods: list[PodKey], message: str) -> None:
-        for pk in pods:
-            barrier.resolve(pk, message)
-
-    scheduler.on_abort = abort
     app[SCHEDULER] = scheduler
     app[METRICS] = Metrics()
     app[BARRIER] = barrier
     app[READY] = {}
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_answer_all_waiting)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
     app.router.add_post("/bind", handle_bind)

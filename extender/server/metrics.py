@@ -40,6 +40,28 @@ class Metrics:
         self.gang_timeouts = Counter(
             "gang_extender_gang_timeouts", "Gangs whose bind barrier timed out", registry=r
         )
+        self.waiter_deadlines = Counter(
+            "gang_extender_bind_deadline_answers",
+            "Bind calls answered with an error at their own deadline, before kube-scheduler's httpTimeout",
+            registry=r,
+        )
+        self.release_failures = Counter(
+            "gang_extender_release_bind_failures",
+            "Members of a released gang whose binding the API refused or did not finish",
+            registry=r,
+        )
+        self.release_seconds = Histogram(
+            "gang_extender_release_seconds",
+            "From a gang's barrier completing to every member's binding answered by the API server; "
+            "--gang-wait-s must leave this much before kube-scheduler's httpTimeout",
+            buckets=_BUCKETS_S,
+            registry=r,
+        )
+        self.bad_objects = Gauge(
+            "gang_extender_bad_objects_skipped",
+            "Objects from the API server the cache could not apply (skipped, logged)",
+            registry=r,
+        )
         self.sizes = Gauge("gang_extender_cache_objects", "Objects held in the caches", ["cache"], registry=r)
 
     def observe(self, verb: str, status: int, seconds: float) -> None:

@@ -4,8 +4,13 @@ It owns:
 - every object a source delivered, by (API group, kind) and "ns/name" (the grouping lookup);
 - node rows in `placement.layout.ClusterArrays` (free capacity, labels as topology domains), kept
   current incrementally: a pod bound or gone, a node changed, a reservation made or released;
-- pod accounting: requests of bound pods and of reservations come off `free`; a reservation is
-  dropped the moment its pod is seen bound, so capacity is never counted twice;
+- pod accounting: requests of bound pods and of holds come off `free`. Holds (capacity promised
+  to a planned or binding pod) are stored here, keyed by resource name, but only the gang ledger
+  (scheduling.ledger) makes or drops them: it turns a hold into the bound pod's own charge when
+  the watch shows the pod bound, so capacity is never counted twice;
+- resource columns: only nodes add them (a device plugin registering a resource). A request
+  for a name no node offers adds nothing: it fits nowhere (`request_vector` reports it). When a
+  column appears, bound pods and holds that ask for it are charged in it at once;
 - each pod's gang membership, derived lazily and re-derived when workloads or group objects change.
 
 It does no I/O and never awaits; sources call `upsert`/`remove`/`replace_all`.
@@ -22,7 +27,7 @@ import numpy as np
 import orjson
 
 from extender import grouping
-from extender.model import nodematch, resources
+from extender.model import nodematch, podaffinity, resources
 from extender.model.group import Membership, MembershipState
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement.layout import ClusterArrays
@@ -82,10 +87,13 @@ class PodRecord:
         return (self.obj.get("spec") or {}).get("nodeName") or None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Reservation:
+    """Capacity held on one node for a pod, by resource name: a new column never invalidates it."""
+
+    node: str
     row: int
-    vector: np.ndarray
+    requests: dict[str, int]
 
 
 class ClusterStore:
@@ -96,6 +104,8 @@ class ClusterStore:
             resource_names=list(self.resources.names),
             scarce=[n for n in self.resources.names if n not in resources.CORE_RESOURCES],
         )
+        self.resources.column(podaffinity.ONE_PER_NODE)
+        self.arrays.add_resource(podaffinity.ONE_PER_NODE, scarce=False)
         self.node_rows: dict[str, int] = {}
         self.row_names: dict[int, str] = {}
         self.pods: dict[PodKey, PodRecord] = {}
@@ -203,15 +213,35 @@ class ClusterStore:
 
     # ----------------------------------------------------------------- nodes
     def vector(self, requests: dict[str, int]) -> np.ndarray:
-        """Requests as an int64 row of the arrays' columns, adding columns for new resources."""
-        for name in requests:
-            if self.resources.find(name) is None:
-                self.resources.column(name)
-                self.arrays.add_resource(name, scarce=name not in resources.CORE_RESOURCES)
-        vec = np.zeros(len(self.resources), dtype=np.int64)
+        """Requests as an int64 row of the arrays' columns; names without a column are left out.
+
+        Use `request_vector` where a name no node offers must fail the fit.
+        """
+        vec = np.zeros(self.arrays.n_res, dtype=np.int64)
         for name, value in requests.items():
-            vec[self.resources.column(name)] = value
+            col = self.resources.find(name)
+            if col is not None:
+                vec[col] = min(int(value), resources.MAX_UNITS)
         return vec
+
+    def request_vector(self, requests: dict[str, int]) -> tuple[np.ndarray, list[str]]:
+        """The vector, and the requested names (amount > 0) that no node has ever offered."""
+        missing = sorted(n for n, v in requests.items() if v > 0 and self.resources.find(n) is None)
+        return self.vector(requests), missing
+
+    def _ensure_columns(self, names: Iterable[str]) -> None:
+        for name in names:
+            if self.resources.find(name) is not None:
+                continue
+            col = self.resources.column(name)
+            self.arrays.add_resource(name, scarce=name not in resources.CORE_RESOURCES)
+            # pods bound and holds made before any node offered the name take it now
+            for rec in self.pods.values():
+                if rec.bound_row >= 0 and rec.requests.get(name):
+                    self.arrays.free[rec.bound_row, col] -= min(rec.requests[name], resources.MAX_UNITS)
+            for res in self.reservations.values():
+                if res.requests.get(name) and self.row_names.get(res.row) == res.node:
+                    self.arrays.free[res.row, col] -= min(res.requests[name], resources.MAX_UNITS)
 
     def _node_allocatable(self, node: dict[str, Any]) -> np.ndarray:
         try:
@@ -219,6 +249,8 @@ class ClusterStore:
         except resources.QuantityError as exc:
             log.warning("node %s: %s; treating it as empty", key_of(node), exc)
             alloc = {}
+        alloc.pop(podaffinity.ONE_PER_NODE, None)  # the planner's own column; no node offers it
+        self._ensure_columns(alloc)
         return self.vector(alloc)
 
     @staticmethod
@@ -267,9 +299,8 @@ class ClusterStore:
         for rec in self.pods.values():
             if rec.bound_row == row:
                 rec.bound_row = -1
-        for pk, res in list(self.reservations.items()):
-            if res.row == row:
-                del self.reservations[pk]
+        # holds on the row stay until the ledger drops them; `unhold` then finds the row gone (or
+        # reused by another node) and gives nothing back
         self.arrays.remove_row(row)
 
     def eligible_mask(self, pod: dict[str, Any]) -> np.ndarray | None:
@@ -306,20 +337,14 @@ class ClusterStore:
 
     # ----------------------------------------------------------------- pods
     def _charge(self, rec: PodRecord, row: int) -> None:
-        self.arrays.sub(row, self._vec_for(rec.requests))
+        self.arrays.sub(row, self.vector(rec.requests))
         rec.bound_row = row
 
     def _release(self, rec: PodRecord) -> None:
         if rec.bound_row >= 0:
             self.release_gen += 1
-            self.arrays.add(rec.bound_row, self._vec_for(rec.requests))
+            self.arrays.add(rec.bound_row, self.vector(rec.requests))
             rec.bound_row = -1
-
-    def _vec_for(self, requests: dict[str, int]) -> np.ndarray:
-        vec = self.vector(requests)
-        if len(vec) < self.arrays.free.shape[1]:
-            vec = np.pad(vec, (0, self.arrays.free.shape[1] - len(vec)))
-        return vec
 
     def _apply_pod(self, pod: dict[str, Any]) -> None:
         key = PodKey(key_of(pod))
@@ -340,31 +365,34 @@ class ClusterStore:
         if self._group_index_gen == self.grouping_gen:
             self._index_pod(rec)
         node = rec.node_name
-        if node is not None:
-            self.unreserve(key)  # the reservation turns into the bound pod's own charge
-            if not is_terminal(pod) and node in self.node_rows:
-                self._charge(rec, self.node_rows[node])
+        if node is not None and not is_terminal(pod) and node in self.node_rows:
+            self._charge(rec, self.node_rows[node])
 
     def _remove_pod(self, key: PodKey) -> None:
         rec = self.pods.pop(key, None)
         if rec is not None:
             self._release(rec)
         self._unindex_pod(key)
-        self.unreserve(key)
 
-    # ----------------------------------------------------------------- reservations
-    def reserve(self, key: PodKey, row: int, vector: np.ndarray) -> None:
-        """Hold capacity on `row` for a pod that is planned or in bind; replaces an earlier hold."""
-        self.unreserve(key)
-        self.arrays.sub(row, vector)
-        self.reservations[key] = Reservation(row=row, vector=vector)
+    # ----------------------------------------------------------------- holds (the ledger's)
+    def hold(self, key: PodKey, node: str, requests: dict[str, int]) -> None:
+        """Hold capacity on `node` for a pod that is planned or in bind; replaces an earlier hold.
 
-    def unreserve(self, key: PodKey) -> None:
+        Only the gang ledger calls this. Names without a column hold nothing until a node offers
+        them (then `_ensure_columns` charges them).
+        """
+        row = self.node_rows[node]
+        vec = self.vector(requests)  # computed before anything changes: all or nothing
+        self.unhold(key)
+        self.arrays.sub(row, vec)
+        self.reservations[key] = Reservation(node=node, row=row, requests=dict(requests))
+
+    def unhold(self, key: PodKey) -> None:
         res = self.reservations.pop(key, None)
         if res is not None:
             self.release_gen += 1
-            if res.row in self.row_names:
-                self.arrays.add(res.row, res.vector)
+            if self.row_names.get(res.row) == res.node:
+                self.arrays.add(res.row, self.vector(res.requests))
 
     # ----------------------------------------------------------------- grouping
     def membership(self, rec: PodRecord) -> Membership:

@@ -72,7 +72,23 @@ def test_a_new_resource_is_a_zero_column_and_old_columns_keep_their_values() -> 
     arrays.sub(1, np.array([1000, 1]))
     col = arrays.add_resource("example.com/nic")
     assert col == 2 and arrays.add_resource("example.com/nic") == 2
-    assert arrays.free[:2].tolist() == [[4000, 8, 0], [3000, 7, 0]]
+    assert arrays.free[:2, :3].tolist() == [[4000, 8, 0], [3000, 7, 0]]
+    assert not arrays.free[:, 3:].any()  # spare columns: zero until a name takes them
+    arrays.check()
+
+
+def test_new_resources_grow_the_columns_by_doubling_not_one_copy_per_name() -> None:
+    arrays = two_racks()
+    widths = set()
+    for i in range(100):
+        col = arrays.add_resource(f"example.com/dev-{i}")
+        assert arrays.resource_names[col] == f"example.com/dev-{i}"
+        widths.add(arrays.n_res)
+    assert len(widths) <= 8  # 2 -> 4 -> ... -> 128: a handful of copies for 100 names
+    assert arrays.free.shape[1] == arrays.n_res >= len(arrays.resource_names) == 102
+    # a vector of the named columns only is padded to the physical width
+    arrays.update_row(0, allocatable=[4000, 8] + [1] * 100)
+    assert arrays.allocatable[0, :102].tolist() == [4000, 8] + [1] * 100
     arrays.check()
 
 

@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender.config import default_settings
-from extender.server.app import READY, SCHEDULER, STORE, build_app
+from extender.server.app import BARRIER, READY, SCHEDULER, STORE, build_app
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import is_terminal
 
@@ -72,6 +72,14 @@ class Service:
         for _ in range(20):
             await asyncio.sleep(0)
 
+    def plan(self, gang: str) -> dict[str, str]:
+        """pod -> planned node of the gang's current plan (unbound members only)."""
+        entry = self.scheduler.ledger.entry(gang)
+        return {pk: p.node for pk, p in entry.plan.items()} if entry else {}
+
+    def phase(self, gang: str):
+        return self.scheduler.phase_of(gang)
+
     def node_of(self, name: str, namespace: str = "default") -> str | None:
         return (self.pod(name, namespace).get("spec") or {}).get("nodeName")
 
@@ -94,9 +102,16 @@ class Service:
             for k, v in acc.items():
                 assert v <= to_units(k, alloc.get(k, "0")), f"{node} over-committed on {k}"
         self.check_no_partial_gang()
-        planned = {pk for e in self.scheduler.permits.gangs.values() for pk in e.plan}
+        ledger = self.scheduler.ledger
+        planned = {pk for e in ledger.gangs.values() for pk in e.plan}
+        held_by = set(self.app[BARRIER].in_flight) | set(ledger.assumed) | set(ledger.binding)
         for pk in self.store.reservations:
-            assert pk in planned or self.store.pods.get(pk) is not None, f"reservation for {pk} left behind"
+            rec = self.store.pods.get(pk)
+            assert rec is not None, f"reservation for {pk} left behind: the pod is gone"
+            assert not rec.node_name, f"reservation for {pk} left behind: the pod is bound"
+            assert pk in planned or pk in held_by, (
+                f"reservation for {pk} left behind: no plan and no bind holds it"
+            )
 
     def check_no_partial_gang(self) -> None:
         """Every gang with a bound member has its quorum bound (counted as the gang's tree counts it)."""

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from extender.gang.permits import Arrival, Phase
+from extender.gang.entry import Arrival, Phase
+from extender.scheduling import planning
 from extender.sim.cluster import topology
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
 
@@ -48,7 +49,7 @@ async def test_first_member_plans_the_whole_quorum_and_siblings_follow_the_plan(
     svc = await make_service(rack_cluster() + gang("train", 3))
     doc = await svc.filter("train-0")
     assert len(doc["NodeNames"]) == 1
-    plan = svc.scheduler.permits.entry("default/train").plan
+    plan = svc.plan("default/train")
     assert set(plan) == {"default/train-0", "default/train-1", "default/train-2"}
     assert set(svc.store.reservations) == set(plan)  # capacity held for every member
     for member, node in plan.items():
@@ -84,7 +85,7 @@ async def test_the_barrier_binds_all_members_together(make_service):
     errors = await bind_all(svc, [f"train-{i}" for i in range(4)])
     assert errors == dict.fromkeys(errors, "")
     assert all(svc.node_of(f"train-{i}") for i in range(4))
-    assert svc.scheduler.permits.entry("default/train").phase is Phase.BOUND
+    assert svc.phase("default/train") is Phase.BOUND
     assert svc.store.reservations == {}
     svc.check_invariants()
 
@@ -93,7 +94,7 @@ async def test_a_partial_gang_times_out_releases_and_backs_off(make_service):
     svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0)
     for i in range(3):
         await svc.schedule(f"train-{i}")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    plan = dict(svc.plan("default/train"))
     waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
     await asyncio.sleep(0.05)
     assert not any(t.done() for t in waiting)  # held at the barrier
@@ -172,7 +173,7 @@ async def test_a_plain_pod_respects_another_gangs_reservation(make_service):
 async def test_members_beyond_quorum_wait_for_the_quorum_then_are_placed_as_they_come(make_service):
     svc = await make_service(rack_cluster() + gang("hpo", 6, min_member=2, cpu="1"))
     first = await svc.filter("hpo-0")
-    plan = dict(svc.scheduler.permits.entry("default/hpo").plan)
+    plan = dict(svc.plan("default/hpo"))
     assert len(plan) == 2 and len(first["NodeNames"]) == 1
     extra = next(p.split("/")[1] for p in (f"default/hpo-{i}" for i in range(6)) if p not in plan)
     doc = await svc.filter(extra)
@@ -193,12 +194,12 @@ async def test_members_beyond_quorum_wait_for_the_quorum_then_are_placed_as_they
 async def test_a_planned_node_that_is_cordoned_triggers_a_replan(make_service):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    plan = dict(svc.plan("default/train"))
     node = plan["default/train-1"]
     cordoned = svc.store.node(node)
     cordoned["spec"]["unschedulable"] = True
     svc.cluster.apply(cordoned)
-    assert svc.scheduler.permits.entry("default/train").plan == {}
+    assert svc.plan("default/train") == {}
     assert svc.store.reservations == {}
     doc = await svc.filter("train-1")
     assert doc["NodeNames"] and doc["NodeNames"][0] != node
@@ -208,7 +209,7 @@ async def test_a_planned_node_that_is_cordoned_triggers_a_replan(make_service):
 async def test_a_planned_node_no_longer_offered_is_replanned(make_service):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    node = svc.scheduler.permits.entry("default/train").plan["default/train-1"]
+    node = svc.plan("default/train")["default/train-1"]
     offered = [n for n in svc.node_names if n != node]
     doc = await svc.filter("train-1", offered)
     assert doc["NodeNames"] and doc["NodeNames"][0] in offered
@@ -219,7 +220,7 @@ async def test_a_member_deleted_mid_wait_drops_the_plan(make_service):
     svc = await make_service(rack_cluster() + gang("train", 3))
     await svc.filter("train-0")
     svc.cluster.delete("", "Pod", "default", "train-2")
-    assert svc.scheduler.permits.entry("default/train").plan == {}
+    assert svc.plan("default/train") == {}
     assert svc.store.reservations == {}
     doc = await svc.filter("train-0")
     assert "2 exist, 3 needed" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
@@ -287,7 +288,7 @@ async def test_debug_gangs_describes_members_plan_and_reason(make_service):
 async def test_bind_on_the_wrong_node_is_refused(make_service, bind_node):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    planned = svc.scheduler.permits.entry("default/train").plan["default/train-0"]
+    planned = svc.plan("default/train")["default/train-0"]
     other = next(n for n in svc.node_names if n != planned)
     err = await svc.bind("train-0", other)
     assert f"planned on {planned}, not {other}" in err
@@ -312,23 +313,50 @@ async def test_members_of_another_template_are_never_planned_on_nodes_that_rejec
     svc = await make_service([*nodes, pg, master, *workers, *filler])
     doc = await svc.filter("mix-master")  # offered every node: the master tolerates the taint
     assert len(doc["NodeNames"]) == 1
-    plan = svc.scheduler.permits.entry("default/mix").plan
+    plan = svc.plan("default/mix")
     assert {plan["default/mix-worker-0"], plan["default/mix-worker-1"]} <= {"u0", "u1"}
     svc.check_invariants()
 
 
-async def test_a_member_whose_planned_node_is_withdrawn_fails_the_waiting_binds_and_replans(make_service):
+async def test_a_member_whose_planned_node_is_withdrawn_moves_and_the_waiting_binds_hold(make_service):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    plan = dict(svc.plan("default/train"))
     waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     withdrawn = plan["default/train-1"]
     doc = await svc.filter("train-1", [n for n in svc.node_names if n != withdrawn])
+    moved = doc["NodeNames"][0]
+    assert moved != withdrawn and svc.plan("default/train")["default/train-1"] == moved
+    assert not waiting.done()  # the rest of the plan stands: train-0 still waits at the barrier
+    assert await svc.bind("train-1", moved) == ""
+    assert await asyncio.wait_for(waiting, 2) == ""
+    assert {svc.node_of("train-0"), svc.node_of("train-1")} == {plan["default/train-0"], moved}
+    svc.check_invariants()
+
+
+async def test_a_member_offered_no_node_in_its_domain_drops_the_plan_and_fails_the_waiting_binds(
+    make_service,
+):
+    objs = [*rack_cluster(racks=2, nodes_per_rack=2), TOPOLOGY, *gang("train", 2, topology=RACK)]
+    svc = await make_service(objs)
+    await svc.filter("train-0")
+    plan = dict(svc.plan("default/train"))
+    waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))
+    await asyncio.sleep(0.05)
+    withdrawn = plan["default/train-1"]
+    rack = svc.store.node(withdrawn)["metadata"]["labels"]["topology.kubernetes.io/rack"]
+    elsewhere = [
+        n
+        for n in svc.node_names
+        if svc.store.node(n)["metadata"]["labels"]["topology.kubernetes.io/rack"] != rack
+    ]
+    doc = await svc.filter("train-1", elsewhere)
     error = await asyncio.wait_for(waiting, 2)
     assert f"planned node {withdrawn} is no longer offered for default/train-1; replanning" in error
-    assert doc["NodeNames"] and doc["NodeNames"][0] != withdrawn  # planned afresh at once
+    assert doc["NodeNames"] and doc["NodeNames"][0] in elsewhere  # planned afresh in the other rack
+    assert svc.scheduler.ledger.excluded("default/train")["default/train-1"] == {withdrawn}
     assert not svc.node_of("train-0")
     svc.check_invariants()
 
@@ -340,8 +368,8 @@ async def test_a_gang_that_does_not_fit_is_not_replanned_until_capacity_is_relea
     objs.append(make_pod("hog", cpu="4", node="n000"))
     svc = await make_service(objs)
     calls = []
-    real = svc.scheduler._plan
-    monkeypatch.setattr(svc.scheduler, "_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = planning.plan_members
+    monkeypatch.setattr(planning, "plan_members", lambda *a, **k: calls.append(1) or real(*a, **k))
     first = await svc.filter("big-0")
     again = await svc.filter("big-1")
     assert first["NodeNames"] == again["NodeNames"] == []
@@ -354,7 +382,7 @@ async def test_a_gang_that_does_not_fit_is_not_replanned_until_capacity_is_relea
 async def test_a_member_deleted_while_others_wait_at_bind_fails_them_at_once(make_service):
     svc = await make_service(rack_cluster() + gang("train", 3))
     await svc.filter("train-0")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    plan = dict(svc.plan("default/train"))
     waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
     await asyncio.sleep(0.05)
     assert not any(t.done() for t in waiting)
@@ -369,14 +397,14 @@ async def test_a_member_deleted_while_others_wait_at_bind_fails_them_at_once(mak
 async def test_a_cordon_during_the_release_does_not_undo_it(make_service):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
-    svc.scheduler.permits.arrive("default/train-0", plan["default/train-0"])
-    outcome, entry = svc.scheduler.permits.arrive("default/train-1", plan["default/train-1"])
+    plan = dict(svc.plan("default/train"))
+    svc.scheduler.ledger.arrive("default/train-0", plan["default/train-0"], "")
+    outcome, entry, _ = svc.scheduler.ledger.arrive("default/train-1", plan["default/train-1"], "")
     assert outcome is Arrival.RELEASE and entry.releasing
     node = svc.store.node(plan["default/train-1"])
     node["spec"]["unschedulable"] = True
     svc.cluster.apply(node)  # the binds are in flight: the plan stands
-    assert svc.scheduler.permits.entry("default/train").plan == plan
+    assert svc.plan("default/train") == plan
 
 
 async def test_the_invariants_catch_a_half_bound_gang_and_an_over_committed_node(make_service):
@@ -439,7 +467,7 @@ async def test_a_straggler_of_a_timed_out_gang_is_not_bound_alone(make_service):
     svc = await make_service(rack_cluster() + gang("train", 3))
     for i in range(3):
         await svc.schedule(f"train-{i}")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    plan = dict(svc.plan("default/train"))
     waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
     await asyncio.sleep(0.05)
     await svc.expire(5.1)
@@ -455,7 +483,7 @@ async def test_a_gang_whose_members_are_all_gone_starts_over_at_the_quorum_gate(
     await bind_all(svc, [f"train-{i}" for i in range(3)])
     for i in range(3):
         svc.cluster.delete("", "Pod", "default", f"train-{i}")  # a restart: the pods are recreated
-    assert "default/train" not in svc.scheduler.permits.gangs
+    assert "default/train" not in svc.scheduler.ledger.gangs
     svc.cluster.apply(gang_pod("train-0", "train"))
     doc = await svc.filter("train-0")
     assert doc["NodeNames"] == []
@@ -465,7 +493,7 @@ async def test_a_gang_whose_members_are_all_gone_starts_over_at_the_quorum_gate(
 async def test_a_recreated_pod_does_not_inherit_its_predecessors_plan(make_service):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    planned = svc.scheduler.permits.planned_node("default/train-1")
+    planned = svc.scheduler.ledger.planned_node("default/train-1", "")
     stale = svc.pod("train-1")
     newer = dict(stale, metadata={**stale["metadata"], "uid": "a-new-uid"})
     assert svc.scheduler.planned_node_for(stale) == planned
@@ -497,11 +525,13 @@ async def test_a_bind_that_raises_does_not_strand_its_gang(make_service, monkeyp
     errors = await asyncio.wait_for(bind_all(svc, [f"train-{i}" for i in range(3)]), 3)
     assert errors["train-0"] == errors["train-2"] == ""
     assert "internal error binding default/train-1" in errors["train-1"]
-    entry = svc.scheduler.permits.entry("default/train")
-    assert entry.phase is Phase.BOUND and entry.arrived == set() and not entry.releasing
-    assert "default/train-1" not in svc.store.reservations  # its capacity is given back
+    entry = svc.scheduler.ledger.entry("default/train")
+    assert entry.arrived == {} and not entry.releasing
     # the API cannot bind three pods atomically; what the service owes is that the refused
-    # member is placed again at once, like a member beyond a bound quorum
+    # member keeps its place and capacity, and binds as soon as kube-scheduler retries it
+    assert svc.phase("default/train") is not Phase.BOUND  # 2 of 3 bound is not the quorum
+    assert svc.plan("default/train") == {"default/train-1": entry.plan["default/train-1"].node}
+    assert "default/train-1" in svc.store.reservations
     svc.cluster.bind_pod = flaky.real
     node, reason = await svc.schedule("train-1")
     assert node, reason
@@ -515,10 +545,10 @@ async def test_slow_binds_are_answered_before_kube_schedulers_timeout(make_servi
     started = asyncio.get_running_loop().time()
     errors = await bind_all(svc, ["train-0", "train-1"])
     assert asyncio.get_running_loop().time() - started < 1.0  # 1 s timeout minus the margin
-    assert all("still in flight after" in e for e in errors.values())
+    assert all("still in flight near the scheduler's httpTimeout" in e for e in errors.values())
     await asyncio.sleep(1.2)  # the binds finish in the background; then the gang is recorded
     assert svc.node_of("train-0") and svc.node_of("train-1")
-    assert svc.scheduler.permits.entry("default/train").phase is Phase.BOUND
+    assert svc.phase("default/train") is Phase.BOUND
     svc.check_invariants()
 
 
@@ -538,7 +568,7 @@ async def test_a_failed_background_task_turns_readiness_off_with_the_reason(make
 async def test_a_timeout_is_told_on_the_waiting_members_and_the_group(make_service):
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    plan = dict(svc.scheduler.permits.entry("default/train").plan)
+    plan = dict(svc.plan("default/train"))
     waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))
     await asyncio.sleep(0.05)
     await svc.expire(5.1)
@@ -557,18 +587,17 @@ async def test_a_pod_recreated_under_a_planned_name_drops_its_predecessors_plan(
 
     svc = await make_service(rack_cluster() + gang("train", 2))
     await svc.filter("train-0")
-    old_node = svc.scheduler.permits.entry("default/train").plan["default/train-1"]
+    old_node = svc.plan("default/train")["default/train-1"]
     stale = svc.pod("train-1")
     recreated = dict(stale, metadata={**stale["metadata"], "uid": "a-new-uid"})
     plans = []
-    real = svc.scheduler._plan
-    monkeypatch.setattr(svc.scheduler, "_plan", lambda *a, **k: plans.append(1) or real(*a, **k))
+    real = planning.plan_members
+    monkeypatch.setattr(planning, "plan_members", lambda *a, **k: plans.append(1) or real(*a, **k))
     doc = {"Pod": recreated, "Nodes": None, "NodeNames": [old_node]}
     resp = await svc.client.post("/filter", data=orjson.dumps(doc))
     assert resp.status == 200
     assert plans == [1], "the predecessor's plan was dropped and the gang planned afresh"
     assert (
-        "was recreated after the plan was made"
-        not in svc.scheduler.permits.entry("default/train").last_reason
+        "was recreated after the plan was made" not in svc.scheduler.ledger.entry("default/train").last_reason
     )
-    assert set(svc.store.reservations) == set(svc.scheduler.permits.entry("default/train").plan)
+    assert set(svc.store.reservations) == set(svc.plan("default/train"))

@@ -63,12 +63,12 @@ async def test_an_elastic_quorum_change_drops_the_plan(make_service):
     names = pods_of(exp.objects)
     assert len(names) == 2
     await svc.filter(names[0])
-    (gang,) = [k for k, e in svc.scheduler.permits.gangs.items() if e.plan]
-    assert len(svc.scheduler.permits.entry(gang).plan) == 2
+    (gang,) = [k for k, e in svc.scheduler.ledger.gangs.items() if e.plan]
+    assert len(svc.plan(gang)) == 2
     scaled = copy.deepcopy(svc.cluster.get("jobset.x-k8s.io", "JobSet", "default", "elastic"))
     scaled["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 4
     svc.cluster.apply(scaled)  # minCount follows live parallelism x replicas: 2 -> 4
-    assert svc.scheduler.permits.entry(gang).plan == {}
+    assert svc.plan(gang) == {}
     assert svc.store.reservations == {}
     doc = await svc.filter(names[0])
     reason = next(iter(doc["FailedAndUnresolvableNodes"].values()))
@@ -89,7 +89,7 @@ async def test_a_basic_group_with_a_rack_constraint_is_placed_pod_by_pod_in_one_
     racks = {svc.store.node(n)["metadata"]["labels"]["topology.kubernetes.io/rack"] for n in placed.values()}
     assert len(placed) == 4 and len(racks) == 1
     # no gang was planned: each pod was placed on its own
-    assert all(not e.plan for e in svc.scheduler.permits.gangs.values())
+    assert all(not e.plan for e in svc.scheduler.ledger.gangs.values())
     svc.check_invariants()
 
 

@@ -154,7 +154,7 @@ BAD_INPUT = [
     ),
     pytest.param(
         b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["ghost-1", "n000"]}',
-        "unknown to the extender's cluster cache: ghost-1",
+        "unknown to the extender's cluster cache: 'ghost-1'",
         id="a node name the service does not know",
     ),
     pytest.param(

@@ -1,0 +1,508 @@
+"""GangLedger: the one owner of every gang's plan, held capacity, barrier, backoff and memos.
+
+Nothing else writes a plan, a hold (`ClusterStore.hold`/`unhold`), a no-fit memo or a barrier.
+Each verb either completes or leaves the state as it was: it computes first, then applies, and
+the capacity moves are undone if applying fails half-way.
+
+What is remembered here is tentative; what counts is derived from the cluster:
+- a gang is Bound when its quorum is bound in the store (plus pods the API server confirmed
+  bound and the watch has not shown yet, `assumed`), whatever the process remembers; so a
+  restarted service (or a new leader) needs nothing rebuilt: bound members pin the domain and
+  count toward quorum, and members beyond quorum are placed as they come;
+- a hold becomes the bound pod's own charge the moment the watch shows the pod bound.
+
+The ledger never calls back into the server. Verbs return which waiting bind calls to answer;
+store events that end a plan (a member deleted, a node removed, the group redefined) queue their
+answers, and the server takes them with `take_answers`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from extender.gang.entry import Arrival, GangEntry, Phase, PlannedPod, backoff_delay_s
+from extender.model.group import GroupSpec, MembershipState
+from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.state.store import GROUPING_KINDS, NODE, POD, ClusterStore, is_live, is_terminal
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """Waiting bind calls to answer with `message` (an error: the pods were not bound)."""
+
+    pods: tuple[PodKey, ...]
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One member of a completed barrier, to bind now: exactly the pod (uid) the call named."""
+
+    pod: PodKey
+    node: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Expiry:
+    gang: GroupKey
+    spec: GroupSpec | None
+    waiting: tuple[PodKey, ...]
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    bound: tuple[PodKey, ...]
+    failed: tuple[PodKey, ...]
+    quorum_bound: bool
+    domain: str
+    spec: GroupSpec | None
+
+
+class GangLedger:
+    def __init__(
+        self,
+        store: ClusterStore,
+        *,
+        wait_s: float,
+        backoff_initial_s: float,
+        backoff_max_s: float,
+        clock: Clock,
+    ) -> None:
+        self.store = store
+        self.wait_s = wait_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.clock = clock
+        self.gangs: dict[GroupKey, GangEntry] = {}
+        self._pod_gang: dict[PodKey, GroupKey] = {}
+        self.assumed: dict[PodKey, str] = {}
+        """pod -> node: the API server confirmed the binding, the watch has not shown it yet. Such a
+        pod counts as bound and keeps its hold, so its capacity is never free twice."""
+        self.binding: set[PodKey] = set()
+        """Pods (not planned in a gang) whose own bind call is in flight, holding their capacity."""
+        self.rejected: set[PodKey] = set()
+        """Pods whose last filter passed no node: they sit in kube-scheduler's backoff or
+        unschedulable queue, so they are the ones worth nudging."""
+        self._answers: list[Answer] = []
+        store.add_listener(self._on_change)
+
+    # ================================================================= reads
+    def entry(self, key: GroupKey) -> GangEntry | None:
+        return self.gangs.get(key)
+
+    def gang_of(self, pod: PodKey) -> GroupKey | None:
+        return self._pod_gang.get(pod)
+
+    def planned(self, pod: PodKey) -> PlannedPod | None:
+        key = self._pod_gang.get(pod)
+        return None if key is None else self.gangs[key].plan.get(pod)
+
+    def planned_node(self, pod: PodKey, uid: str) -> str | None:
+        """The node the plan holds for this very pod: a pod deleted and recreated under its name
+        (another uid) must not inherit its predecessor's place."""
+        p = self.planned(pod)
+        if p is None or (uid and p.uid and p.uid != uid):
+            return None
+        return p.node
+
+    def is_releasing(self, pod: PodKey) -> bool:
+        key = self._pod_gang.get(pod)
+        return key is not None and pod in self.gangs[key].releasing
+
+    def backoff_left(self, key: GroupKey) -> float:
+        e = self.gangs.get(key)
+        if e is None or e.plan:
+            return 0.0
+        return max(0.0, e.backoff_until - self.clock())
+
+    def bound_counts(self, group: GroupSpec) -> dict[str | None, int]:
+        """Bound members per leaf, counted in the cluster (and the API's confirmed binds)."""
+        counts: dict[str | None, int] = {}
+        for rec in self.store.group_members(group.key):
+            if (rec.node_name or rec.key in self.assumed) and is_live(rec.obj):
+                leaf = self.store.membership(rec).subgroup
+                counts[leaf] = counts.get(leaf, 0) + 1
+        return counts
+
+    @staticmethod
+    def quorum_bound(group: GroupSpec, bound: dict[str | None, int]) -> bool:
+        return any(bound.values()) and group.ready_leaves(bound) is not None
+
+    @staticmethod
+    def leaf_quorum(group: GroupSpec, leaf: str | None) -> int:
+        if leaf is None:
+            return group.min_member if group.min_member is not None else 1
+        sg = group.subgroup(leaf)
+        return (sg.min_member or 0) if sg else 0
+
+    def phase(self, key: GroupKey, spec: GroupSpec | None) -> Phase:
+        e = self.gangs.get(key)
+        if spec is not None and self.quorum_bound(spec, self.bound_counts(spec)):
+            return Phase.BOUND
+        if e is not None and (e.arrived or e.releasing):
+            return Phase.BINDING
+        if e is not None and e.plan:
+            return Phase.PLANNED
+        if self.backoff_left(key) > 0:
+            return Phase.BACKOFF
+        return Phase.PENDING
+
+    def next_deadline(self) -> float | None:
+        """The next barrier deadline or backoff end, for the server's ticker."""
+        times = [e.deadline for e in self.gangs.values() if e.deadline is not None]
+        times += [e.backoff_until for e in self.gangs.values() if not e.backoff_told]
+        return min(times, default=None)
+
+    def backoffs_over(self) -> list[GroupKey]:
+        """Gangs whose backoff just ended, once each: their members, turned away meanwhile, sit in
+        kube-scheduler's unschedulable queue and are worth bringing back now."""
+        now = self.clock()
+        out = []
+        for e in self.gangs.values():
+            if not e.backoff_told and now >= e.backoff_until:
+                e.backoff_told = True
+                out.append(e.key)
+        return out
+
+    # ================================================================= memos
+    def note_filter(self, pod: PodKey, *, passed: bool) -> None:
+        if passed:
+            self.rejected.discard(pod)
+        else:
+            self.rejected.add(pod)
+
+    def set_reason(self, key: GroupKey, reason: str) -> None:
+        self._entry(key).last_reason = reason
+
+    def cached_no_fit(self, key: GroupKey, signature: tuple[int, ...]) -> str | None:
+        e = self.gangs.get(key)
+        if e is None or e.no_fit is None or e.no_fit[0] != signature:
+            return None
+        return e.no_fit[1]
+
+    def remember_no_fit(self, key: GroupKey, signature: tuple[int, ...], reason: str) -> None:
+        e = self._entry(key)
+        e.no_fit = (signature, reason)
+        e.last_reason = reason
+
+    def forget_refusals(self, key: GroupKey) -> None:
+        e = self.gangs.get(key)
+        if e is not None:
+            e.excluded.clear()
+
+    def excluded(self, key: GroupKey) -> dict[PodKey, set[str]]:
+        e = self.gangs.get(key)
+        return e.excluded if e is not None else {}
+
+    # ================================================================= verbs
+    def plan(
+        self,
+        group: GroupSpec,
+        assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]],
+        *,
+        domain: str,
+    ) -> None:
+        """Record a fresh plan and hold its capacity: all of it, or (on any failure) none of it."""
+        e = self._entry(group.key)
+        if e.releasing:
+            raise RuntimeError(f"gang {group.key}: cannot plan while its release binds are in flight")
+        for pk in assignment:
+            other = self._pod_gang.get(pk)
+            if other is not None and other != group.key:
+                raise RuntimeError(f"{pk} is already planned in gang {other}")
+        missing = [p.node for p, _ in assignment.values() if p.node not in self.store.node_rows]
+        if missing:
+            raise RuntimeError(f"gang {group.key}: planned node(s) {missing[:3]} are not in the cache")
+        stale = self._drop_plan(e)
+        if stale:
+            self._answers.append(Answer(stale, f"gang {group.key}: replanned; retrying"))
+        held: list[PodKey] = []
+        try:
+            for pk, (planned, requests) in assignment.items():
+                self.store.hold(pk, planned.node, requests)
+                held.append(pk)
+        except BaseException:
+            for pk in held:
+                self.store.unhold(pk)
+            raise
+        e.spec = group
+        e.plan = {pk: p for pk, (p, _) in assignment.items()}
+        e.domain = domain
+        e.no_fit = None
+        # a plan nobody brings to bind must not hold capacity forever
+        e.deadline = self.clock() + self.wait_s
+        e.last_reason = f"planned {len(assignment)} pods" + (f" in {domain}" if domain else "")
+        for pk in assignment:
+            self._pod_gang[pk] = group.key
+
+    def move(self, key: GroupKey, pod: PodKey, node: str, requests: dict[str, int]) -> None:
+        """Re-place one planned member (kube-scheduler would not offer its node) onto `node`."""
+        e = self.gangs[key]
+        old = e.plan[pod]
+        if pod in e.releasing:
+            raise RuntimeError(f"{pod} is being bound; it cannot move")
+        self.store.hold(pod, node, requests)  # replaces the old hold in one step
+        e.plan[pod] = PlannedPod(node=node, uid=old.uid, leaf=old.leaf)
+        e.arrived.pop(pod, None)
+        e.excluded.setdefault(pod, set()).add(old.node)
+
+    def arrive(self, pod: PodKey, node: str, uid: str) -> tuple[Arrival, GangEntry | None, list[Release]]:
+        """A planned member reached bind on `node`."""
+        key = self._pod_gang.get(pod)
+        if key is None:
+            return Arrival.NOT_PLANNED, None, []
+        e = self.gangs[key]
+        p = e.plan[pod]
+        if uid and p.uid and uid != p.uid:
+            return Arrival.NOT_PLANNED, e, []
+        if p.node != node:
+            return Arrival.WRONG_NODE, e, []
+        if pod in e.releasing:
+            return Arrival.IN_FLIGHT, e, []
+        if not e.arrived:
+            e.deadline = self.clock() + self.wait_s
+        e.arrived[pod] = uid or p.uid
+        if not e.barrier_complete():
+            return Arrival.WAIT, e, []
+        members = [
+            Release(pk, e.plan[pk].node, e.arrived[pk]) for pk in sorted(e.plan) if pk not in e.releasing
+        ]
+        e.releasing.update(r.pod for r in members)
+        e.deadline = None  # the binds answer for themselves now
+        return Arrival.RELEASE, e, members
+
+    def depart(self, pod: PodKey) -> None:
+        """A waiting member's bind call ended unanswered by the barrier (its own deadline, or the
+        caller went away): it no longer counts as arrived."""
+        key = self._pod_gang.get(pod)
+        if key is not None and pod not in self.gangs[key].releasing:
+            self.gangs[key].arrived.pop(pod, None)
+
+    def settle(self, key: GroupKey, results: dict[PodKey, str]) -> Settled:
+        """The release's binds are done ("" = bound, else the API's error).
+
+        Bound members leave the plan; their hold stays until the watch shows them bound. A member
+        the API refused stays planned with its hold, so the gang completes inside its domain when
+        kube-scheduler retries it; if it does not arrive in time the barrier expires as usual.
+        """
+        e = self._entry(key)
+        bound, failed = [], []
+        for pk, error in sorted(results.items()):
+            e.releasing.discard(pk)
+            e.arrived.pop(pk, None)
+            if error:
+                failed.append(pk)
+                continue
+            bound.append(pk)
+            planned = e.plan.pop(pk, None)
+            self._pod_gang.pop(pk, None)
+            rec = self.store.pods.get(pk)
+            if rec is not None and rec.node_name:
+                self.store.unhold(pk)  # the watch was first: the pod is charged already
+            elif rec is not None and planned is not None:
+                self.assumed[pk] = planned.node
+            else:
+                self.store.unhold(pk)  # gone meanwhile
+        spec = e.spec
+        gone = [pk for pk in failed if self._gone(pk, e.plan.get(pk))]
+        if gone:
+            self._discard(e, f"{gone[0]} is gone after its binding failed")
+        elif failed:
+            e.deadline = self.clock() + self.wait_s  # the refused members must come back in time
+            e.last_reason = (
+                f"{len(failed)} member(s) not bound by the API; retrying them in {e.domain or 'place'}"
+            )
+        quorum = spec is not None and self.quorum_bound(spec, self.bound_counts(spec))
+        if not e.plan:
+            e.spec = None
+            e.deadline = None
+            e.excluded.clear()
+            e.no_fit = None
+            if quorum:
+                e.failures = 0
+                e.last_reason = "quorum bound"
+        return Settled(tuple(bound), tuple(failed), quorum, e.domain, spec)
+
+    def discard(self, key: GroupKey, reason: str) -> None:
+        """Drop a plan that can no longer be carried out, without backoff; waiting binds fail now."""
+        e = self.gangs.get(key)
+        if e is not None:
+            self._discard(e, reason)
+
+    def exclude_and_discard(self, key: GroupKey, pod: PodKey, node: str, reason: str) -> None:
+        e = self.gangs.get(key)
+        if e is None:
+            return
+        self._discard(e, reason)
+        e.excluded.setdefault(pod, set()).add(node)
+
+    def expire(self) -> list[Expiry]:
+        """Fail every gang whose barrier (or unclaimed plan) outlived its deadline; back off."""
+        now = self.clock()
+        out = []
+        for e in list(self.gangs.values()):
+            if e.deadline is None or now < e.deadline or e.releasing:
+                continue
+            waiting = tuple(e.waiting())
+            total = len(e.plan)
+            if waiting:
+                msg = (
+                    f"gang {e.key}: quorum did not reach bind within {self.wait_s:g}s "
+                    f"({len(waiting)} of {total} planned pods arrived); reservation released"
+                )
+            else:
+                msg = (
+                    f"gang {e.key}: no planned member reached bind within {self.wait_s:g}s; "
+                    "reservation released"
+                )
+            spec = e.spec
+            self._drop_plan(e)
+            e.excluded.clear()
+            e.failures += 1
+            delay = backoff_delay_s(e.failures, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s)
+            e.backoff_until = now + delay
+            e.backoff_told = False
+            e.last_reason = f"{msg}; backing off {delay:g}s"
+            log.warning("%s", msg)
+            out.append(Expiry(e.key, spec, waiting, msg))
+        return out
+
+    # ----------------------------------------------------------------- single pods in bind
+    def hold(self, pod: PodKey, node: str, requests: dict[str, int]) -> None:
+        """Hold a pod's capacity while its own (non-gang) bind is in flight."""
+        self.store.hold(pod, node, requests)
+        self.binding.add(pod)
+
+    def bind_done(self, pod: PodKey, node: str, error: str) -> None:
+        """A single pod's API binding finished: keep its hold until the watch shows it, or give it back."""
+        self.binding.discard(pod)
+        rec = self.store.pods.get(pod)
+        if error or rec is None or rec.node_name:
+            self.store.unhold(pod)
+        else:
+            self.assumed[pod] = node
+
+    def take_answers(self) -> list[Answer]:
+        out, self._answers = self._answers, []
+        return out
+
+    # ================================================================= internals
+    def _entry(self, key: GroupKey) -> GangEntry:
+        e = self.gangs.get(key)
+        if e is None:
+            e = self.gangs[key] = GangEntry(key=key)
+        return e
+
+    def _gone(self, pod: PodKey, planned: PlannedPod | None) -> bool:
+        rec = self.store.pods.get(pod)
+        return (
+            rec is None
+            or not is_live(rec.obj)
+            or (planned is not None and bool(planned.uid) and rec.uid != planned.uid)
+        )
+
+    def _drop_plan(self, e: GangEntry) -> tuple[PodKey, ...]:
+        """Forget the plan (except members whose binds are in flight) and give its capacity back;
+        returns the members that were waiting at bind."""
+        waiting = tuple(pk for pk in e.waiting() if pk not in e.releasing)
+        for pk in list(e.plan):
+            if pk in e.releasing:
+                continue
+            del e.plan[pk]
+            e.arrived.pop(pk, None)
+            self._pod_gang.pop(pk, None)
+            self.store.unhold(pk)
+        if not e.plan:
+            e.spec = None
+            e.deadline = None
+        return waiting
+
+    def _discard(self, e: GangEntry, reason: str) -> None:
+        if not e.plan:
+            return
+        waiting = self._drop_plan(e)
+        e.last_reason = f"replanning: {reason}"
+        log.info("gang %s: plan dropped: %s", e.key, reason)
+        if waiting:
+            self._answers.append(Answer(waiting, f"gang {e.key}: {reason}; replanning"))
+
+    def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == POD:
+            self._on_pod(event, pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))), obj)
+        elif kind == NODE:
+            name = str(meta.get("name", ""))
+            row = self.store.node_rows.get(name)
+            if event == "DELETED" or row is None or not bool(self.store.arrays.schedulable[row]):
+                for e in list(self.gangs.values()):
+                    if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
+                        self._discard(e, f"planned node {name} was removed or cordoned")
+        elif kind in GROUPING_KINDS:
+            for e in list(self.gangs.values()):
+                if not e.plan or e.spec is None:
+                    continue
+                fresh = self._current_spec(e.plan)
+                if fresh is not None and fresh != e.spec:
+                    self._discard(e, "the group's definition changed")
+
+    def _on_pod(self, event: str, pk: PodKey, obj: dict[str, Any]) -> None:
+        gone = event == "DELETED" or is_terminal(obj)
+        node = (obj.get("spec") or {}).get("nodeName")
+        key = self._pod_gang.get(pk)
+        e = self.gangs.get(key) if key is not None else None
+        if gone or node:
+            # bound: its own charge replaces the hold; gone: there is nothing left to hold for
+            self.assumed.pop(pk, None)
+            self.store.unhold(pk)
+        if gone:
+            self.rejected.discard(pk)
+            self.binding.discard(pk)
+        if e is None or pk in e.releasing:
+            if gone:
+                self._forget_if_empty(obj)
+            return
+        planned = e.plan.get(pk)
+        if planned is None:
+            return
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if gone or (planned.uid and uid and uid != planned.uid):
+            self._discard(e, f"member {pk} was deleted")
+        elif node:
+            # bound by someone else (or by a bind this process no longer waits for): it counts as
+            # bound where it is; the rest of the plan stands
+            del e.plan[pk]
+            e.arrived.pop(pk, None)
+            self._pod_gang.pop(pk, None)
+            if not e.plan:
+                e.spec = None
+                e.deadline = None
+
+    def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
+        for pk in plan:
+            rec = self.store.pods.get(pk)
+            if rec is not None:
+                m = self.store.membership(rec)
+                return m.group if m.state is MembershipState.MEMBER else None
+        return None
+
+    def _forget_if_empty(self, pod: dict[str, Any]) -> None:
+        """A gang whose members are all gone starts over (a JobSet restart, a recreated Job): its
+        failures, memos and exclusions are dropped with the entry."""
+        m = self.store.membership_of(pod)
+        if m.group is None:
+            return
+        e = self.gangs.get(m.group.key)
+        if e is None or e.plan or e.releasing:
+            return
+        if any(is_live(rec.obj) for rec in self.store.group_members(m.group.key)):
+            return
+        del self.gangs[m.group.key]

@@ -1,0 +1,300 @@
+"""Planning: turn a gang's members into a placement request, and a placement into an assignment.
+
+Pure computation over the store and the ledger's current plans; nothing here holds capacity
+(the ledger's `plan` and `move` do, with what this returns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from extender.gang.entry import PlannedPod
+from extender.model import podaffinity
+from extender.model.group import GroupSpec
+from extender.model.keys import PodKey
+from extender.placement import api as placement
+from extender.scheduling import messages, topology
+from extender.scheduling.ledger import GangLedger
+from extender.state.store import ClusterStore, PodRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A gang member as the planner sees it."""
+
+    rec: PodRecord
+    leaf: str | None
+
+    @property
+    def key(self) -> PodKey:
+        return self.rec.key
+
+
+@dataclasses.dataclass(frozen=True)
+class GangPlan:
+    """A placement for the members needed now, or why none fits."""
+
+    assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]]
+    domain: str = ""
+    reason: str = ""  # set when nothing fits
+
+
+def constraint_levels(store: ClusterStore, group: GroupSpec, leaf: str | None) -> list[int]:
+    """Required levels on the pod's leaf and every ancestor up to the root."""
+    levels: list[int] = []
+    chain: list[Any] = [group.topology]
+    node = group.subgroup(leaf) if leaf else None
+    while node is not None:
+        chain.append(node.topology)
+        node = group.subgroup(node.parent) if node.parent else None
+    for c in chain:
+        keys = topology.resolve(c, store)
+        if keys.required:
+            levels.append(store.arrays.level(keys.required))
+    return levels
+
+
+def placed_row(store: ClusterStore, ledger: GangLedger, rec: PodRecord) -> int:
+    """Where a member is bound, confirmed bound, or held; -1 if nowhere."""
+    if rec.bound_row >= 0:
+        return rec.bound_row
+    node = ledger.assumed.get(rec.key)
+    if node is None:
+        res = store.reservations.get(rec.key)
+        return res.row if res is not None and store.row_names.get(res.row) == res.node else -1
+    return store.node_rows.get(node, -1)
+
+
+def member_rows(store: ClusterStore, ledger: GangLedger, group: GroupSpec, *, exclude: PodKey) -> list[int]:
+    """Rows of the group's members that are bound, binding or planned."""
+    out = []
+    for rec in store.group_members(group.key):
+        if rec.key != exclude:
+            row = placed_row(store, ledger, rec)
+            if row >= 0:
+                out.append(row)
+    return out
+
+
+def domain_mask(
+    store: ClusterStore,
+    ledger: GangLedger,
+    group: GroupSpec,
+    leaf: str | None,
+    rows: np.ndarray,
+    *,
+    exclude: PodKey,
+) -> np.ndarray | None:
+    """Rows allowed by the constraints on `leaf` and its ancestors, given members already placed.
+
+    None when nothing constrains the pod. A constrained level with no member placed yet allows
+    every domain; kube-scheduler's choice of node then fixes it for the rest.
+    """
+    levels = constraint_levels(store, group, leaf)
+    if not levels:
+        return None
+    placed = member_rows(store, ledger, group, exclude=exclude)
+    mask = np.ones(len(rows), dtype=bool)
+    domains = store.arrays.domains
+    for lvl in levels:
+        if placed:
+            mask &= domains[lvl, rows] == domains[lvl, placed[0]]
+        else:
+            mask &= domains[lvl, rows] >= 0
+    return mask
+
+
+def tree_node(store: ClusterStore, parent: int, constraint: Any) -> placement.TreeNode:
+    keys = topology.resolve(constraint, store)
+    arrays = store.arrays
+    return placement.TreeNode(
+        parent=parent,
+        required_level=arrays.level(keys.required) if keys.required else -1,
+        preferred_level=arrays.level(keys.preferred) if keys.preferred else -1,
+        fallback_levels=tuple(arrays.level(k) for k in keys.fallback),
+    )
+
+
+def plan_members(
+    store: ClusterStore,
+    ledger: GangLedger,
+    group: GroupSpec,
+    members: Sequence[Member],
+    leaves: Sequence[str | None],
+    *,
+    me: PodKey,
+    offered_rows: np.ndarray,
+    avoid_refused: bool = True,
+) -> GangPlan | None:
+    """Place, for each leaf in `leaves`, the members still needed for its quorum.
+
+    `me` (the pod being filtered) goes first in its leaf and is placed only on `offered_rows`
+    (kube-scheduler's filters passed them); other members on the nodes whose taints, labels and
+    affinity admit them, minus nodes kube-scheduler refused them before (`avoid_refused`: a hint
+    for convergence, dropped by the caller when it is what stands in the way). Members whose required
+    anti-affinity keeps them apart get one node each. None when `me` is not needed (its leaf's
+    quorum is bound already).
+    """
+    arrays = store.arrays
+    index: dict[str | None, int] = {None: 0}
+    for i, sg in enumerate(group.subgroups):
+        index[sg.name] = i + 1
+    tree = [tree_node(store, -1, group.topology)]
+    for sg in group.subgroups:
+        tree.append(tree_node(store, index[sg.parent], sg.topology))
+    offered = np.zeros(arrays.n_rows, dtype=bool)
+    offered[offered_rows] = True
+    excluded = ledger.excluded(group.key) if avoid_refused else {}
+    slot = store.resources.find(podaffinity.ONE_PER_NODE)
+    spread_rows: list[int] = []  # rows already taken by a member that must be alone
+    demands: list[placement.LeafDemand] = []
+    chosen: list[list[PodRecord]] = []
+    total_needed = 0
+    bound_total = 0
+    for leaf in leaves:
+        leaf_members = [m for m in members if m.leaf == leaf]
+        placed = [(m, placed_row(store, ledger, m.rec)) for m in leaf_members]
+        is_bound = [bool(m.rec.node_name or m.key in ledger.assumed) for m in leaf_members]
+        bound = [row for (m, row), b in zip(placed, is_bound, strict=True) if b]
+        spread_rows += [row for m, row in placed if row >= 0 and podaffinity.one_per_node(m.rec.obj)]
+        pending = sorted(
+            (
+                m
+                for (m, _), b in zip(placed, is_bound, strict=True)
+                if not b and not ledger.is_releasing(m.key)
+            ),
+            key=lambda m: (m.key != me, m.key),
+        )
+        count = max(0, min(ledger.leaf_quorum(group, leaf) - len(bound), len(pending)))
+        take = pending[:count]
+        total_needed += count
+        bound_total += len(bound)
+        bound_rows = np.array([row for row in bound if row >= 0], dtype=np.int32)
+        # pods of one leaf with different shapes (driver + workers), spreading or refused nodes
+        # become separate demands
+        shapes: dict[tuple[bytes, bool, frozenset[str]], list[PodRecord]] = {}
+        for m in take:
+            vec = store.vector(m.rec.requests)
+            spread = slot is not None and podaffinity.one_per_node(m.rec.obj)
+            if spread:
+                vec[slot] = 1
+            refused = frozenset(excluded.get(m.key, ())) if m.key != me else frozenset()
+            shapes.setdefault((vec.tobytes(), spread, refused), []).append(m.rec)
+        first = True
+        for (raw, _spread, refused), recs in sorted(
+            shapes.items(), key=lambda kv: -int(np.frombuffer(kv[0][0], np.int64)[0])
+        ):
+            is_mine = any(r.key == me for r in recs)
+            if is_mine:
+                eligible: np.ndarray | None = offered
+            else:
+                eligible = store.eligible_mask(recs[0].obj)
+                if refused:
+                    eligible = np.ones(arrays.n_rows, dtype=bool) if eligible is None else eligible.copy()
+                    for node in refused:
+                        row = store.node_rows.get(node)
+                        if row is not None:
+                            eligible[row] = False
+            demands.append(
+                placement.LeafDemand(
+                    tree_node=index[leaf],
+                    request=np.frombuffer(raw, dtype=np.int64).copy(),
+                    count=len(recs),
+                    eligible=eligible,
+                    bound_rows=bound_rows if first and len(bound_rows) else None,
+                )
+            )
+            chosen.append(recs)
+            first = False
+        if not take and len(bound_rows):
+            demands.append(
+                placement.LeafDemand(
+                    tree_node=index[leaf],
+                    request=np.zeros(arrays.n_res, dtype=np.int64),
+                    count=0,
+                    bound_rows=bound_rows,
+                )
+            )
+            chosen.append([])
+    if me not in {r.key for recs in chosen for r in recs}:
+        return None
+    needed = total_needed + bound_total
+    unoffered = sorted({n for recs in chosen for r in recs for n in store.request_vector(r.requests)[1]})
+    if unoffered:
+        return GangPlan({}, reason=f"gang {group.key} ({needed} pods): {messages.unoffered_text(unoffered)}")
+    request = placement.GangRequest(tree=tuple(tree), leaves=tuple(demands))
+    if slot is not None and any(d.request[slot] for d in demands):
+        plan = _plan_one_per_node(store, request, slot, spread_rows)
+    else:
+        plan = placement.plan_gang(arrays, request)
+    if plan.outcome is not placement.Outcome.PLACED:
+        return GangPlan({}, reason=messages.no_fit_text(store, group, needed, plan))
+    assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]] = {}
+    for recs, rows in zip(chosen, plan.rows, strict=True):
+        for rec, row in zip(recs, rows, strict=True):
+            leaf = next(m.leaf for m in members if m.key == rec.key)
+            assignment[rec.key] = (PlannedPod(store.row_names[int(row)], rec.uid, leaf), dict(rec.requests))
+    return GangPlan(assignment, domain=messages.domain_text(store, plan))
+
+
+def _plan_one_per_node(
+    store: ClusterStore, request: placement.GangRequest, slot: int, taken_rows: list[int]
+) -> placement.Plan:
+    """Plan with one free 'slot' per node for members that must be alone, restored afterwards.
+
+    The slot column is zero outside this call, so nothing else ever sees it.
+    """
+    free = store.arrays.free
+    n = store.arrays.n_rows
+    try:
+        free[:n, slot] = 1
+        if taken_rows:
+            free[np.array(taken_rows, dtype=np.int64), slot] = 0
+        return placement.plan_gang(store.arrays, request)
+    finally:
+        free[:, slot] = 0
+
+
+def repair(
+    store: ClusterStore,
+    ledger: GangLedger,
+    group: GroupSpec,
+    member: Member,
+    offered_rows: np.ndarray,
+) -> str | None:
+    """Another node for one planned member whose node kube-scheduler did not offer, keeping the
+    rest of the plan: offered, usable, with room, inside every constrained domain the plan
+    occupies, and not beside a member it must stay apart from. None when there is none."""
+    arrays = store.arrays
+    planned = ledger.planned(member.key)
+    if planned is None or not len(offered_rows):
+        return None
+    rows = offered_rows[arrays.schedulable[offered_rows]]
+    if not len(rows):
+        return None
+    vec, missing = store.request_vector(member.rec.requests)
+    if missing:
+        return None
+    ok = placement.fit_mask(arrays, rows, vec)
+    allowed = domain_mask(store, ledger, group, member.leaf, rows, exclude=member.key)
+    if allowed is not None:
+        ok &= allowed
+    if podaffinity.one_per_node(member.rec.obj):
+        taken = {
+            placed_row(store, ledger, rec)
+            for rec in store.group_members(group.key)
+            if rec.key != member.key and podaffinity.one_per_node(rec.obj)
+        }
+        ok &= np.array([int(r) not in taken for r in rows], dtype=bool)
+    refused = ledger.excluded(group.key).get(member.key, set())
+    if refused:
+        ok &= np.array([store.row_names.get(int(r)) not in refused for r in rows], dtype=bool)
+    candidates = rows[ok]
+    if not len(candidates):
+        return None
+    scores = placement.score_nodes(arrays, candidates, vec)
+    return store.row_names[int(candidates[int(np.argmax(scores))])]

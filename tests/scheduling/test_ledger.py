@@ -1,0 +1,139 @@
+"""The gang ledger's verbs on plain objects: each completes or leaves the state as it was."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from extender.gang.entry import Arrival, PlannedPod
+from extender.model.group import GroupSpec, Source
+from extender.scheduling.ledger import GangLedger
+from extender.state.store import ClusterStore
+from tests.builders import gang_pod, make_kai_podgroup, make_node
+
+GANG = "default/train"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(n: int = 3) -> tuple[ClusterStore, GangLedger, Clock, GroupSpec]:
+    store = ClusterStore()
+    for i in range(3):
+        store.upsert(make_node(f"n{i}", cpu="4"))
+    store.upsert(make_kai_podgroup("train", min_member=n))
+    for i in range(n):
+        store.upsert(
+            {
+                **gang_pod(f"train-{i}", "train", cpu="1"),
+                "metadata": {**gang_pod(f"train-{i}", "train")["metadata"], "uid": f"u{i}"},
+            }
+        )
+    clock = Clock()
+    ledger = GangLedger(store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock)
+    spec = GroupSpec(key=GANG, source=Source.KAI_PODGROUP, min_member=n)
+    return store, ledger, clock, spec
+
+
+def assignment(n: int, nodes: list[str]) -> dict:
+    return {
+        f"default/train-{i}": (PlannedPod(nodes[i], f"u{i}", None), {"cpu": 1000, "pods": 1})
+        for i in range(n)
+    }
+
+
+def snapshot(store: ClusterStore, ledger: GangLedger):
+    return (
+        store.arrays.free.copy().tolist(),
+        dict(store.reservations),
+        copy.deepcopy(ledger.gangs),
+        dict(ledger._pod_gang),
+    )
+
+
+def test_a_plan_that_cannot_be_held_whole_leaves_nothing_behind(monkeypatch):
+    store, ledger, _, spec = setup()
+    before = snapshot(store, ledger)
+    real, calls = store.hold, []
+
+    def flaky(key, node, requests):
+        calls.append(key)
+        if len(calls) == 3:
+            raise MemoryError("while holding the third member")
+        real(key, node, requests)
+
+    monkeypatch.setattr(store, "hold", flaky)
+    with pytest.raises(MemoryError):
+        ledger.plan(spec, assignment(3, ["n0", "n1", "n2"]), domain="")
+    assert snapshot(store, ledger)[:2] == before[:2]
+    assert not ledger.planned("default/train-0")
+
+
+def test_a_plan_naming_a_node_the_cache_lacks_is_refused_before_anything_moves():
+    store, ledger, _, spec = setup()
+    before = snapshot(store, ledger)
+    with pytest.raises(RuntimeError, match="not in the cache"):
+        ledger.plan(spec, assignment(3, ["n0", "n1", "ghost"]), domain="")
+    assert snapshot(store, ledger)[:2] == before[:2]
+
+
+def test_the_barrier_releases_only_when_every_planned_member_arrived():
+    _store, ledger, _clock, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    assert ledger.arrive("default/train-0", "n1", "u0")[0] is Arrival.WRONG_NODE
+    assert ledger.arrive("default/train-0", "n0", "other-uid")[0] is Arrival.NOT_PLANNED
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
+    assert ledger.arrive("default/train-1", "n0", "u1")[0] is Arrival.WAIT
+    outcome, _, members = ledger.arrive("default/train-2", "n1", "u2")
+    assert outcome is Arrival.RELEASE and [m.pod for m in members] == [f"default/train-{i}" for i in range(3)]
+    assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.IN_FLIGHT
+    assert ledger.expire() == []  # in flight: the binds answer for themselves
+
+
+def test_settle_keeps_refused_members_planned_and_held_and_rearms_the_deadline():
+    store, ledger, clock, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="rack r0")
+    for i, node in enumerate(["n0", "n0", "n1"]):
+        ledger.arrive(f"default/train-{i}", node, f"u{i}")
+    settled = ledger.settle(
+        GANG, {"default/train-0": "", "default/train-1": "refused", "default/train-2": "refused"}
+    )
+    assert settled.bound == ("default/train-0",) and not settled.quorum_bound
+    assert ledger.assumed == {"default/train-0": "n0"}  # the watch has not shown it yet: still held
+    assert set(store.reservations) == {f"default/train-{i}" for i in range(3)}
+    assert ledger.entry(GANG).deadline == clock.now + 5
+    clock.now += 5.1
+    (expiry,) = ledger.expire()
+    assert "no planned member reached bind" in expiry.message
+    assert set(store.reservations) == {"default/train-0"}  # only the bound member's hold remains
+    pod = store.pods["default/train-0"].obj
+    store.upsert({**pod, "spec": {**pod["spec"], "nodeName": "n0"}})  # the watch catches up
+    assert store.reservations == {} and ledger.assumed == {}
+
+
+def test_a_member_deleted_mid_wait_queues_answers_for_the_waiting_binds():
+    store, ledger, _, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    ledger.arrive("default/train-0", "n0", "u0")
+    store.remove(store.pods["default/train-2"].obj)
+    (answer,) = ledger.take_answers()
+    assert answer.pods == ("default/train-0",) and "member default/train-2 was deleted" in answer.message
+    assert store.reservations == {} and ledger.take_answers() == []
+
+
+def test_a_hold_on_a_removed_node_gives_nothing_back_to_the_row_s_next_owner():
+    store, ledger, _, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n2"]), domain="")
+    row = store.node_rows["n2"]
+    node = store.node("n2")
+    store.remove(node)  # the ledger drops the plan and unholds: the row is gone by then
+    store.upsert(make_node("n9", cpu="4"))  # reuses the row
+    assert store.node_rows["n9"] == row
+    assert store.arrays.free[row, 0] == 4000
+    assert store.reservations == {}
