@@ -297,3 +297,38 @@ def test_pytorchjob_master_and_workers_bind_together(cluster: Cluster, namespace
             }
             api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
     wait_all_bound(api, namespace, 3, f"{keys.PYTORCH_JOB_NAME}=pt")
+
+
+def test_a_release_fits_inside_the_margin_between_gang_wait_and_http_timeout(
+    cluster: Cluster, namespace: str
+) -> None:
+    """--gang-wait-s must end MIN_BIND_MARGIN_S before httpTimeout because the release's binds run
+    after the barrier completes; measure them on the real API server and hold the margin to it."""
+    import re
+    import urllib.request
+
+    from extender.config import MIN_BIND_MARGIN_S
+
+    api = cluster.plane.api
+    api.create(
+        f"/apis/batch/v1/namespaces/{namespace}/jobs",
+        batch_job(namespace, "m", pods_n=4, cpu="1", annotations={keys.BATCH_MIN_MEMBER: "4"}),
+    )
+    wait_all_bound(api, namespace, 4, "job-name=m")
+    text = urllib.request.urlopen(f"{cluster.service_url}/metrics", timeout=5).read().decode()
+    buckets = {
+        float(le): float(n)
+        for le, n in re.findall(
+            r'gang_extender_release_seconds_bucket\{le="([0-9.e+-]+)"\} ([0-9.e+]+)', text
+        )
+    }
+    count = float(re.search(r"gang_extender_release_seconds_count ([0-9.e+]+)", text).group(1))
+    total = float(re.search(r"gang_extender_release_seconds_sum ([0-9.e+]+)", text).group(1))
+    within = max((n for le, n in buckets.items() if le <= MIN_BIND_MARGIN_S / 2), default=0.0)
+    print(
+        f"releases: {count:.0f}, mean {total / count * 1000:.1f} ms, "
+        f"{within:.0f} within {MIN_BIND_MARGIN_S / 2}s"
+    )
+    assert count >= 1
+    # every release took under half the margin: the rest of it covers kube-scheduler's clock skew
+    assert within == count, f"a release took longer than {MIN_BIND_MARGIN_S / 2}s: {buckets}"

@@ -233,6 +233,7 @@ class ControlPlane:
         self.kubeconfig = str(self.workdir / "kubeconfig")
         self.api = Api(self.server)
         self.service_url: str | None = None
+        self.service_args: list[str] = []
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -355,6 +356,7 @@ class ControlPlane:
             *extra_args,
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.service_args = list(extra_args)
         self._spawn("service", argv, env=env)
         url = f"http://127.0.0.1:{port}"
 
@@ -369,6 +371,36 @@ class ControlPlane:
         wait_until(ready, timeout_s=120, interval_s=0.25, what="the service's /readyz")
         self.service_url = url
         return url
+
+    def stop_service(self, *, timeout_s: float = 5.0) -> None:
+        """Stop the service (SIGTERM, then SIGKILL past `timeout_s`); kube-scheduler keeps its URL."""
+        proc = self.procs.pop("service", None)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def restart_service(self) -> str:
+        """Stop the service and start it again on the same port with the same flags, so
+        kube-scheduler's configured urlPrefix still reaches it; the previous log is kept as
+        service.<n>.log. Returns the URL once /readyz answers 200."""
+        if self.service_url is None:
+            raise PlaneUnavailable("restart_service: the service was never started")
+        port = int(self.service_url.rsplit(":", 1)[1])
+        self.stop_service()
+        log = self.workdir / "service.log"
+        if log.exists():
+            n = 1
+            while (self.workdir / f"service.{n}.log").exists():
+                n += 1
+            log.rename(self.workdir / f"service.{n}.log")
+        return self.start_service(port=port, extra_args=self.service_args)
 
     def start_scheduler(self, *, url_prefix: str, config: Path | None = None) -> None:
         """kube-scheduler with the shipped configuration converted to v1beta1 (URL and kubeconfig swapped)."""
