@@ -58,7 +58,9 @@ one unit, without computing it: `1e2000000000` is a valid quantity, and 10**2000
 event loop for minutes. 10**30 with any suffix, in any unit, is above MAX_UNITS; 10**-30 is below
 one unit."""
 
-_QUANTITY = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+# Linear time on any input: `\d+(?:\.\d*)?` cannot split a run of digits two ways (`\d+\.?\d*` could,
+# and a 100k-digit string with a bad tail then took minutes of backtracking on the event loop).
+_QUANTITY = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 
 
 class QuantityError(ValueError):
