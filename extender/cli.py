@@ -73,6 +73,13 @@ SERVE_FLAGS = (
         "S",
     ),
     Flag(
+        "gang-hold-s",
+        float,
+        "how long a gang's plan is held for every member to reach bind once (default 30)",
+        "gang.hold_s",
+        "S",
+    ),
+    Flag(
         "gang-backoff-initial-s",
         float,
         "delay before a timed-out gang is planned again; doubles per failure (default 2)",

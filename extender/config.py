@@ -33,6 +33,11 @@ class GangSettings:
     """How long a gang's bind barrier waits for quorum. Must end at least MIN_BIND_MARGIN_S before
     kube-scheduler's `httpTimeout` (10 s in the shipped configuration), so the waiting binds answer
     with our error, or the release's binds land, before kube-scheduler times the call out."""
+    hold_s: float = 30.0
+    """How long a gang's plan and reservation wait for every planned member to reach bind at least
+    once. Longer than kube-scheduler's longest pod backoff (10 s by default): members whose bind
+    calls were answered at the end of a gang wait come back spread over that backoff, and a member
+    that reached bind once keeps its place until the rest arrive."""
     backoff_initial_s: float = 2.0
     """Delay before a gang that timed out at the barrier is planned again; doubles per failure."""
     backoff_max_s: float = 60.0
@@ -88,6 +93,11 @@ def validate(settings: Settings) -> list[str]:
             f"--gang-wait-s ({g.wait_s:g}) must end at least {MIN_BIND_MARGIN_S:g}s before --http-timeout-s "
             f"({c.http_timeout_s:g}), so that a released gang's binds (parallel POSTs to the API server) "
             f"are answered before kube-scheduler gives up on them: {fix}"
+        )
+    if g.hold_s < g.wait_s:
+        errors.append(
+            f"--gang-hold-s ({g.hold_s:g}) must be at least --gang-wait-s ({g.wait_s:g}): the plan is held "
+            "while its members come back to bind; raise --gang-hold-s"
         )
     if g.backoff_initial_s <= 0:
         errors.append(f"--gang-backoff-initial-s must be positive, got {g.backoff_initial_s}")

@@ -44,8 +44,12 @@ class GangEntry:
     spec: GroupSpec | None = None  # the definition the plan was made for
     plan: dict[PodKey, PlannedPod] = dataclasses.field(default_factory=dict)  # unbound members only
     domain: str = ""  # "rack r3" of the plan, for messages
-    arrived: dict[PodKey, str] = dataclasses.field(default_factory=dict)  # pod -> uid of its bind call
-    deadline: float | None = None  # the barrier's, from the first arrival
+    arrived: dict[PodKey, str] = dataclasses.field(default_factory=dict)
+    """pod -> uid of its bind call. Sticky: a member whose call was answered (its wait ended) still
+    counts as arrived, so the gang completes once every member has reached bind with this plan,
+    not only when all wait at once (kube-scheduler's per-pod backoff spreads their retries)."""
+    answer_at: float | None = None  # when the waiting calls are answered, from the first arrival
+    hold_until: float | None = None  # when an unfinished plan is given up and the gang backs off
     releasing: set[PodKey] = dataclasses.field(default_factory=set)  # release binds in flight
     failures: int = 0
     backoff_until: float = 0.0

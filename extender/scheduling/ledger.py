@@ -54,8 +54,9 @@ class Release:
 class Expiry:
     gang: GroupKey
     spec: GroupSpec | None
-    waiting: tuple[PodKey, ...]
+    waiting: tuple[PodKey, ...]  # the arrived members: answer those whose calls still wait
     message: str
+    dropped: bool  # the plan was given up (the hold ended), not only the waiting calls answered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,12 +74,14 @@ class GangLedger:
         store: ClusterStore,
         *,
         wait_s: float,
+        hold_s: float | None = None,
         backoff_initial_s: float,
         backoff_max_s: float,
         clock: Clock,
     ) -> None:
         self.store = store
         self.wait_s = wait_s
+        self.hold_s = max(wait_s, hold_s if hold_s is not None else 3 * wait_s)
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.clock = clock
@@ -158,7 +161,7 @@ class GangLedger:
 
     def next_deadline(self) -> float | None:
         """The next barrier deadline or backoff end, for the server's ticker."""
-        times = [e.deadline for e in self.gangs.values() if e.deadline is not None]
+        times = [t for e in self.gangs.values() for t in (e.answer_at, e.hold_until) if t is not None]
         times += [e.backoff_until for e in self.gangs.values() if not e.backoff_told]
         return min(times, default=None)
 
@@ -239,7 +242,8 @@ class GangLedger:
         e.domain = domain
         e.no_fit = None
         # a plan nobody brings to bind must not hold capacity forever
-        e.deadline = self.clock() + self.wait_s
+        e.answer_at = None
+        e.hold_until = self.clock() + self.hold_s
         e.last_reason = f"planned {len(assignment)} pods" + (f" in {domain}" if domain else "")
         for pk in assignment:
             self._pod_gang[pk] = group.key
@@ -268,24 +272,19 @@ class GangLedger:
             return Arrival.WRONG_NODE, e, []
         if pod in e.releasing:
             return Arrival.IN_FLIGHT, e, []
-        if not e.arrived:
-            e.deadline = self.clock() + self.wait_s
+        if e.answer_at is None:
+            e.answer_at = self.clock() + self.wait_s
         e.arrived[pod] = uid or p.uid
         if not e.barrier_complete():
             return Arrival.WAIT, e, []
+        # members whose calls were answered meanwhile are bound too: this service is their binder,
+        # and kube-scheduler drops a pod from its queue once the watch shows it bound
         members = [
             Release(pk, e.plan[pk].node, e.arrived[pk]) for pk in sorted(e.plan) if pk not in e.releasing
         ]
         e.releasing.update(r.pod for r in members)
-        e.deadline = None  # the binds answer for themselves now
+        e.answer_at = e.hold_until = None  # the binds answer for themselves now
         return Arrival.RELEASE, e, members
-
-    def depart(self, pod: PodKey) -> None:
-        """A waiting member's bind call ended unanswered by the barrier (its own deadline, or the
-        caller went away): it no longer counts as arrived."""
-        key = self._pod_gang.get(pod)
-        if key is not None and pod not in self.gangs[key].releasing:
-            self.gangs[key].arrived.pop(pod, None)
 
     def settle(self, key: GroupKey, results: dict[PodKey, str]) -> Settled:
         """The release's binds are done ("" = bound, else the API's error).
@@ -317,14 +316,15 @@ class GangLedger:
         if gone:
             self._discard(e, f"{gone[0]} is gone after its binding failed")
         elif failed:
-            e.deadline = self.clock() + self.wait_s  # the refused members must come back in time
+            # the refused members must come back within the hold
+            e.hold_until = max(e.hold_until or 0.0, self.clock() + self.wait_s)
             e.last_reason = (
                 f"{len(failed)} member(s) not bound by the API; retrying them in {e.domain or 'place'}"
             )
         quorum = spec is not None and self.quorum_bound(spec, self.bound_counts(spec))
         if not e.plan:
             e.spec = None
-            e.deadline = None
+            e.answer_at = e.hold_until = None
             e.excluded.clear()
             e.no_fit = None
             if quorum:
@@ -346,34 +346,49 @@ class GangLedger:
         e.excluded.setdefault(pod, set()).add(node)
 
     def expire(self) -> list[Expiry]:
-        """Fail every gang whose barrier (or unclaimed plan) outlived its deadline; back off."""
+        """Answer the waiting binds of gangs whose wait ended (their plan stands, and those members
+        still count as arrived), and give up the plans whose hold ended: the capacity goes back and
+        the gang backs off, doubling."""
         now = self.clock()
         out = []
         for e in list(self.gangs.values()):
-            if e.deadline is None or now < e.deadline or e.releasing:
+            if e.releasing:
                 continue
-            waiting = tuple(e.waiting())
+            arrived = tuple(e.waiting())
             total = len(e.plan)
-            if waiting:
-                msg = (
-                    f"gang {e.key}: quorum did not reach bind within {self.wait_s:g}s "
-                    f"({len(waiting)} of {total} planned pods arrived); reservation released"
+            if e.hold_until is not None and now >= e.hold_until:
+                if arrived:
+                    msg = (
+                        f"gang {e.key}: quorum did not reach bind within {self.hold_s:g}s "
+                        f"({len(arrived)} of {total} planned pods arrived); reservation released"
+                    )
+                else:
+                    msg = (
+                        f"gang {e.key}: no planned member reached bind within {self.hold_s:g}s; "
+                        "reservation released"
+                    )
+                spec = e.spec
+                self._drop_plan(e)
+                e.excluded.clear()
+                e.failures += 1
+                delay = backoff_delay_s(
+                    e.failures, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s
                 )
-            else:
+                e.backoff_until = now + delay
+                e.backoff_told = False
+                e.last_reason = f"{msg}; backing off {delay:g}s"
+                log.warning("%s", msg)
+                out.append(Expiry(e.key, spec, arrived, msg, dropped=True))
+            elif e.answer_at is not None and now >= e.answer_at:
+                e.answer_at = None
+                missing = sorted(set(e.plan) - set(e.arrived))
+                shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
                 msg = (
-                    f"gang {e.key}: no planned member reached bind within {self.wait_s:g}s; "
-                    "reservation released"
+                    f"gang {e.key}: {len(arrived)} of {total} planned pods reached bind within "
+                    f"{self.wait_s:g}s (waiting for {shown}); their places stay held, retry"
                 )
-            spec = e.spec
-            self._drop_plan(e)
-            e.excluded.clear()
-            e.failures += 1
-            delay = backoff_delay_s(e.failures, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s)
-            e.backoff_until = now + delay
-            e.backoff_told = False
-            e.last_reason = f"{msg}; backing off {delay:g}s"
-            log.warning("%s", msg)
-            out.append(Expiry(e.key, spec, waiting, msg))
+                e.last_reason = msg
+                out.append(Expiry(e.key, e.spec, arrived, msg, dropped=False))
         return out
 
     # ----------------------------------------------------------------- single pods in bind
@@ -423,7 +438,7 @@ class GangLedger:
             self.store.unhold(pk)
         if not e.plan:
             e.spec = None
-            e.deadline = None
+            e.answer_at = e.hold_until = None
         return waiting
 
     def _discard(self, e: GangEntry, reason: str) -> None:
@@ -484,7 +499,7 @@ class GangLedger:
             self._pod_gang.pop(pk, None)
             if not e.plan:
                 e.spec = None
-                e.deadline = None
+                e.answer_at = e.hold_until = None
 
     def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
         for pk in plan:

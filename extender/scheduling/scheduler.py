@@ -429,9 +429,12 @@ class Scheduler:
         return effects
 
     def expire(self) -> list[tuple[Expiry, list[Effect]]]:
-        """Fail every gang whose barrier deadline passed, with the writes that tell it."""
+        """Answer gangs whose wait ended; give up plans whose hold ended, with the writes that tell it."""
         out = []
         for expiry in self.ledger.expire():
+            if not expiry.dropped:
+                out.append((expiry, []))  # only the waiting calls are answered: no story to tell yet
+                continue
             event = {"reason": "GangTimedOut", "message": expiry.message, "type": "Warning"}
             effects = [Effect("event", *pod_ref(pk), event) for pk in expiry.waiting]
             if expiry.spec is not None:

@@ -211,6 +211,10 @@ async def handle_bind(request: web.Request) -> web.Response:
         args = wire.parse_binding_args(body)
         try:
             error = await _bind(app, args)
+            if error:
+                # kube-scheduler now backs the pod off or parks it as unschedulable: nudge it back
+                # when its gang is planned again, as for a pod the filter turned away
+                app[SCHEDULER].ledger.note_filter(pod_key(args.pod_namespace, args.pod_name), passed=False)
         except Exception as exc:
             log.exception("bind failed for pod %s/%s", args.pod_namespace, args.pod_name)
             app[METRICS].errors.labels("bind").inc()
@@ -263,12 +267,8 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
         # the ticker answers at the deadline on the app's clock; this bounds the wait in real time too
         return await asyncio.wait_for(asyncio.shield(fut), _bind_budget(app, started))
     except TimeoutError:
-        scheduler.ledger.depart(key)
         app[METRICS].waiter_deadlines.inc()
         return fut.result() if fut.done() else _overdue_message(app, key)
-    except asyncio.CancelledError:
-        scheduler.ledger.depart(key)
-        raise
     finally:
         barrier.forget(key, fut)
 
@@ -483,7 +483,8 @@ def _tick(app: web.Application) -> None:
     scheduler = app[SCHEDULER]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     for expiry, effects in scheduler.expire():
-        app[METRICS].gang_timeouts.inc()
+        if expiry.dropped:
+            app[METRICS].gang_timeouts.inc()
         for pk in expiry.waiting:
             barrier.resolve(pk, expiry.message)
         _spawn_effects(app, effects)
@@ -491,7 +492,6 @@ def _tick(app: web.Application) -> None:
     _answer_dropped(app)
     now = app[CLOCK]()
     for pk in barrier.overdue(now):
-        scheduler.ledger.depart(pk)
         app[METRICS].waiter_deadlines.inc()
         barrier.resolve(pk, _overdue_message(app, pk))
 
@@ -566,6 +566,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     ledger = GangLedger(
         store,
         wait_s=settings.gang.wait_s,
+        hold_s=settings.gang.hold_s,
         backoff_initial_s=settings.gang.backoff_initial_s,
         backoff_max_s=settings.gang.backoff_max_s,
         clock=clock,

@@ -137,6 +137,9 @@ async def make_service():
 
     async def start(objects, **settings):
         settings.setdefault("gang_wait_s", 5.0)
+        # most scenarios look at one wait; those about members spread over kube-scheduler's
+        # backoff set a longer hold
+        settings.setdefault("gang_hold_s", settings["gang_wait_s"])
         clock = FakeClock()
         cluster = EmbeddedCluster(objects)
         app = build_app(default_settings(**settings), source=cluster, clock=clock)

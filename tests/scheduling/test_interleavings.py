@@ -847,6 +847,28 @@ class Driver:
                     self.fail(f"gang {g.name}: its quorum of {need} fits but it is not bound {why}")
                 continue
             assert domains is not None
+            # while the gang's own quorum is short (a release the API half-refused), the ready
+            # subgroups still short of their minMember bind together as one unit, never one by one
+            short = {}
+            for unit, need in groups.items():
+                unit_members = [n for n in members if unit is None or self.pod_sub[n] == unit]
+                unit_on = [n for n in unit_members if n in bound]
+                if len(unit_on) < need and len(unit_members) >= need:
+                    short[unit] = need - len(unit_on)
+            complete = sum(
+                1
+                for unit, need in groups.items()
+                if sum(1 for n in members if (unit is None or self.pod_sub[n] == unit) and n in bound) >= need
+            )
+            root_short = bool(g.subgroups) and complete < (g.min_subgroup or len(groups))
+            if root_short:
+                want = sum(short.values())
+                if short and slots(req, domains) >= want:
+                    self.fail(
+                        f"gang {g.name}: subgroups {sorted(map(str, short))} need {want} more pod(s) "
+                        f"together, which fit beside its {len(on)} bound members, but are not bound {why}"
+                    )
+                groups = {}
             for unit, need in groups.items():
                 unit_members = [n for n in members if unit is None or self.pod_sub[n] == unit]
                 unit_on = [n for n in unit_members if n in bound]

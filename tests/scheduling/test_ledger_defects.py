@@ -280,11 +280,12 @@ async def test_every_waiting_bind_is_answered_by_its_own_deadline(make_service):
     nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
     waiting = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
     await asyncio.sleep(0.05)
-    svc.scheduler.ledger.gangs["default/train"].deadline = None  # as if the barrier's own expiry were lost
+    entry = svc.scheduler.ledger.gangs["default/train"]
+    entry.answer_at = entry.hold_until = None  # as if the barrier's own expiry were lost
     await svc.expire(9.6)
     error = await asyncio.wait_for(waiting, 1)
     assert "before the scheduler's httpTimeout" in error
-    assert svc.scheduler.ledger.entry("default/train").arrived == {}
+    assert "default/train-0" in svc.scheduler.ledger.entry("default/train").arrived  # its place stays
 
 
 # -------------------------------------------------------------- 9: each subgroup binds whole
@@ -376,3 +377,45 @@ async def test_members_turned_away_during_a_backoff_are_nudged_when_it_ends(make
     await asyncio.sleep(0.05)
     after = nudges()
     assert all(after[n] and after[n] != before[n] for n in after), after  # each pod updated: retried now
+
+
+# -------------------------------------------------------------- members spread over kube-scheduler's backoff
+async def test_members_that_reach_bind_at_different_times_keep_their_places_until_all_have(make_service):
+    """kube-scheduler backs each pod off on its own after a failed bind, so a gang's members come
+    back spread over seconds. A member that reached bind once keeps its place; the gang binds whole
+    when the last one arrives, even if the others' calls were answered meanwhile."""
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_hold_s=30.0)
+    nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
+    first = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
+    await asyncio.sleep(0.05)
+    await svc.expire(5.1)
+    answer = await asyncio.wait_for(first, 1)
+    assert "1 of 3 planned pods reached bind within 5s" in answer and "places stay held" in answer
+    assert set(svc.store.reservations) == {"default/train-0", "default/train-1", "default/train-2"}
+    await svc.expire(3.0)
+    second = asyncio.create_task(svc.bind("train-1", nodes["train-1"]))
+    await asyncio.sleep(0.05)
+    await svc.expire(6.0)  # its wait ends too; train-0 is back in kube-scheduler's backoff
+    assert "places stay held" in await asyncio.wait_for(second, 1)
+    assert await svc.bind("train-2", nodes["train-2"]) == ""  # the last one: all three bind
+    assert {n: svc.node_of(n) for n in nodes} == nodes
+    assert svc.phase("default/train") is Phase.BOUND
+    assert await svc.bind("train-0", nodes["train-0"]) == ""  # kube-scheduler's retry: done already
+    svc.check_invariants()
+
+
+async def test_a_plan_whose_members_never_all_arrive_is_given_up_when_its_hold_ends(make_service):
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_hold_s=12.0)
+    nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
+    first = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
+    await asyncio.sleep(0.05)
+    await svc.expire(5.1)
+    await first
+    await svc.expire(7.0)
+    assert svc.store.reservations == {} and svc.plan("default/train") == {}
+    reason = svc.scheduler.ledger.entry("default/train").last_reason
+    assert (
+        "quorum did not reach bind within 12s (1 of 3 planned pods arrived)" in reason
+        and "backing off" in reason
+    )
+    svc.check_invariants()
