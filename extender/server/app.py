@@ -138,7 +138,7 @@ async def _handle(
             resp = await work(body)
         except (wire.WireError, UnknownNodesError, QuantityError) as exc:
             status = 400
-            return _text_400(str(exc))
+            return _text_400(wire.WireError(str(exc)).args[0])  # one bounded line, whatever raised it
         status = resp.status
         return resp
     finally:

@@ -71,6 +71,9 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+# what the API server allows (so a name can never carry a newline into a reason or a log line)
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}\Z)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
 
 
@@ -292,8 +295,15 @@ def _check_pod(pod: dict[str, Any]) -> None:
     if not isinstance(name, str) or not name:
         got = "missing" if name is None else f"not a non-empty string: {quote(name)}"
         raise WireError(f"Pod.metadata.name is {got}")
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        raise WireError(f"Pod.metadata.name {quote(name, 80)} is not a valid name (a DNS-1123 subdomain)")
     for field in ("namespace", "uid"):
         _string(meta, field, "Pod.metadata")
+    namespace = meta.get("namespace")
+    if namespace and not _DNS_LABEL.fullmatch(namespace):
+        raise WireError(
+            f"Pod.metadata.namespace {quote(namespace, 80)} is not a valid namespace (a DNS-1123 label)"
+        )
     _string_map(meta.get("labels"), "Pod.metadata.labels")
     _string_map(meta.get("annotations"), "Pod.metadata.annotations")
     for i, ref in enumerate(_objects(meta.get("ownerReferences"), "Pod.metadata.ownerReferences")):

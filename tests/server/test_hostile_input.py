@@ -112,6 +112,14 @@ BAD_FILTER = [
     pytest.param(raw(with_pod(metadata="p")), "Pod.metadata must be an object", id="metadata a string"),
     pytest.param(raw(with_pod(metadata__name=7)), "Pod.metadata.name", id="name a number"),
     pytest.param(raw(with_pod(metadata__name="")), "Pod.metadata.name", id="name empty"),
+    pytest.param(
+        raw(with_pod(metadata__name="p\n2026 INFO forged")), "is not a valid name", id="a newline in the name"
+    ),
+    pytest.param(raw(with_pod(metadata__name="Train-0")), "is not a valid name", id="an upper-case name"),
+    pytest.param(raw(with_pod(metadata__name="a" * 254)), "is not a valid name", id="a name past 253"),
+    pytest.param(
+        raw(with_pod(metadata__namespace="ml.team")), "is not a valid namespace", id="a dotted namespace"
+    ),
     pytest.param(raw(with_pod(metadata__namespace=["ml"])), "Pod.metadata.namespace", id="namespace a list"),
     pytest.param(raw(with_pod(metadata__uid={})), "Pod.metadata.uid", id="uid an object"),
     pytest.param(raw(with_pod(metadata__labels=["a"])), "Pod.metadata.labels", id="labels a list"),
