@@ -1,4 +1,9 @@
-"""End-to-end fixtures: one control plane, fake racks, the service and kube-scheduler per session.
+"""End-to-end fixtures: one control plane per version, fake racks, the service and kube-scheduler.
+
+Every e2e test runs once per control-plane version (`[k8s-1.20.2]`, `[k8s-1.36.2]`). The `plane`
+fixture is session-scoped and parametrized over the versions, so pytest groups the tests by version:
+all of 1.20.2's run, its processes are stopped, then 1.36.2 starts (one plane at a time, 2 cores).
+A test that is genuinely version-specific says so with `@pytest.mark.k8s(min="1.36", reason=...)`.
 
 Reusable from elsewhere: `from controlplane.start import plane_for_tests` (put tests/e2e on sys.path)
 gives the same per-process control plane these fixtures use.
@@ -11,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from controlplane.start import ControlPlane, plane_for_tests
+from controlplane.fixtures import plane_fixture, plane_version_fixture, skip_outside_versions  # noqa: F401
+from controlplane.start import ControlPlane
 
 from extender.sim.cluster import topology
 
@@ -33,11 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if {"plane", "cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
-
-
-@pytest.fixture(scope="session")
-def plane() -> ControlPlane:
-    return plane_for_tests()
+    skip_outside_versions(items)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The seed scenarios as real objects, scheduled by a real kube-scheduler 1.20 through the service.
+"""The seed scenarios as real objects, scheduled by a real kube-scheduler (1.20.2, then 1.36.2) through
+the service.
 
 The controller-manager runs (so Jobs make their pods); no JobSet or training operator runs, so the
 tests create child Jobs and PyTorchJob pods the way those controllers would. Assertions: gangs bind

@@ -1,4 +1,4 @@
-"""Issue 9 on the real control plane: defects 1, 2, 4 and 5 with a real kube-scheduler 1.20.
+"""Issue 9 on the real control plane: defects 1, 2, 4 and 5 with a real kube-scheduler (1.20.2 and 1.36.2).
 
 Every scenario checks the same promise, each bounded in time:
 - the gang ends bound whole (every quorum member has spec.nodeName; inside one rack when its
@@ -250,10 +250,16 @@ def why_unbound(api: Api, namespace: str, items: list[dict[str, Any]]) -> str:
     return "; ".join(out) or "none"
 
 
+# A filter-phase FailedScheduling message; anything else kube-scheduler reports for a pod comes from bind.
+FILTER_FAILURE = re.compile(r"^\d+/\d+ nodes are available")
+
+
 def bind_failures(api: Api, namespace: str, name: str) -> list[str]:
-    """kube-scheduler's FailedScheduling messages for this pod that come from its bind call."""
+    """kube-scheduler's FailedScheduling messages for this pod that come from its bind call: 1.20 prefixes
+    them `Binding rejected: `; 1.36 reports the bind error as it is (the extender's answer, or the
+    transport's error), and only filter failures start `0/N nodes are available`."""
     msgs = pending_reasons(api, namespace, {"metadata": {"name": name}})
-    return [m for m in msgs if m.lower().startswith("binding rejected")]
+    return [m for m in msgs if m.lower().startswith("binding rejected") or not FILTER_FAILURE.match(m)]
 
 
 def gang_summary(items: list[dict[str, Any]], quorum: int) -> str:

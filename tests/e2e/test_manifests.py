@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.start import convert_scheduler_config
+from controlplane.start import convert_scheduler_config, substitute_scheduler_config
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
@@ -78,6 +78,16 @@ def test_conversion_to_v1beta1_moves_percentage_and_swaps_only_url_and_kubeconfi
         "NodeResourcesLeastAllocated",
     }
     assert "pluginConfig" not in got["profiles"][0]
+
+
+def test_current_scheduler_reads_the_shipped_file_with_only_url_and_kubeconfig_swapped() -> None:
+    """What kube-scheduler 1.36 gets in the e2e tier: the shipped v1 file, two values substituted."""
+    v1 = scheduler_config()
+    got = substitute_scheduler_config(v1, url_prefix="http://127.0.0.1:1234", kubeconfig="/k")
+    expected = {**v1, "clientConnection": {"kubeconfig": "/k"}}
+    expected["extenders"] = [{**v1["extenders"][0], "urlPrefix": "http://127.0.0.1:1234"}]
+    assert got == expected
+    assert "clientConnection" not in v1, "the shipped file is left untouched"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""KubeClusterSource against a real kube-apiserver 1.20: list+watch into a store, 410 relist, and writes."""
+"""KubeClusterSource against a real kube-apiserver (1.20.2, then 1.36.2): list+watch into a store, 410
+relist, and writes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from extender.state.kube import KubeClusterSource, KubeSettings, _Cursor, _Gone
 from extender.state.source import BindError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from controlplane.start import ControlPlane, plane_for_tests
+from controlplane.fixtures import plane_fixture, plane_version_fixture  # noqa: F401 - every version, in turn
+from controlplane.start import ControlPlane
 
 pytestmark = pytest.mark.e2e
 
@@ -55,11 +57,6 @@ class RecordingStore:
                 await self._changed.wait()
 
         return await asyncio.wait_for(seen(), timeout_s)
-
-
-@pytest.fixture(scope="module")
-def plane() -> ControlPlane:
-    return plane_for_tests()
 
 
 @pytest.fixture
@@ -120,7 +117,7 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         await started(source)
         served = {(k.group, k.kind): k.version for k in source.served_kinds()}
         listed = {(op[2], op[1]) for op in store.ops if op[0] == "replace_all"}
-    assert served == {
+    expected = {
         ("", "Node"): "v1",
         ("", "Pod"): "v1",
         ("batch", "Job"): "v1",
@@ -128,7 +125,14 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         ("kubeflow.org", "PyTorchJob"): "v1",
         ("scheduling.run.ai", "PodGroup"): "v2alpha2",
         ("kai.scheduler", "Topology"): "v1alpha1",
-    }, "1.20 serves no scheduling.k8s.io PodGroup; every CRD from manifests/crds is served"
+    }
+    if plane.version != "1.20.2":  # the tier's 1.36 serves the Workload API (GenericWorkload, v1alpha2)
+        expected[("scheduling.k8s.io", "PodGroup")] = "v1alpha2"
+        expected[("scheduling.k8s.io", "Workload")] = "v1alpha2"
+    assert served == expected, (
+        "1.20 serves no scheduling.k8s.io PodGroup, the tier's 1.36 serves v1alpha2; "
+        "every CRD from manifests/crds is served"
+    )
     assert listed == set(served), "every served kind is listed before the source reports synced"
 
 

@@ -2,9 +2,13 @@
 # Builds etcd (Debian package) + kube-apiserver, kube-scheduler and kube-controller-manager v1.20.2
 # from Debian bookworm's `kubernetes` source package, once per machine, into a cache outside the repo.
 # Why from source: no registry reachable here ships these binaries (see shared/docs/real-control-plane.md).
-# Usage: build.sh [CACHE_DIR]   (default $GANG_EXTENDER_CP_CACHE or /var/cache/gang-extender/k8s-1.20.2)
+# Usage: build.sh [CACHE_DIR]   (default: k8s-1.20.2 under $GANG_EXTENDER_CP_CACHE, the cache root with one
+# directory per version, or under /var/cache/gang-extender; a GANG_EXTENDER_CP_CACHE that already names a
+# k8s-* directory is used as it is, as before). 1.36.2 is not built: start.py unpacks it from shared/.
 set -euo pipefail
-CACHE=${1:-${GANG_EXTENDER_CP_CACHE:-/var/cache/gang-extender/k8s-1.20.2}}
+ROOT=${GANG_EXTENDER_CP_CACHE:-/var/cache/gang-extender}
+case "$(basename "$ROOT")" in k8s-*) DEFAULT_CACHE=$ROOT ;; *) DEFAULT_CACHE=$ROOT/k8s-1.20.2 ;; esac
+CACHE=${1:-$DEFAULT_CACHE}
 BIN="$CACHE/bin"
 if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ] \
    && command -v etcd >/dev/null 2>&1; then

@@ -1,9 +1,12 @@
-"""A real Kubernetes 1.20 control plane on loopback for the end-to-end tier, and a tiny API client for tests.
+"""A real Kubernetes control plane (1.20.2 or 1.36.2) on loopback for the end-to-end tier, and a tiny API
+client for tests.
 
-Owns: finding (or building, via build.sh) the binaries; starting etcd, kube-apiserver,
-kube-controller-manager, the service and kube-scheduler as child processes; the kubeconfig; the
-v1 -> v1beta1 conversion of the shipped scheduler configuration; fake nodes. Recipes and traps:
-shared/docs/real-control-plane.md.
+Owns: finding the binaries (1.20.2 built once per machine by build.sh; 1.36.2 unpacked from the
+repository's sibling `shared/k8s-1.36/` and checked against its sha256), one directory per version
+under one cache root; starting etcd, kube-apiserver, kube-controller-manager, the service and
+kube-scheduler as child processes with each version's flags; the kubeconfig; the shipped scheduler
+configuration (read as it is by 1.36, converted v1 -> v1beta1 for 1.20); fake nodes. Recipes and
+traps: shared/docs/real-control-plane.md and shared/k8s-1.36/README.md.
 
 Run `python tests/e2e/controlplane/start.py --help` (or up.sh) to start one by hand.
 """
@@ -14,7 +17,9 @@ import argparse
 import atexit
 import contextlib
 import fcntl
+import hashlib
 import json
+import lzma
 import os
 import shutil
 import signal
@@ -34,9 +39,29 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
-CACHE = Path(os.environ.get("GANG_EXTENDER_CP_CACHE", "/var/cache/gang-extender/k8s-1.20.2"))
 TOKEN = "test-token"
 SCHEDULER_NAME = "gang-scheduler"
+
+# The versions the e2e tier runs on, oldest first (the order the session runs them in).
+LEGACY_VERSION = "1.20.2"
+CURRENT_VERSION = "1.36.2"
+VERSIONS = (LEGACY_VERSION, CURRENT_VERSION)
+SERVER_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+# 1.36.2 is not built here: the binaries come xz-compressed beside the repository (a fresh clone in CI
+# has a copy of shared/ next to it). Checksums of the unpacked files, from shared/k8s-1.36/README.md;
+# pinned here so a changed file is refused rather than run.
+SHARED_136 = REPO.parent / "shared" / "k8s-1.36"
+SHA256_136 = {
+    "kube-apiserver": "8cd10dc9a1e8cd19731f59fec65a18c9fd5fc2b35edb2b09527fe5e1ea6c488d",
+    "kube-scheduler": "4dd18a05df40ce097f113cb544dbd255ef056dc39173c9de844235a0572caada",
+    "kube-controller-manager": "e892a8e5440a4679f5fadf877caf6d642dafcecd6acb940a4e676759821d287d",
+}
+# Served on 1.36: the Workload API (Workload, PodGroup in scheduling.k8s.io/v1alpha2) and PodGroup
+# topology constraints (without TopologyAwareWorkloadScheduling on the API server they are dropped).
+# GangScheduling (kube-scheduler's native gang plugin) stays off: the extender's scheduler is tested alone.
+FEATURE_GATES_136 = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+RUNTIME_CONFIG_136 = "scheduling.k8s.io/v1alpha2=true"
 
 
 class PlaneUnavailable(Exception):
@@ -49,36 +74,113 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def binaries() -> dict[str, str]:
-    """Paths of the four binaries; builds them once per machine (root + apt) or raises PlaneUnavailable."""
-    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+def cache_root() -> Path:
+    """The directory holding one `k8s-<version>` directory per version.
 
-    def found() -> dict[str, str] | None:
-        etcd = shutil.which("etcd")
-        paths = {n: str(CACHE / "bin" / n) for n in names}
-        if etcd and all(os.access(p, os.X_OK) for p in paths.values()):
-            return {"etcd": etcd, **paths}
-        return None
+    `GANG_EXTENDER_CP_CACHE` names that root; as before, it may also name the 1.20.2 directory itself
+    (`.../k8s-1.20.2`), and then its parent is the root.
+    """
+    env = os.environ.get("GANG_EXTENDER_CP_CACHE")
+    if not env:
+        return Path("/var/cache/gang-extender")
+    path = Path(env)
+    return path.parent if path.name.startswith("k8s-") else path
 
-    got = found()
+
+def cache_dir(version: str) -> Path:
+    return cache_root() / f"k8s-{version}"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+def _found(version: str) -> dict[str, str] | None:
+    etcd = shutil.which("etcd")
+    paths = {n: str(cache_dir(version) / "bin" / n) for n in SERVER_BINARIES}
+    if etcd and all(os.access(p, os.X_OK) for p in paths.values()):
+        return {"etcd": etcd, **paths}
+    return None
+
+
+def binaries(version: str = LEGACY_VERSION) -> dict[str, str]:
+    """Paths of etcd and the three server binaries of `version`, made ready once per machine
+    (1.20.2 built, which also installs Debian's etcd; 1.36.2 unpacked), or PlaneUnavailable."""
+    if version not in VERSIONS:
+        raise PlaneUnavailable(f"unknown control-plane version {version} (known: {', '.join(VERSIONS)})")
+    got = _found(version)
     if got:
         return got
+    if version == LEGACY_VERSION:
+        return _build_120()
+    if not shutil.which("etcd"):
+        _build_120()  # the 1.20.2 install step is the one that installs Debian's etcd-server
+    return _unpack_136()
+
+
+def _build_120() -> dict[str, str]:
+    cache = cache_dir(LEGACY_VERSION)
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise PlaneUnavailable(f"control plane not built in {CACHE} and building it needs root and apt-get")
-    CACHE.mkdir(parents=True, exist_ok=True)
+        raise PlaneUnavailable(f"control plane not built in {cache} and building it needs root and apt-get")
+    cache.mkdir(parents=True, exist_ok=True)
     # One build per machine even when several test sessions start at once.
-    with open(CACHE / ".build.lock", "w") as lock:
+    with open(cache / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        got = found()
+        got = _found(LEGACY_VERSION)
         if got:
             return got
-        run = subprocess.run(["bash", str(BUILD_SCRIPT), str(CACHE)], capture_output=True, text=True)
+        run = subprocess.run(["bash", str(BUILD_SCRIPT), str(cache)], capture_output=True, text=True)
         if run.returncode != 0:
             tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
             raise PlaneUnavailable(f"control plane build failed (exit {run.returncode}): {tail[0]}")
-    got = found()
+    got = _found(LEGACY_VERSION)
     if not got:
-        raise PlaneUnavailable(f"control plane build finished but binaries are missing in {CACHE}/bin")
+        raise PlaneUnavailable(f"control plane build finished but binaries are missing in {cache}/bin")
+    return got
+
+
+def _unpack_136(source: Path | None = None) -> dict[str, str]:
+    """`xz -dc NAME.xz > NAME && chmod +x NAME` for each binary, each checked against its sha256."""
+    source = source or SHARED_136
+    cache = cache_dir(CURRENT_VERSION)
+    missing = [n for n in SERVER_BINARIES if not (source / f"{n}.xz").is_file()]
+    if missing:
+        raise PlaneUnavailable(
+            f"{CURRENT_VERSION} binaries not unpacked in {cache}/bin, "
+            f"and {source} lacks {', '.join(missing)}.xz"
+        )
+    try:
+        (cache / "bin").mkdir(parents=True, exist_ok=True)
+        lock_file = open(cache / ".unpack.lock", "w")  # held for the whole unpack
+    except OSError as exc:
+        raise PlaneUnavailable(f"cannot write the control-plane cache {cache}: {exc}") from exc
+    with lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        got = _found(CURRENT_VERSION)
+        if got:
+            return got
+        for name in SERVER_BINARIES:
+            target = cache / "bin" / name
+            tmp = target.with_name(f".{name}.tmp")
+            digest = hashlib.sha256()
+            try:
+                with lzma.open(source / f"{name}.xz") as src, open(tmp, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        digest.update(chunk)
+                        dst.write(chunk)
+            except (OSError, lzma.LZMAError) as exc:
+                tmp.unlink(missing_ok=True)
+                raise PlaneUnavailable(f"cannot unpack {source / name}.xz: {exc}") from exc
+            if digest.hexdigest() != SHA256_136[name]:
+                tmp.unlink(missing_ok=True)
+                raise PlaneUnavailable(
+                    f"{source / name}.xz unpacks to sha256 {digest.hexdigest()}, expected {SHA256_136[name]}"
+                )
+            tmp.chmod(0o755)
+            tmp.replace(target)
+    got = _found(CURRENT_VERSION)
+    if not got:
+        raise PlaneUnavailable(f"{CURRENT_VERSION} unpacked into {cache}/bin but etcd is not installed")
     return got
 
 
@@ -201,6 +303,16 @@ def convert_scheduler_config(v1: dict[str, Any], *, url_prefix: str, kubeconfig:
     return cfg
 
 
+def substitute_scheduler_config(v1: dict[str, Any], *, url_prefix: str, kubeconfig: str) -> dict[str, Any]:
+    """The shipped v1 configuration as it is, for kube-scheduler releases that read v1 (1.25+): only the
+    kubeconfig path and the extenders' URL (the service's port) are swapped."""
+    cfg = json.loads(json.dumps(v1))
+    cfg.setdefault("clientConnection", {})["kubeconfig"] = kubeconfig
+    for ext in cfg.get("extenders") or []:
+        ext["urlPrefix"] = url_prefix
+    return cfg
+
+
 def _score_plugins_to_v1beta1(profile: dict[str, Any]) -> None:
     """v1's NodeResourcesFit scoringStrategy MostAllocated is a plugin of its own in 1.20's v1beta1."""
     args = [pc for pc in profile.get("pluginConfig") or [] if pc.get("name") == "NodeResourcesFit"]
@@ -220,8 +332,26 @@ def _score_plugins_to_v1beta1(profile: dict[str, Any]) -> None:
 class ControlPlane:
     """etcd + kube-apiserver (+ kube-controller-manager) on loopback, each a child process."""
 
-    def __init__(self, workdir: str | None = None, *, controller_manager: bool = True) -> None:
-        self.bins = binaries()
+    def __init__(
+        self,
+        workdir: str | None = None,
+        *,
+        controller_manager: bool = True,
+        version: str = LEGACY_VERSION,
+        feature_gates: str | None = None,
+    ) -> None:
+        self.version = version
+        self.bins = binaries(version)
+        self.legacy = version_tuple(version) < (1, 25)  # reads v1beta1; components still take --port=0
+        # `feature_gates`: extra gates for every component (e.g. "GangScheduling=true" for the native
+        # peer), 1.36 only. The Workload API's own gates go to kube-apiserver and kube-controller-manager
+        # (its PodGroup protection controller) but not to kube-scheduler: with them on, 1.36's
+        # kube-scheduler runs its own pod-group queueing and topology placement (TopologyPlacementGenerator
+        # offers the extender one placement's nodes only), which is the native peer, not this tier's subject.
+        self.scheduler_gates = feature_gates or ""
+        self.feature_gates = ",".join(
+            g for g in ((None if self.legacy else FEATURE_GATES_136), feature_gates) if g
+        )
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gang-e2e-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else self.workdir
@@ -265,6 +395,16 @@ class ControlPlane:
             check=True,
             capture_output=True,
         )
+        if not self.legacy:
+            # 1.36's controller-manager signs CSRs with a CA of its own (--cluster-signing-*).
+            subprocess.run(
+                [
+                    *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
+                    *("-subj", "/CN=gang-e2e-ca", "-keyout", str(w / "ca.key"), "-out", str(w / "ca.crt")),
+                ],
+                check=True,
+                capture_output=True,
+            )
         client, peer = free_port(), free_port()
         self._spawn(
             "etcd",
@@ -279,6 +419,10 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
+        issuer = "https://kubernetes.default.svc" + ("" if self.legacy else ".cluster.local")
+        current = [f"--runtime-config={RUNTIME_CONFIG_136}"] if not self.legacy else []
+        if self.feature_gates:
+            current.append(f"--feature-gates={self.feature_gates}")
         self._spawn(
             "kube-apiserver",
             [
@@ -289,13 +433,14 @@ class ControlPlane:
                 "--advertise-address=127.0.0.1",
                 f"--cert-dir={w / 'certs'}",
                 "--endpoint-reconciler-type=none",
-                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-issuer={issuer}",
                 f"--service-account-key-file={w / 'sa.pub'}",
                 f"--service-account-signing-key-file={w / 'sa.key'}",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--authorization-mode=AlwaysAllow",
                 f"--token-auth-file={w / 'tokens.csv'}",
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                *current,
                 "--v=1",
             ],
         )
@@ -308,6 +453,17 @@ class ControlPlane:
         wait_until(up, timeout_s=60, what="kube-apiserver /readyz")
         self.write_kubeconfig()
         if self.with_controller_manager:
+            if self.legacy:
+                per_version = ["--port=0"]
+            else:
+                per_version = [
+                    f"--cluster-signing-cert-file={w / 'ca.crt'}",
+                    f"--cluster-signing-key-file={w / 'ca.key'}",
+                    f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}",
+                ]
+                if self.feature_gates:
+                    per_version.append(f"--feature-gates={self.feature_gates}")
             self._spawn(
                 "kube-controller-manager",
                 [
@@ -315,7 +471,7 @@ class ControlPlane:
                     f"--kubeconfig={self.kubeconfig}",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={free_port()}",
-                    "--port=0",
+                    *per_version,
                     "--leader-elect=false",
                     f"--service-account-private-key-file={w / 'sa.key'}",
                     f"--root-ca-file={w / 'certs' / 'apiserver.crt'}",
@@ -402,17 +558,32 @@ class ControlPlane:
             log.rename(self.workdir / f"service.{n}.log")
         return self.start_service(port=port, extra_args=self.service_args)
 
-    def start_scheduler(self, *, url_prefix: str, config: Path | None = None) -> None:
-        """kube-scheduler with the shipped configuration converted to v1beta1 (URL and kubeconfig swapped)."""
-        src = config or REPO / "manifests" / "scheduler-config.yaml"
-        cfg = convert_scheduler_config(
-            yaml.safe_load(src.read_text()), url_prefix=url_prefix, kubeconfig=self.kubeconfig
-        )
+    def scheduler_config(self, *, url_prefix: str, config: Path | None = None) -> dict[str, Any]:
+        """The configuration kube-scheduler gets: the shipped file (or `config`) as it is on 1.36, with
+        only the kubeconfig path and the extender URL swapped; converted to v1beta1 for 1.20."""
+        src = yaml.safe_load((config or REPO / "manifests" / "scheduler-config.yaml").read_text())
+        if not self.legacy:
+            return substitute_scheduler_config(src, url_prefix=url_prefix, kubeconfig=self.kubeconfig)
+        cfg = convert_scheduler_config(src, url_prefix=url_prefix, kubeconfig=self.kubeconfig)
         # With --config, 1.20 takes its insecure healthz/metrics address from the file and ignores
         # --port=0; left unset it binds 0.0.0.0:10251, which a second plane on the machine also wants.
         cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{free_port()}"
-        path = self.workdir / "scheduler-config.v1beta1.yaml"
+        return cfg
+
+    def start_scheduler(self, *, url_prefix: str, config: Path | None = None) -> None:
+        """kube-scheduler with the shipped configuration (see scheduler_config)."""
+        cfg = self.scheduler_config(url_prefix=url_prefix, config=config)
+        path = self.workdir / f"scheduler-config.{cfg['apiVersion'].rsplit('/', 1)[1]}.yaml"
         path.write_text(yaml.safe_dump(cfg))
+        if self.legacy:
+            per_version = ["--port=0"]
+        else:
+            per_version = [
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+            ]
+            if self.scheduler_gates:
+                per_version.append(f"--feature-gates={self.scheduler_gates}")
         self._spawn(
             "kube-scheduler",
             [
@@ -420,7 +591,7 @@ class ControlPlane:
                 f"--config={path}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
-                "--port=0",
+                *per_version,
                 "--v=2",
             ],
         )
@@ -441,18 +612,23 @@ class ControlPlane:
         wait_until(leading, timeout_s=60, what=f"kube-scheduler to hold lease {lease}")
 
     def stop(self) -> None:
-        for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+        """Stop every child; etcd last, since kube-apiserver 1.36 does not finish shutting down while it
+        retries a vanished etcd. Idempotent."""
+        last = [n for n in ("etcd",) if n in self.procs]
+        for batch in ([n for n in reversed(list(self.procs)) if n not in last], last):
+            for name in batch:
+                proc = self.procs[name]
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+            for name in batch:
+                proc = self.procs[name]
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=5)
         self.procs.clear()
         shutil.rmtree(self.etcd_dir, ignore_errors=True)
 
@@ -517,21 +693,24 @@ class ControlPlane:
         return names
 
 
-_shared: ControlPlane | None = None
-_shared_error: str | None = None
+_shared: dict[str, ControlPlane] = {}
+_shared_error: dict[str, str] = {}
 
 
-def shared_plane() -> ControlPlane:
-    """One control plane per process (CRDs applied), stopped at exit; PlaneUnavailable when it cannot run."""
-    global _shared, _shared_error
-    if _shared is not None:
-        return _shared
-    if _shared_error is not None:
-        raise PlaneUnavailable(_shared_error)
+def shared_plane(version: str = LEGACY_VERSION) -> ControlPlane:
+    """One control plane per process and version (CRDs applied), stopped at exit; PlaneUnavailable when it
+    cannot run. One runs at a time: asking for another version stops the running one first (2 cores)."""
+    if version in _shared:
+        return _shared[version]
+    if version in _shared_error:
+        raise PlaneUnavailable(_shared_error[version])
+    for other in list(_shared):
+        stop_shared_plane(other)
+    workdir = os.environ.get("GANG_EXTENDER_E2E_DIR")
     try:
-        plane = ControlPlane(os.environ.get("GANG_EXTENDER_E2E_DIR") or None)
+        plane = ControlPlane(f"{workdir}/{version}" if workdir else None, version=version)
     except PlaneUnavailable as exc:
-        _shared_error = str(exc)
+        _shared_error[version] = str(exc)
         raise
     atexit.register(plane.stop)
     try:
@@ -539,26 +718,37 @@ def shared_plane() -> ControlPlane:
         plane.apply_crds()
     except BaseException as exc:
         plane.stop()
-        _shared_error = f"control plane failed to start: {exc}"
+        _shared_error[version] = f"control plane {version} failed to start: {exc}"
         raise
-    _shared = plane
+    _shared[version] = plane
     return plane
 
 
-def plane_for_tests() -> ControlPlane:
+def stop_shared_plane(version: str) -> None:
+    """Stop the shared plane of `version`, if one runs; the next shared_plane(version) starts afresh."""
+    plane = _shared.pop(version, None)
+    if plane is not None:
+        plane.stop()
+
+
+def plane_for_tests(version: str = LEGACY_VERSION) -> ControlPlane:
     """shared_plane() for a pytest fixture: skip with the one-line reason, or fail under CI=true."""
     import pytest
 
     try:
-        return shared_plane()
+        return shared_plane(version)
     except PlaneUnavailable as exc:
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and the control plane is unavailable: {exc}", pytrace=False)
-        pytest.skip(f"control plane unavailable: {exc}")
+            pytest.fail(f"CI=true and control plane {version} is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"control plane {version} unavailable: {exc}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Start a loopback Kubernetes 1.20 control plane.")
+    parser = argparse.ArgumentParser(description="Start a loopback Kubernetes control plane.")
+    parser.add_argument("--version", choices=VERSIONS, default=LEGACY_VERSION, help="Kubernetes version")
+    parser.add_argument(
+        "--feature-gates", help="extra feature gates for every component, kube-scheduler included (1.36 only)"
+    )
     parser.add_argument("--dir", help="work directory (kubeconfig, logs); a new temporary one by default")
     parser.add_argument("--no-controller-manager", action="store_true")
     parser.add_argument("--crds", action="store_true", help="apply manifests/crds")
@@ -574,7 +764,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        plane = ControlPlane(args.dir, controller_manager=not args.no_controller_manager)
+        plane = ControlPlane(
+            args.dir,
+            controller_manager=not args.no_controller_manager,
+            version=args.version,
+            feature_gates=args.feature_gates,
+        )
     except PlaneUnavailable as exc:
         print(f"control plane unavailable: {exc}", file=sys.stderr)
         return 2

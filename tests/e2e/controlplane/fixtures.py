@@ -1,0 +1,42 @@
+"""The `plane_version` and `plane` pytest fixtures, shared by tests/e2e (its conftest) and tests/state.
+
+`plane_version` is session-scoped and parametrized over the control-plane versions, so pytest orders
+the tests by version (every 1.20.2 test, then every 1.36.2 test, across both directories) and `plane`
+runs one control plane at a time: 1.20.2's processes are stopped before 1.36.2 starts (2 cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from controlplane.start import VERSIONS, ControlPlane, plane_for_tests, stop_shared_plane, version_tuple
+
+
+# Defined under other names (`name=`) so that modules importing them to use them (a fixture must be
+# visible where it is used) do not shadow them with their own `plane` parameters.
+@pytest.fixture(scope="session", params=VERSIONS, ids=[f"k8s-{v}" for v in VERSIONS], name="plane_version")
+def plane_version_fixture(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session", name="plane")
+def plane_fixture(plane_version: str) -> Iterator[ControlPlane]:
+    """The control plane of this test's version; stopped when the session moves on to the next one."""
+    yield plane_for_tests(plane_version)
+    stop_shared_plane(plane_version)
+
+
+def skip_outside_versions(items: list[pytest.Item]) -> None:
+    """Skip, with its reason, a test marked `k8s(min=..., max=..., reason=...)` on versions outside
+    [min, max]; call from pytest_collection_modifyitems."""
+    for item in items:
+        marker = item.get_closest_marker("k8s")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None or "plane_version" not in callspec.params:
+            continue
+        version = version_tuple(callspec.params["plane_version"])
+        low, high = marker.kwargs.get("min"), marker.kwargs.get("max")
+        if (low and version < version_tuple(low)) or (high and version > version_tuple(high)):
+            reason = marker.kwargs.get("reason", "version-specific")
+            item.add_marker(pytest.mark.skip(reason=f"not on {callspec.params['plane_version']}: {reason}"))

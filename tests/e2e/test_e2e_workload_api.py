@@ -1,0 +1,207 @@
+"""The real Workload API on 1.36: seed JobSets with `spec.scheduling` run with real Workload and PodGroup
+objects (scheduling.k8s.io/v1alpha2, served with GenericWorkload), created as the JobSet controller
+would create them, and pods that join their group with `spec.schedulingGroup.podGroupName`.
+
+No JobSet controller runs here. The test creates the JobSet, then what the controller would create: the
+Workload and PodGroups that `extender.grouping.jobset_scheduling.compile_jobset` derives, in the
+v1alpha2 shape this API server serves, and the child Jobs whose pod template names its PodGroup. The
+controller-manager's Job controller makes the pods; kube-scheduler 1.36 and the service bind them.
+
+Shapes this API server serves, checked against its OpenAPI and by reading objects back (v1alpha2):
+- PodGroup `spec.podGroupTemplateRef.workload.{workloadName, podGroupTemplateName}`; the
+  `spec.workloadRef.{workloadName, templateName}` that `gang-extender podgroups` prints (v1beta1) is
+  an unknown field here;
+- `spec.disruptionMode` is a string, "Pod" or "PodGroup" (not `{all: {}}`), served only with
+  WorkloadAwarePreemption (otherwise defaulted to "Pod");
+- a PodGroup must carry its own `schedulingPolicy` (the controller copies the template's);
+- an unset template `schedulingConstraints` reads back as an explicit null;
+- PodGroup status is `conditions` (metav1.Condition: `lastTransitionTime` required) and
+  `resourceClaimStatuses`; a Workload has no status.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from controlplane.start import Api, wait_until
+from test_e2e_gangs import (
+    RACK,
+    bound_nodes,
+    create_child_jobs,
+    rack_of,
+    seed,
+    wait_all_bound,
+    with_scheduler,
+)
+
+from extender.grouping.jobset_scheduling import compile_jobset
+from extender.grouping.membership import k8s_group
+from extender.model.group import Policy
+
+if TYPE_CHECKING:
+    from conftest import Cluster
+
+pytestmark = pytest.mark.k8s(
+    min="1.36", reason="the Workload API (scheduling.k8s.io/v1alpha2) and spec.schedulingGroup are 1.36's"
+)
+
+V1ALPHA2 = "scheduling.k8s.io/v1alpha2"
+SCHEDULING = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/{plural}"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
+
+
+class NoLookup:
+    """An ObjectLookup with nothing in it: a PodGroup read back must carry its own policy."""
+
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        return None
+
+
+def as_v1alpha2(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Workload or PodGroup as `compile_jobset` derives it (v1beta1 shape), in 1.36's v1alpha2 shape."""
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = V1ALPHA2
+    out["metadata"].pop("ownerReferences", None)  # set below to the created JobSet's uid
+    specs = out["spec"].get("podGroupTemplates") or [out["spec"]]
+    for spec in specs:
+        mode = spec.pop("disruptionMode", None)
+        if isinstance(mode, dict):  # {all: {}} / {single: {}} -> the v1alpha2 string enum
+            spec["disruptionMode"] = "PodGroup" if "all" in mode else "Pod"
+    ref = out["spec"].pop("workloadRef", None)
+    if ref is not None:
+        out["spec"]["podGroupTemplateRef"] = {
+            "workload": {"workloadName": ref["workloadName"], "podGroupTemplateName": ref["templateName"]}
+        }
+    return out
+
+
+def create_scheduled_jobset(
+    api: Api, namespace: str, name: str, *, cpu: str, constraints: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JobSet, its Workload and PodGroups (v1alpha2), and its child Jobs with pods naming their group;
+    `constraints` becomes the JobSet's `spec.scheduling.schedulingConstraints`.
+    Returns {"jobset", "workload", "podgroups" (as read back), "compilation"}."""
+    jobset = seed(name)
+    jobset["metadata"]["namespace"] = namespace
+    if constraints is not None:
+        jobset["spec"]["scheduling"]["schedulingConstraints"] = constraints
+    for rj in jobset["spec"]["replicatedJobs"]:
+        with_scheduler(rj["template"]["spec"]["template"], cpu=cpu)
+    created = api.create(JOBSETS.format(ns=namespace), jobset)
+    compilation = compile_jobset(created)
+    assert compilation.workload is not None, f"{name} has no spec.scheduling"
+    owner = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "name": created["metadata"]["name"],
+        "uid": created["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    made = []
+    for obj, plural in [(compilation.workload, "workloads")] + [
+        (pg, "podgroups") for pg in compilation.podgroups
+    ]:
+        body = as_v1alpha2(obj)
+        body["metadata"]["ownerReferences"] = [owner]
+        made.append(api.create(SCHEDULING.format(ns=namespace, plural=plural), body))
+    # the controller stamps each Job's pod template with its PodGroup (one group per replicatedJob here)
+    for rj in created["spec"]["replicatedJobs"]:
+        keys = {compilation.group_of(rj["name"], i) for i in range(int(rj.get("replicas", 1)))}
+        assert len(keys) == 1, f"{name}: replicatedJob {rj['name']} spans groups {keys}; use a per-rj seed"
+        pod_spec = rj["template"]["spec"]["template"]["spec"]
+        pod_spec["schedulingGroup"] = {"podGroupName": next(iter(keys)).split("/", 1)[1]}
+    create_child_jobs(api, created)
+    return {"jobset": created, "workload": made[0], "podgroups": made[1:], "compilation": compilation}
+
+
+def read_back(api: Api, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    return api.get(SCHEDULING.format(ns=namespace, plural=plural) + f"/{name}")
+
+
+@pytest.mark.parametrize(
+    ("seed_file", "cpu", "in_one_rack"),
+    [
+        ("single-gang.yaml", "500m", False),
+        ("gang-training.yaml", "500m", False),
+        ("per-rj-independent.yaml", "500m", False),
+        # 8 x 1 CPU: more than a node (4), less than a rack (12); the constraint keeps it in one rack
+        ("single-gang.yaml", "1", True),
+    ],
+    ids=[
+        "one gang of 8",
+        "driver and workers as one gang",
+        "a PodGroup per replicatedJob",
+        "one gang of 8 with a rack constraint",
+    ],
+)
+def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
+    cluster: Cluster, namespace: str, seed_file: str, cpu: str, in_one_rack: bool
+) -> None:
+    api = cluster.plane.api
+    constraints = {"topology": [{"key": RACK}]} if in_one_rack else None
+    made = create_scheduled_jobset(api, namespace, seed_file, cpu=cpu, constraints=constraints)
+    compilation = made["compilation"]
+
+    # The API server kept every field the grouping code reads, in the shape it reads.
+    workload = read_back(api, namespace, "workloads", made["workload"]["metadata"]["name"])
+
+    def templates(wl: dict[str, Any]) -> list[dict[str, Any]]:
+        # disruptionMode is served only with WorkloadAwarePreemption, off here: the server drops it; an
+        # unset schedulingConstraints reads back as an explicit null
+        return [
+            {k: v for k, v in t.items() if k != "disruptionMode" and v is not None}
+            for t in wl["spec"]["podGroupTemplates"]
+        ]
+
+    assert templates(workload) == templates(as_v1alpha2(compilation.workload))
+    expected = {str(g.key): g for g in compilation.groups}
+    for pg in made["podgroups"]:
+        got = read_back(api, namespace, "podgroups", pg["metadata"]["name"])
+        ref = got["spec"]["podGroupTemplateRef"]["workload"]
+        assert ref["workloadName"] == workload["metadata"]["name"]
+        assert ref["podGroupTemplateName"] in {t["name"] for t in workload["spec"]["podGroupTemplates"]}
+        group = k8s_group(got, NoLookup())
+        want = expected[str(group.key)]
+        assert (group.policy, group.min_member, group.topology) == (
+            want.policy,
+            want.min_member,
+            want.topology,
+        )
+        assert group.policy is Policy.GANG
+
+    # kube-scheduler 1.36 + the service bind every pod, each gang whole.
+    total = sum(
+        int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
+        for rj in made["jobset"]["spec"]["replicatedJobs"]
+    )
+    items = wait_all_bound(api, namespace, total)
+    names = {p["metadata"]["name"]: p["spec"].get("schedulingGroup", {}).get("podGroupName") for p in items}
+    assert set(names.values()) == {pg["metadata"]["name"] for pg in made["podgroups"]}, names
+    if in_one_rack:
+        racks = {rack_of(api, node) for node in bound_nodes(items)}
+        assert len(racks) == 1, f"the rack-constrained gang spans racks {sorted(racks)}"
+
+
+def test_podgroup_status_the_service_writes_is_accepted_by_the_api_server(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Once the gang is bound the service writes PodGroupScheduled=True on the v1alpha2 PodGroup; the API
+    server must accept it (metav1.Condition validation) and it must read back."""
+    api = cluster.plane.api
+    made = create_scheduled_jobset(api, namespace, "single-gang.yaml", cpu="500m")
+    wait_all_bound(api, namespace, 8)
+    name = made["podgroups"][0]["metadata"]["name"]
+
+    def scheduled() -> list[dict[str, Any]]:
+        conds = (read_back(api, namespace, "podgroups", name).get("status") or {}).get("conditions") or []
+        return [c for c in conds if c.get("type") == "PodGroupScheduled" and c.get("status") == "True"]
+
+    try:
+        wait_until(scheduled, timeout_s=10, what=f"PodGroupScheduled=True on PodGroup {namespace}/{name}")
+    except AssertionError as exc:
+        refused = [ln for ln in cluster.plane.log_tail("service", 200).splitlines() if "refused" in ln]
+        raise AssertionError(f"{exc}; the service logged: {refused[-1:] or 'nothing refused'}") from None
+    assert {c.get("reason") for c in scheduled()} == {"Scheduled"}
