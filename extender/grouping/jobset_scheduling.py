@@ -1,5 +1,13 @@
 """JobSet `spec.scheduling` compiled exactly as the JobSet controller (PR #1250) compiles it: one
-`scheduling.k8s.io/v1beta1` Workload owned by the JobSet and one PodGroup per PodGroupTemplate.
+`scheduling.k8s.io` Workload owned by the JobSet and one PodGroup per PodGroupTemplate.
+
+The objects are written in the shape Kubernetes 1.36 serves and accepts (`scheduling.k8s.io/v1alpha2`,
+with the GenericWorkload feature gate; checked against a 1.36.2 API server's OpenAPI and by creating
+them there): a PodGroup names its template with `spec.podGroupTemplateRef.workload.{workloadName,
+podGroupTemplateName}`, carries its own `schedulingPolicy` (required; v1alpha2 has no fallback to the
+template), and `disruptionMode` is the string "Pod" or "PodGroup". The JobSet side keeps its own API
+(`disruptionMode: {all: {}}` / `{single: {}}`). Reading is more tolerant (`spec_group`, and
+`membership.k8s_group` for the v1alpha3/v1beta1 `workloadRef` and union disruption mode).
 
 Models (mutually exclusive):
 - top level (`schedulingPolicy` / `schedulingConstraints` / `disruptionMode`, or `{}`): one
@@ -34,13 +42,15 @@ from extender.model.group import (
 )
 from extender.model.keys import GroupKey, group_key, object_uid
 
-SCHEDULING_API_VERSION = "scheduling.k8s.io/v1beta1"
+SCHEDULING_API_VERSION = "scheduling.k8s.io/v1alpha2"  # what kube 1.36 serves
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 MAX_NAME_LENGTH = 63
 HASH_LENGTH = 10
 MAX_TEMPLATES = 8  # Workload.spec.podGroupTemplates cap
 MAX_RESOURCE_CLAIMS = 4
 ROOT = "spec.scheduling"
+# the v1alpha2 enum (PodGroup and PodGroupTemplate `disruptionMode`)
+DISRUPTION_MODE = {Disruption.SINGLE: "Pod", Disruption.ALL: "PodGroup"}
 
 
 def _sha1(text: str) -> str:
@@ -422,7 +432,7 @@ def _template_spec(item: _Item) -> dict[str, Any]:
     if s.topology_key is not None:
         out["schedulingConstraints"] = {"topology": [{"key": s.topology_key}]}
     if s.disruption is not None:
-        out["disruptionMode"] = {s.disruption.value: {}}
+        out["disruptionMode"] = DISRUPTION_MODE[s.disruption]
     if s.claims:
         out["resourceClaims"] = [
             {"name": c.name, "resourceClaimName": c.resource_claim_name}
@@ -492,8 +502,14 @@ def compile_jobset(jobset: dict) -> JobSetCompilation:
     by_member: dict[tuple[str, int | None], GroupKey] = {}
     for item in items:
         pg_name = item.template if top_level else podgroup_name(name, item.template)
-        pg_spec = {"workloadRef": {"workloadName": wl_name, "templateName": item.template}}
-        pg_spec.update(_template_spec(item))
+        # v1alpha2: the reference to the template, and the template's fields copied onto the PodGroup
+        # (schedulingPolicy is required there) as the controller copies them
+        pg_spec = {
+            "podGroupTemplateRef": {
+                "workload": {"workloadName": wl_name, "podGroupTemplateName": item.template}
+            },
+            **_template_spec(item),
+        }
         podgroups.append(
             {
                 "apiVersion": SCHEDULING_API_VERSION,

@@ -252,8 +252,9 @@ def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
 
 def podgroup_objects(objects: list[dict]) -> list[dict]:
     """The group objects `gang-extender podgroups -f FILE` prints for the workloads in `objects`:
-    scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io/v1beta1
-    Workload + PodGroups for a JobSet with spec.scheduling. Raises GroupingError when invalid."""
+    scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io/v1alpha2
+    Workload + PodGroups (the shape kube 1.36 serves) for a JobSet with spec.scheduling. Raises
+    GroupingError when invalid."""
     objects = [o for o in objects if isinstance(o, dict)]
     lookup = ListLookup(objects)
     present = {(kind_of(o), _namespace(o), meta(o).get("name")) for o in objects}

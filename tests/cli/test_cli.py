@@ -145,9 +145,23 @@ def test_podgroups_prints_the_derived_objects():
 
     docs = list(yaml.safe_load_all(res.stdout))
     assert [d["kind"] for d in docs] == ["Workload", "PodGroup", "PodGroup"]
+    # the shape kube 1.36 serves and accepts: v1alpha2, podGroupTemplateRef, a policy on each PodGroup
+    assert {d["apiVersion"] for d in docs} == {"scheduling.k8s.io/v1alpha2"}
     workers = docs[2]
+    assert workers["spec"]["podGroupTemplateRef"] == {
+        "workload": {
+            "workloadName": docs[0]["metadata"]["name"],
+            "podGroupTemplateName": docs[0]["spec"]["podGroupTemplates"][1]["name"],
+        }
+    }
+    assert "workloadRef" not in workers["spec"]
     assert workers["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
     assert workers["spec"]["schedulingConstraints"] == {"topology": [{"key": "topology.kubernetes.io/rack"}]}
+    assert docs[1]["spec"]["schedulingPolicy"] == {"basic": {}}
+    workload, pg = yaml.safe_load_all(run("podgroups", "-f", f"{SEED}/gang-training.yaml").stdout)
+    # the JobSet says disruptionMode: {all: {}}; the v1alpha2 objects say it as the string enum
+    assert workload["spec"]["podGroupTemplates"][0]["disruptionMode"] == "PodGroup"
+    assert pg["spec"]["disruptionMode"] == "PodGroup"
     as_json = run("podgroups", "-f", f"{SEED}/batch-job-min-member.yaml", "-o", "json")
     import json
 

@@ -3,17 +3,19 @@ objects (scheduling.k8s.io/v1alpha2, served with GenericWorkload), created as th
 would create them, and pods that join their group with `spec.schedulingGroup.podGroupName`.
 
 No JobSet controller runs here. The test creates the JobSet, then what the controller would create: the
-Workload and PodGroups that `extender.grouping.jobset_scheduling.compile_jobset` derives, in the
-v1alpha2 shape this API server serves, and the child Jobs whose pod template names its PodGroup. The
-controller-manager's Job controller makes the pods; kube-scheduler 1.36 and the service bind them.
+Workload and PodGroups exactly as `extender.grouping.jobset_scheduling.compile_jobset` derives them (and
+`gang-extender podgroups` prints them), owned by the created JobSet, and the child Jobs whose pod
+template names its PodGroup. The controller-manager's Job controller makes the pods; kube-scheduler
+1.36 and the service bind them.
 
-Shapes this API server serves, checked against its OpenAPI and by reading objects back (v1alpha2):
-- PodGroup `spec.podGroupTemplateRef.workload.{workloadName, podGroupTemplateName}`; the
-  `spec.workloadRef.{workloadName, templateName}` that `gang-extender podgroups` prints (v1beta1) is
-  an unknown field here;
+Shapes this API server serves, checked against its OpenAPI and by reading objects back (v1alpha2), all
+of which `compile_jobset` writes as they are:
+- PodGroup `spec.podGroupTemplateRef.workload.{workloadName, podGroupTemplateName}`; the v1alpha3 and
+  v1beta1 `spec.workloadRef.{workloadName, templateName}` is an unknown field here;
 - `spec.disruptionMode` is a string, "Pod" or "PodGroup" (not `{all: {}}`), served only with
-  WorkloadAwarePreemption (otherwise defaulted to "Pod");
-- a PodGroup must carry its own `schedulingPolicy` (the controller copies the template's);
+  WorkloadAwarePreemption (otherwise dropped; a PodGroup's reads back as "Pod");
+- a PodGroup must carry its own `schedulingPolicy` (the controller copies the template's); a gang's
+  `minCount` must be at least 1;
 - an unset template `schedulingConstraints` reads back as an explicit null;
 - PodGroup status is `conditions` (metav1.Condition: `lastTransitionTime` required) and
   `resourceClaimStatuses`; a Workload has no status.
@@ -21,7 +23,6 @@ Shapes this API server serves, checked against its OpenAPI and by reading object
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -47,7 +48,6 @@ pytestmark = pytest.mark.k8s(
     min="1.36", reason="the Workload API (scheduling.k8s.io/v1alpha2) and spec.schedulingGroup are 1.36's"
 )
 
-V1ALPHA2 = "scheduling.k8s.io/v1alpha2"
 SCHEDULING = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/{plural}"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 
@@ -59,22 +59,22 @@ class NoLookup:
         return None
 
 
-def as_v1alpha2(obj: dict[str, Any]) -> dict[str, Any]:
-    """A Workload or PodGroup as `compile_jobset` derives it (v1beta1 shape), in 1.36's v1alpha2 shape."""
-    out = copy.deepcopy(obj)
-    out["apiVersion"] = V1ALPHA2
-    out["metadata"].pop("ownerReferences", None)  # set below to the created JobSet's uid
-    specs = out["spec"].get("podGroupTemplates") or [out["spec"]]
-    for spec in specs:
-        mode = spec.pop("disruptionMode", None)
-        if isinstance(mode, dict):  # {all: {}} / {single: {}} -> the v1alpha2 string enum
-            spec["disruptionMode"] = "PodGroup" if "all" in mode else "Pod"
-    ref = out["spec"].pop("workloadRef", None)
-    if ref is not None:
-        out["spec"]["podGroupTemplateRef"] = {
-            "workload": {"workloadName": ref["workloadName"], "podGroupTemplateName": ref["templateName"]}
-        }
-    return out
+def create_podgroup(api: Api, namespace: str, pg: dict[str, Any]) -> dict[str, Any]:
+    """POST a PodGroup as it is. The API server's PodGroup admission rejects it (403, Workload not found)
+    until its informer has seen the Workload created just before: retry only that, briefly."""
+    path = SCHEDULING.format(ns=namespace, plural="podgroups")
+
+    def attempt() -> dict[str, Any] | None:
+        status, doc = api.request("POST", path, pg, ok=(200, 201, 403))
+        if status != 403:
+            return doc
+        message = str(doc.get("message") if isinstance(doc, dict) else doc)
+        if "Workload" not in message or "not found" not in message:
+            raise AssertionError(f"POST {path} -> 403: {message}")
+        return None
+
+    name = pg["metadata"]["name"]
+    return wait_until(attempt, timeout_s=10, what=f"PodGroup {name} admitted once its Workload is cached")
 
 
 def create_scheduled_jobset(
@@ -90,23 +90,10 @@ def create_scheduled_jobset(
     for rj in jobset["spec"]["replicatedJobs"]:
         with_scheduler(rj["template"]["spec"]["template"], cpu=cpu)
     created = api.create(JOBSETS.format(ns=namespace), jobset)
-    compilation = compile_jobset(created)
+    compilation = compile_jobset(created)  # owned by the created JobSet (its uid)
     assert compilation.workload is not None, f"{name} has no spec.scheduling"
-    owner = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "name": created["metadata"]["name"],
-        "uid": created["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    made = []
-    for obj, plural in [(compilation.workload, "workloads")] + [
-        (pg, "podgroups") for pg in compilation.podgroups
-    ]:
-        body = as_v1alpha2(obj)
-        body["metadata"]["ownerReferences"] = [owner]
-        made.append(api.create(SCHEDULING.format(ns=namespace, plural=plural), body))
+    made = [api.create(SCHEDULING.format(ns=namespace, plural="workloads"), compilation.workload)]
+    made += [create_podgroup(api, namespace, pg) for pg in compilation.podgroups]
     # the controller stamps each Job's pod template with its PodGroup (one group per replicatedJob here)
     for rj in created["spec"]["replicatedJobs"]:
         keys = {compilation.group_of(rj["name"], i) for i in range(int(rj.get("replicas", 1)))}
@@ -147,6 +134,7 @@ def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
 
     # The API server kept every field the grouping code reads, in the shape it reads.
     workload = read_back(api, namespace, "workloads", made["workload"]["metadata"]["name"])
+    assert workload["metadata"]["ownerReferences"][0]["uid"] == made["jobset"]["metadata"]["uid"]
 
     def templates(wl: dict[str, Any]) -> list[dict[str, Any]]:
         # disruptionMode is served only with WorkloadAwarePreemption, off here: the server drops it; an
@@ -156,7 +144,7 @@ def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
             for t in wl["spec"]["podGroupTemplates"]
         ]
 
-    assert templates(workload) == templates(as_v1alpha2(compilation.workload))
+    assert templates(workload) == templates(compilation.workload)
     expected = {str(g.key): g for g in compilation.groups}
     for pg in made["podgroups"]:
         got = read_back(api, namespace, "podgroups", pg["metadata"]["name"])

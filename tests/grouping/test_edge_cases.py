@@ -477,6 +477,34 @@ PODGROUP_SHAPES = [
         (Policy.GANG, 4, Disruption.ALL, "rack"),
     ),
     (
+        "v1alpha2 as kube 1.36 reads it back (null constraints, defaulted mode and priority)",
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": "ml"},
+            "spec": {
+                "podGroupTemplateRef": {"workload": {"workloadName": "w2", "podGroupTemplateName": "t"}},
+                "schedulingPolicy": {"gang": {"minCount": 5}},
+                "disruptionMode": "Pod",
+                "priority": 0,
+                "schedulingConstraints": None,
+            },
+        },
+        (Policy.GANG, 5, Disruption.SINGLE, None),
+    ),
+    (
+        "v1alpha2 without its own policy, falling back to a v1alpha2 Workload template",
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": "ml"},
+            "spec": {
+                "podGroupTemplateRef": {"workload": {"workloadName": "w2", "podGroupTemplateName": "t"}}
+            },
+        },
+        (Policy.GANG, 6, Disruption.ALL, "block"),
+    ),
+    (
         "v1alpha3 with workloadRef and a union disruption mode",
         {
             "apiVersion": "scheduling.k8s.io/v1alpha3",
@@ -532,7 +560,22 @@ def test_scheduling_k8s_podgroup_shapes(_shape, pg, want):
             ]
         },
     }
-    m = derive_membership(k8s_pod("pg"), ListLookup([pg, workload]))
+    workload_v1alpha2 = {  # kube 1.36's shape: a string disruption mode
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "Workload",
+        "metadata": {"name": "w2", "namespace": "ml"},
+        "spec": {
+            "podGroupTemplates": [
+                {
+                    "name": "t",
+                    "schedulingPolicy": {"gang": {"minCount": 6}},
+                    "disruptionMode": "PodGroup",
+                    "schedulingConstraints": {"topology": [{"key": "block"}]},
+                }
+            ]
+        },
+    }
+    m = derive_membership(k8s_pod("pg"), ListLookup([pg, workload, workload_v1alpha2]))
     g = m.group
     assert m.state is MembershipState.MEMBER and g.source is Source.K8S_PODGROUP and g.key == "ml/pg"
     assert (g.policy, g.min_member, g.disruption, g.topology.required_level if g.topology else None) == want

@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from extender.grouping import ListLookup, derive_membership, groups_for_workload, podgroup_objects
+from extender.grouping.jobset_scheduling import has_scheduling, is_suspended
+from extender.grouping.membership import k8s_group
 from extender.model.group import Disruption, MembershipState, Policy, ResourceClaimRef, Source, SubGroup
 from extender.model.group import TopologyConstraint as Topo
 from extender.model.keys import object_uid
@@ -273,19 +275,69 @@ def test_podgroups_for_a_jobset_with_scheduling_are_the_controllers_objects():
     out = podgroup_objects(load("gang-training.yaml"))
     assert [o["kind"] for o in out] == ["Workload", "PodGroup"]
     workload, pg = out
-    assert workload["apiVersion"] == pg["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    # the version kube 1.36 serves (with GenericWorkload); it serves no v1beta1
+    assert workload["apiVersion"] == pg["apiVersion"] == "scheduling.k8s.io/v1alpha2"
     assert workload["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
     assert workload["spec"]["podGroupTemplates"] == [
         {
             "name": "gang-training-536cd048a7",
             "schedulingPolicy": {"gang": {"minCount": 5}},
-            "disruptionMode": {"all": {}},
+            "disruptionMode": "PodGroup",
         }
     ]
-    assert pg["spec"]["workloadRef"] == {
-        "workloadName": "gang-training-536cd048a7",
-        "templateName": "gang-training-536cd048a7",
+    assert pg["spec"] == {
+        "podGroupTemplateRef": {
+            "workload": {
+                "workloadName": "gang-training-536cd048a7",
+                "podGroupTemplateName": "gang-training-536cd048a7",
+            }
+        },
+        "schedulingPolicy": {"gang": {"minCount": 5}},
+        "disruptionMode": "PodGroup",
     }
+
+
+SCHEDULED_JOBSET_CASES = [c for c in CASES if has_scheduling(workload_of(load(c[0])))]
+
+
+@pytest.mark.parametrize(
+    ("file", "expected", "_pods"),
+    SCHEDULED_JOBSET_CASES,
+    ids=[f"{c[0]} prints v1alpha2 PodGroups that read back as its groups" for c in SCHEDULED_JOBSET_CASES],
+)
+def test_printed_podgroups_are_v1alpha2_and_read_back_as_the_documented_groups(file, expected, _pods):
+    """What `podgroups` prints for a JobSet with spec.scheduling is in the shape kube 1.36 serves and
+    accepts (scheduling.k8s.io/v1alpha2), and each PodGroup alone, without its Workload, reads back as
+    the group the table above documents."""
+    objs = load(file)
+    out = podgroup_objects(objs)
+    if is_suspended(workload_of(objs)):
+        assert out == []
+        return
+    workload, *pgs = out
+    assert workload["kind"] == "Workload" and {pg["kind"] for pg in pgs} == {"PodGroup"}
+    assert {o["apiVersion"] for o in out} == {"scheduling.k8s.io/v1alpha2"}
+    templates = {t["name"]: t for t in workload["spec"]["podGroupTemplates"]}
+    assert sorted(pg["metadata"]["name"] for pg in pgs) == sorted(expected)
+    for pg in pgs:
+        spec = pg["spec"]
+        assert "workloadRef" not in spec  # v1alpha3/v1beta1; an unknown field on 1.36
+        ref = spec["podGroupTemplateRef"]["workload"]
+        assert ref["workloadName"] == workload["metadata"]["name"]
+        # the PodGroup carries every field of its template (schedulingPolicy is required on it)
+        template = templates[ref["podGroupTemplateName"]]
+        assert {k: v for k, v in spec.items() if k != "podGroupTemplateRef"} == {
+            k: v for k, v in template.items() if k != "name"
+        }
+        for obj in (spec, template):
+            assert obj.get("disruptionMode", "Pod") in ("Pod", "PodGroup")
+            for policy in obj["schedulingPolicy"].values():
+                assert policy == {} or policy["minCount"] >= 1
+        group = k8s_group(pg, ListLookup([]))
+        assert group.key == f"default/{pg['metadata']['name']}"
+        for field, value in expected[pg["metadata"]["name"]].items():
+            if field != "source":
+                assert getattr(group, field) == value, f"{group.name}.{field}"
 
 
 def test_podgroups_for_a_kai_jobset_is_one_run_ai_podgroup_with_the_subgroup_tree():
