@@ -10,6 +10,7 @@ BENCHES = {
     "quality": "bench.quality",
     "http": "bench.http",
     "scheduler": "bench.scheduler",
+    "nudge": "bench.nudge",
 }
 
 
