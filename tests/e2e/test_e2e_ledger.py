@@ -21,7 +21,6 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
@@ -29,6 +28,7 @@ from controlplane.start import Api
 from test_e2e_gangs import batch_job, bound_nodes, pending_reasons, pods, rack_of
 
 from extender.model import labels as keys
+from extender.model import resources
 from tests.builders import gang_pod, make_kai_podgroup, make_pod
 
 if TYPE_CHECKING:
@@ -154,51 +154,21 @@ def service_healthy(cluster: Cluster) -> list[str]:
 
 # ---------------------------------------------------------------- the cluster's view
 
-_SUFFIX = {
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
-
-
-def quantity(text: object) -> Decimal:
-    s = str(text).strip()
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if s.endswith(suffix) and s[: -len(suffix)]:
-            return Decimal(s[: -len(suffix)]) * _SUFFIX[suffix]
-    return Decimal(s)
-
 
 def pod_requests(pod: dict[str, Any]) -> Counter[str]:
-    spec = pod.get("spec") or {}
-    total: Counter[str] = Counter()
-    for c in spec.get("containers") or []:
-        for name, v in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[name] += quantity(v)
-    for c in spec.get("initContainers") or []:
-        for name, v in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[name] = max(total[name], quantity(v))
-    for name, v in (spec.get("overhead") or {}).items():
-        total[name] += quantity(v)
-    total["pods"] += 1
-    return total
+    """What the pod asks for, counted as the scheduler counts it (the project's own rules)."""
+    return Counter(resources.pod_requests(pod))
+
+
+def quantity(name: str, text: object) -> int:
+    return resources.to_units(name, text)  # type: ignore[arg-type]
 
 
 def overcommitted(api: Api) -> list[str]:
     """Nodes whose bound pods request more than their allocatable, in any resource."""
     alloc = {
         n["metadata"]["name"]: {
-            k: quantity(v) for k, v in ((n.get("status") or {}).get("allocatable") or {}).items()
+            k: quantity(k, v) for k, v in ((n.get("status") or {}).get("allocatable") or {}).items()
         }
         for n in api.get("/api/v1/nodes")["items"]
     }
@@ -210,7 +180,7 @@ def overcommitted(api: Api) -> list[str]:
     out = []
     for node, req in sorted(used.items()):
         for name, amount in sorted(req.items()):
-            have = alloc.get(node, {}).get(name, Decimal(0))
+            have = alloc.get(node, {}).get(name, 0)
             if amount > have:
                 out.append(f"node {node} over-committed: {name} {amount} requested, {have} allocatable")
     return out
