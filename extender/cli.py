@@ -88,6 +88,14 @@ SERVE_FLAGS = (
     ),
     Flag("gang-backoff-max-s", float, "longest gang backoff (default 60)", "gang.backoff_max_s", "S"),
     Flag(
+        "native-gang-scheduling",
+        _bool,
+        "kube-scheduler's GangScheduling plugin gates pods with spec.schedulingGroup; do not gate them again "
+        "(default false)",
+        "gang.native_gang_scheduling",
+        "BOOL",
+    ),
+    Flag(
         "reason-nodes",
         int,
         "how many rejected nodes carry the reason in a filter reply (default 16)",

@@ -41,6 +41,13 @@ class GangSettings:
     backoff_initial_s: float = 2.0
     """Delay before a gang that timed out at the barrier is planned again; doubles per failure."""
     backoff_max_s: float = 60.0
+    native_gang_scheduling: bool = False
+    """kube-scheduler's own GangScheduling plugin is on in the profile that calls this service. Pods
+    that join a scheduling.k8s.io PodGroup through `spec.schedulingGroup` are then gated by that
+    plugin (it holds them until minCount are ready and releases them together), so this service
+    places them pod by pod, respecting every reservation, and never gates them a second time.
+    Every other gang (KAI PodGroups, derived groups, JobSet spec.scheduling without the native
+    field) stays this service's."""
     reason_nodes: int = 16
     """How many rejected nodes carry the reason. kube-scheduler 1.20 reads only FailedNodes, and a map of
     every node costs it ~6.6 ms to decode at 5k nodes, so a bounded sample carries the message."""

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from extender.gang.entry import Arrival, Phase
+from extender.grouping.membership import single_pod_group
 from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
@@ -73,10 +74,25 @@ def _pod_identity(pod: dict[str, Any]) -> tuple[PodKey, str]:
 
 
 class Scheduler:
-    def __init__(self, store: ClusterStore, ledger: GangLedger, *, reason_nodes: int = 16) -> None:
+    def __init__(
+        self,
+        store: ClusterStore,
+        ledger: GangLedger,
+        *,
+        reason_nodes: int = 16,
+        native_gang_scheduling: bool = False,
+    ) -> None:
         self.store = store
         self.ledger = ledger
         self.reason_nodes = reason_nodes
+        self.native_gang_scheduling = native_gang_scheduling
+
+    def _gated_natively(self, pod: dict[str, Any]) -> bool:
+        """kube-scheduler's own GangScheduling plugin gates this pod (see GangSettings): one gate only."""
+        if not self.native_gang_scheduling:
+            return False
+        group = (pod.get("spec") or {}).get("schedulingGroup")
+        return isinstance(group, dict) and bool(group.get("podGroupName"))
 
     # ================================================================= filter
     def rows_of(self, node_names: Sequence[str]) -> np.ndarray:
@@ -118,6 +134,8 @@ class Scheduler:
             return FilterDecision(Verdict.PASS, [planned])  # the plan decides; no need to map names
         rows = self.rows_of(node_names)
         membership = self.store.membership_of(pod)
+        if self._gated_natively(pod):
+            membership = Membership(MembershipState.MEMBER, single_pod_group(pod))
         state = membership.state
         ns, name = pod_ref(key)
         if state is MembershipState.INVALID_SUBGROUP:
@@ -363,7 +381,12 @@ class Scheduler:
             return BindDecision(ARRIVAL_VERDICT[arrival], gang=entry.key, members=members)
         membership = self.store.membership(rec)
         group = membership.group
-        if group is not None and group.is_gang() and membership.state is MembershipState.MEMBER:
+        if (
+            group is not None
+            and group.is_gang()
+            and membership.state is MembershipState.MEMBER
+            and not self._gated_natively(rec.obj)
+        ):
             bound = self.ledger.bound_counts(group)
             leaf = membership.subgroup
             if not (

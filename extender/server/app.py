@@ -575,7 +575,12 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app[STORE] = store
     app[SOURCE] = source
     app[CLOCK] = clock
-    scheduler = Scheduler(store, ledger, reason_nodes=settings.gang.reason_nodes)
+    scheduler = Scheduler(
+        store,
+        ledger,
+        reason_nodes=settings.gang.reason_nodes,
+        native_gang_scheduling=settings.gang.native_gang_scheduling,
+    )
     barrier = Barrier()
     app[SCHEDULER] = scheduler
     app[METRICS] = Metrics()

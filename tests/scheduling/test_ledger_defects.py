@@ -419,3 +419,39 @@ async def test_a_plan_whose_members_never_all_arrive_is_given_up_when_its_hold_e
         and "backing off" in reason
     )
     svc.check_invariants()
+
+
+# -------------------------------------------------------------- coexistence with native gang scheduling
+NATIVE_PG = {
+    "apiVersion": "scheduling.k8s.io/v1alpha2",
+    "kind": "PodGroup",
+    "metadata": {"name": "native", "namespace": "default"},
+    "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
+}
+
+
+async def test_pods_kube_scheduler_gates_natively_are_not_gated_twice(make_service):
+    """With --native-gang-scheduling, kube-scheduler's GangScheduling plugin holds pods that name a
+    scheduling.k8s.io PodGroup (spec.schedulingGroup) and releases them together; the service
+    places them pod by pod, still respecting other gangs' reservations."""
+    pods = [make_pod(f"native-{i}", scheduling_group="native") for i in range(2)]  # 2 of minCount 3
+    kai = gang("train", 2, cpu="8")
+    svc = await make_service(
+        [*rack_cluster(racks=1, nodes_per_rack=3), NATIVE_PG, *pods, *kai], gang_native_gang_scheduling=True
+    )
+    nodes = await filter_all(svc, ["train-0"])  # a KAI gang is still ours: planned and held
+    held = set(svc.plan("default/train").values())
+    doc = await svc.filter("native-0")
+    assert doc["NodeNames"] and not held & set(doc["NodeNames"])  # no quorum gate, reservations kept
+    assert await svc.bind("native-0", doc["NodeNames"][0]) == ""  # no barrier: the plugin's Permit was it
+    assert "default/native" not in svc.scheduler.ledger.gangs
+    assert nodes["train-0"] in held
+
+
+async def test_without_the_setting_the_same_pods_are_gated_by_the_service(make_service):
+    pods = [make_pod(f"native-{i}", scheduling_group="native") for i in range(2)]
+    svc = await make_service([*rack_cluster(), NATIVE_PG, *pods])
+    doc = await svc.filter("native-0")
+    assert doc["NodeNames"] == []
+    assert "2 exist, 3 needed for quorum" in next(iter(doc["FailedNodes"].values()))
+    assert "not binding it alone" in await svc.bind("native-0", svc.node_names[0])
