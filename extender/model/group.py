@@ -117,10 +117,17 @@ class GroupSpec:
     def is_gang(self) -> bool:
         return self.policy is Policy.GANG and self.quorum_upper_bound() > 1
 
+    def leaf_quorum(self, leaf: str | None) -> int:
+        """Pods a leaf needs (None: the root of a group without subgroups, whose default is 1)."""
+        if leaf is None:
+            return self.min_member if self.min_member is not None else 1
+        sg = self.subgroup(leaf)
+        return (sg.min_member or 0) if sg else 0
+
     def quorum_upper_bound(self) -> int:
         """Pods needed when every leaf that counts is required (ignoring minSubGroup < all)."""
         if not self.subgroups:
-            return self.min_member if self.min_member is not None else 1
+            return self.leaf_quorum(None)
         return sum(leaf.min_member or 0 for leaf in self.leaves())
 
     def ready_leaves(self, pods_per_leaf: Mapping[str | None, int]) -> tuple[str | None, ...] | None:
@@ -131,8 +138,7 @@ class GroupSpec:
         (too few ready siblings) does not count.
         """
         if not self.subgroups:
-            need = self.min_member if self.min_member is not None else 1
-            return (None,) if pods_per_leaf.get(None, 0) >= need else None
+            return (None,) if pods_per_leaf.get(None, 0) >= self.leaf_quorum(None) else None
         ready: set[str] = set()
 
         def visit(node: SubGroup) -> bool:

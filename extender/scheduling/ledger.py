@@ -140,12 +140,10 @@ class GangLedger:
     def quorum_bound(group: GroupSpec, bound: dict[str | None, int]) -> bool:
         return any(bound.values()) and group.ready_leaves(bound) is not None
 
-    @staticmethod
-    def leaf_quorum(group: GroupSpec, leaf: str | None) -> int:
-        if leaf is None:
-            return group.min_member if group.min_member is not None else 1
-        sg = group.subgroup(leaf)
-        return (sg.min_member or 0) if sg else 0
+    def placed_as_it_comes(self, group: GroupSpec, leaf: str | None, bound: dict[str | None, int]) -> bool:
+        """Whether a member of `leaf` is beyond quorum: the gang's quorum and its own leaf's are
+        bound, so it may be placed and bound alone. Filter and bind apply this one rule."""
+        return self.quorum_bound(group, bound) and bound.get(leaf, 0) >= group.leaf_quorum(leaf)
 
     def phase(self, key: GroupKey, spec: GroupSpec | None) -> Phase:
         e = self.gangs.get(key)
@@ -177,11 +175,13 @@ class GangLedger:
         return out
 
     # ================================================================= memos
-    def note_filter(self, pod: PodKey, *, passed: bool) -> None:
-        if passed:
-            self.rejected.discard(pod)
-        else:
+    def note_answer(self, pod: PodKey, *, turned_away: bool) -> None:
+        """What the pod was last answered: a filter passing no node, or a bind error, sends it to
+        kube-scheduler's backoff or unschedulable queue."""
+        if turned_away:
             self.rejected.add(pod)
+        else:
+            self.rejected.discard(pod)
 
     def set_reason(self, key: GroupKey, reason: str) -> None:
         self._entry(key).last_reason = reason
@@ -294,6 +294,7 @@ class GangLedger:
         kube-scheduler retries it; if it does not arrive in time the barrier expires as usual.
         """
         e = self._entry(key)
+        spec = e.spec
         bound, failed = [], []
         for pk, error in sorted(results.items()):
             e.releasing.discard(pk)
@@ -302,8 +303,7 @@ class GangLedger:
                 failed.append(pk)
                 continue
             bound.append(pk)
-            planned = e.plan.pop(pk, None)
-            self._pod_gang.pop(pk, None)
+            planned = self._unplan(e, pk)
             rec = self.store.pods.get(pk)
             if rec is not None and rec.node_name:
                 self.store.unhold(pk)  # the watch was first: the pod is charged already
@@ -311,7 +311,6 @@ class GangLedger:
                 self.assumed[pk] = planned.node
             else:
                 self.store.unhold(pk)  # gone meanwhile
-        spec = e.spec
         gone = [pk for pk in failed if self._gone(pk, e.plan.get(pk))]
         if gone:
             self._discard(e, f"{gone[0]} is gone after its binding failed")
@@ -323,8 +322,6 @@ class GangLedger:
             )
         quorum = spec is not None and self.quorum_bound(spec, self.bound_counts(spec))
         if not e.plan:
-            e.spec = None
-            e.answer_at = e.hold_until = None
             e.excluded.clear()
             e.no_fit = None
             if quorum:
@@ -425,20 +422,24 @@ class GangLedger:
             or (planned is not None and bool(planned.uid) and rec.uid != planned.uid)
         )
 
+    def _unplan(self, e: GangEntry, pk: PodKey) -> PlannedPod | None:
+        """Take one member out of the plan (its hold is the caller's to keep or give back); a plan
+        left empty forgets its definition and deadlines."""
+        planned = e.plan.pop(pk, None)
+        e.arrived.pop(pk, None)
+        self._pod_gang.pop(pk, None)
+        if not e.plan:
+            e.spec = None
+            e.answer_at = e.hold_until = None
+        return planned
+
     def _drop_plan(self, e: GangEntry) -> tuple[PodKey, ...]:
         """Forget the plan (except members whose binds are in flight) and give its capacity back;
         returns the members that were waiting at bind."""
         waiting = tuple(pk for pk in e.waiting() if pk not in e.releasing)
-        for pk in list(e.plan):
-            if pk in e.releasing:
-                continue
-            del e.plan[pk]
-            e.arrived.pop(pk, None)
-            self._pod_gang.pop(pk, None)
+        for pk in [pk for pk in e.plan if pk not in e.releasing]:
+            self._unplan(e, pk)
             self.store.unhold(pk)
-        if not e.plan:
-            e.spec = None
-            e.answer_at = e.hold_until = None
         return waiting
 
     def _discard(self, e: GangEntry, reason: str) -> None:
@@ -494,12 +495,7 @@ class GangLedger:
         elif node:
             # bound by someone else (or by a bind this process no longer waits for): it counts as
             # bound where it is; the rest of the plan stands
-            del e.plan[pk]
-            e.arrived.pop(pk, None)
-            self._pod_gang.pop(pk, None)
-            if not e.plan:
-                e.spec = None
-                e.answer_at = e.hold_until = None
+            self._unplan(e, pk)
 
     def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
         for pk in plan:

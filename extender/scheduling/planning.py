@@ -152,7 +152,8 @@ def plan_members(
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
     demands: list[placement.LeafDemand] = []
-    chosen: list[list[PodRecord]] = []
+    chosen: list[list[Member]] = []
+    unoffered: set[str] = set()  # requested names no node offers: nothing can fit
     total_needed = 0
     bound_total = 0
     for leaf in leaves:
@@ -169,21 +170,22 @@ def plan_members(
             ),
             key=lambda m: (m.key != me, m.key),
         )
-        count = max(0, min(ledger.leaf_quorum(group, leaf) - len(bound), len(pending)))
+        count = max(0, min(group.leaf_quorum(leaf) - len(bound), len(pending)))
         take = pending[:count]
         total_needed += count
         bound_total += len(bound)
         bound_rows = np.array([row for row in bound if row >= 0], dtype=np.int32)
         # pods of one leaf with different shapes (driver + workers), spreading or refused nodes
         # become separate demands
-        shapes: dict[tuple[bytes, bool, frozenset[str]], list[PodRecord]] = {}
+        shapes: dict[tuple[bytes, bool, frozenset[str]], list[Member]] = {}
         for m in take:
-            vec = store.vector(m.rec.requests)
+            vec, missing = store.request_vector(m.rec.requests)
+            unoffered.update(missing)
             spread = slot is not None and podaffinity.one_per_node(m.rec.obj)
             if spread:
                 vec[slot] = 1
             refused = frozenset(excluded.get(m.key, ())) if m.key != me else frozenset()
-            shapes.setdefault((vec.tobytes(), spread, refused), []).append(m.rec)
+            shapes.setdefault((vec.tobytes(), spread, refused), []).append(m)
         first = True
         for (raw, _spread, refused), recs in sorted(
             shapes.items(), key=lambda kv: -int(np.frombuffer(kv[0][0], np.int64)[0])
@@ -192,7 +194,7 @@ def plan_members(
             if is_mine:
                 eligible: np.ndarray | None = offered
             else:
-                eligible = store.eligible_mask(recs[0].obj)
+                eligible = store.eligible_mask(recs[0].rec.obj)
                 if refused:
                     eligible = np.ones(arrays.n_rows, dtype=bool) if eligible is None else eligible.copy()
                     for node in refused:
@@ -223,9 +225,9 @@ def plan_members(
     if me not in {r.key for recs in chosen for r in recs}:
         return None
     needed = total_needed + bound_total
-    unoffered = sorted({n for recs in chosen for r in recs for n in store.request_vector(r.requests)[1]})
     if unoffered:
-        return GangPlan({}, reason=f"gang {group.key} ({needed} pods): {messages.unoffered_text(unoffered)}")
+        reason = f"gang {group.key} ({needed} pods): {messages.unoffered_text(sorted(unoffered))}"
+        return GangPlan({}, reason=reason)
     request = placement.GangRequest(tree=tuple(tree), leaves=tuple(demands))
     if slot is not None and any(d.request[slot] for d in demands):
         plan = _plan_one_per_node(store, request, slot, spread_rows)
@@ -235,9 +237,9 @@ def plan_members(
         return GangPlan({}, reason=messages.no_fit_text(store, group, needed, plan))
     assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]] = {}
     for recs, rows in zip(chosen, plan.rows, strict=True):
-        for rec, row in zip(recs, rows, strict=True):
-            leaf = next(m.leaf for m in members if m.key == rec.key)
-            assignment[rec.key] = (PlannedPod(store.row_names[int(row)], rec.uid, leaf), dict(rec.requests))
+        for m, row in zip(recs, rows, strict=True):
+            planned = PlannedPod(store.row_names[int(row)], m.rec.uid, m.leaf)
+            assignment[m.key] = (planned, dict(m.rec.requests))
     return GangPlan(assignment, domain=messages.domain_text(store, plan))
 
 

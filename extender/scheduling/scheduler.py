@@ -124,7 +124,7 @@ class Scheduler:
 
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         decision = self._filter(pod, node_names)
-        self.ledger.note_filter(_pod_identity(pod)[0], passed=decision.verdict is Verdict.PASS)
+        self.ledger.note_answer(_pod_identity(pod)[0], turned_away=decision.verdict is not Verdict.PASS)
         return decision
 
     def _filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
@@ -232,10 +232,10 @@ class Scheduler:
         if key not in {m.key for m in members}:
             members.append(planning.Member(PodRecord(key=key, obj=call.pod, requests=call.requests), leaf))
         bound = ledger.bound_counts(group)
-        quorum_bound = ledger.quorum_bound(group, bound)
-        leaf_need = ledger.leaf_quorum(group, leaf)
-        if quorum_bound and bound.get(leaf, 0) >= leaf_need:
+        if ledger.placed_as_it_comes(group, leaf, bound):
             return self._filter_single(call)  # beyond quorum: placed as it comes, inside the domain
+        quorum_bound = ledger.quorum_bound(group, bound)
+        leaf_need = group.leaf_quorum(leaf)
         entry = ledger.entry(group.key)
         if entry is not None and entry.plan and key not in entry.plan:
             what = "the members planned now" if quorum_bound else "its quorum"
@@ -260,7 +260,7 @@ class Scheduler:
             leaves: tuple[str | None, ...] = tuple(
                 lf
                 for lf, n in sorted(counts.items(), key=lambda kv: str(kv[0]))
-                if n >= ledger.leaf_quorum(group, lf) > bound.get(lf, 0)
+                if n >= group.leaf_quorum(lf) > bound.get(lf, 0)
             )
         else:
             ready = group.ready_leaves(counts)
@@ -387,11 +387,8 @@ class Scheduler:
             and membership.state is MembershipState.MEMBER
             and not self._gated_natively(rec.obj)
         ):
-            bound = self.ledger.bound_counts(group)
-            leaf = membership.subgroup
-            if not (
-                self.ledger.quorum_bound(group, bound)
-                and bound.get(leaf, 0) >= self.ledger.leaf_quorum(group, leaf)
+            if not self.ledger.placed_as_it_comes(
+                group, membership.subgroup, self.ledger.bound_counts(group)
             ):
                 # a straggler of a plan that was dropped (timed out, replanned), or a member of a
                 # subgroup not bound yet: bound alone it would be a partial gang
@@ -441,9 +438,7 @@ class Scheduler:
         if settled.quorum_bound:
             # members beyond quorum that were told to wait for it can be placed now: bring them back
             # from kube-scheduler's backoff rather than after it
-            for rec in self.store.group_members(gang):
-                if rec.key in self.ledger.rejected and not rec.node_name and rec.key not in settled.bound:
-                    effects.append(Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:bound"}))
+            effects += self._nudge_turned_away(gang, "bound", skip=settled.bound)
             if settled.spec is not None and settled.bound:
                 message = f"gang {gang}: {len(settled.bound)} pods bound together{where}"
                 status = group_status(self.store, settled.spec, "Running", message)
@@ -472,12 +467,19 @@ class Scheduler:
 
     def backoffs_over(self) -> list[Effect]:
         """Nudge the members of gangs whose backoff ended that the filter turned away meanwhile."""
-        effects = []
-        for gang in self.ledger.backoffs_over():
-            for rec in self.store.group_members(gang):
-                if rec.key in self.ledger.rejected and not rec.node_name and is_live(rec.obj):
-                    effects.append(Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:retry"}))
-        return effects
+        return [e for gang in self.ledger.backoffs_over() for e in self._nudge_turned_away(gang, "retry")]
+
+    def _nudge_turned_away(self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
+        """A nudge for each unbound member the service turned away (it sits in kube-scheduler's
+        backoff or unschedulable queue); members still in its active queue need no API write."""
+        return [
+            Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:{why}"})
+            for rec in self.store.group_members(gang)
+            if rec.key in self.ledger.rejected
+            and not rec.node_name
+            and is_live(rec.obj)
+            and rec.key not in skip
+        ]
 
     # ================================================================= preempt
     def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> dict[str, Any]:
@@ -490,7 +492,7 @@ class Scheduler:
         members = self.store.group_members(gang)
         if entry is None and not members:
             return None
-        spec = self.store.membership(members[0]).group if members else (entry.spec if entry else None)
+        spec = self._spec_of(gang, members)
         plan = entry.plan if entry else {}
         return {
             "gang": gang,
@@ -523,7 +525,11 @@ class Scheduler:
         return [d for k in sorted(keys) if (d := self.describe(k)) is not None]
 
     def phase_of(self, gang: GroupKey) -> Phase:
-        members = self.store.group_members(gang)
+        return self.ledger.phase(gang, self._spec_of(gang, self.store.group_members(gang)))
+
+    def _spec_of(self, gang: GroupKey, members: Sequence[PodRecord]) -> GroupSpec | None:
+        """The gang's definition: as its members say now, else as its plan was made."""
+        if members:
+            return self.store.membership(members[0]).group
         entry = self.ledger.entry(gang)
-        spec = self.store.membership(members[0]).group if members else (entry.spec if entry else None)
-        return self.ledger.phase(gang, spec)
+        return entry.spec if entry else None

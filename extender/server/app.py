@@ -214,7 +214,9 @@ async def handle_bind(request: web.Request) -> web.Response:
             if error:
                 # kube-scheduler now backs the pod off or parks it as unschedulable: nudge it back
                 # when its gang is planned again, as for a pod the filter turned away
-                app[SCHEDULER].ledger.note_filter(pod_key(args.pod_namespace, args.pod_name), passed=False)
+                app[SCHEDULER].ledger.note_answer(
+                    pod_key(args.pod_namespace, args.pod_name), turned_away=True
+                )
         except Exception as exc:
             log.exception("bind failed for pod %s/%s", args.pod_namespace, args.pod_name)
             app[METRICS].errors.labels("bind").inc()
@@ -260,7 +262,7 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     fut = barrier.wait(key, deadline=_deadline(app, started))
     if verdict is BindVerdict.RELEASE:
         assert decision.gang is not None
-        _release(app, decision.gang, decision.members, started)
+        _release(app, decision.gang, decision.members)
     else:
         _kick_ticker(app)
     try:
@@ -301,7 +303,7 @@ async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, 
     return ""
 
 
-def _release(app: web.Application, gang: GroupKey, members: list[Release], started: float) -> None:
+def _release(app: web.Application, gang: GroupKey, members: list[Release]) -> None:
     """Bind every member of a completed barrier at once.
 
     Each waiting call is answered with its own bind's outcome, or at its own deadline if the
@@ -319,9 +321,7 @@ def _release(app: web.Application, gang: GroupKey, members: list[Release], start
         task = loop.create_task(_bind_one(source, m.pod, uid=m.uid, node=m.node, budget_s=limit_s))
         tasks[m.pod] = task
         barrier.in_flight[m.pod] = task
-        task.add_done_callback(
-            lambda t, pk=m.pod: barrier.resolve(pk, t.result() if not t.cancelled() else "cancelled")
-        )
+        task.add_done_callback(lambda t, pk=m.pod: barrier.resolve(pk, _outcome(t)))
 
     async def settle() -> None:
         results: dict[PodKey, str] = {}
@@ -331,7 +331,7 @@ def _release(app: web.Application, gang: GroupKey, members: list[Release], start
             app[METRICS].release_seconds.observe(time.perf_counter() - began)
         finally:
             for pk, t in tasks.items():
-                results[pk] = (t.result() if not t.cancelled() else "cancelled") if t.done() else "abandoned"
+                results[pk] = _outcome(t) if t.done() else "abandoned"
                 if barrier.in_flight.get(pk) is t:
                     del barrier.in_flight[pk]
             failed = sum(1 for e in results.values() if e)
@@ -344,6 +344,11 @@ def _release(app: web.Application, gang: GroupKey, members: list[Release], start
             _answer_dropped(app)
 
     _track(app, loop.create_task(settle()))
+
+
+def _outcome(task: asyncio.Task[str]) -> str:
+    """A finished bind task's answer: "" when bound, else why not."""
+    return "cancelled" if task.cancelled() else task.result()
 
 
 async def handle_preempt(request: web.Request) -> web.Response:
