@@ -21,7 +21,7 @@ import orjson
 import yaml
 
 from extender.model.keys import object_uid
-from extender.state.source import BindError
+from extender.state.source import BindError, SkippedObjects
 from extender.state.store import ClusterStore, Kind, key_of, kind_of
 
 log = logging.getLogger(__name__)
@@ -85,10 +85,7 @@ class EmbeddedCluster:
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=10_000)
         """The newest Events, as an API server would keep them for a while; bounded so a long
         `serve --cluster` with gangs retrying does not grow without end."""
-        self.bad_objects = 0
-        """Objects the store could not apply (each skipped and logged once), as on the live source."""
-        self.last_bad_object = ""
-        """The newest of them and why, one bounded line: "Pod ns/name: OverflowError: ..."."""
+        self.skipped = SkippedObjects()
         for obj in objects:
             self.apply(obj)
 
@@ -150,17 +147,18 @@ class EmbeddedCluster:
             fn(event, obj)
 
     def _feed(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any]) -> None:
-        """`op(obj)` (store.upsert or store.remove); an object the store cannot take is counted, logged
-        once and skipped: one bad object never stops the source (the object itself stays here)."""
-        try:
-            op(obj)
-        except Exception as exc:  # whatever one object does, the cluster source goes on
-            ref = f"{kind_of(obj)[1]} {key_of(obj)}"[:200]
-            error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            self.bad_objects += 1
-            self.last_bad_object = f"{ref}: {error}"
-            log.error("skipping %s (the cache goes on without it)", self.last_bad_object)
-            log.debug("traceback for %s", ref, exc_info=exc)
+        """`op(obj)` (store.upsert or store.remove); an object the store cannot take is skipped (it
+        stays here): one bad object never stops the source."""
+        self.skipped.apply(op, obj, kind_of(obj)[1])
+
+    @property
+    def bad_objects(self) -> int:
+        """Objects the store could not apply (each skipped and logged once), as on the live source."""
+        return self.skipped.count
+
+    @property
+    def last_bad_object(self) -> str:
+        return self.skipped.last
 
     def _touch(self, obj: dict[str, Any]) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))

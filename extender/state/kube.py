@@ -24,7 +24,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from extender.model import labels
 from extender.model.keys import object_key
-from extender.state.source import BindError
+from extender.state.source import BindError, SkippedObjects, one_line
 
 if TYPE_CHECKING:
     from extender.state.store import ClusterStore
@@ -188,20 +188,6 @@ def _status_message(status: int, body: bytes) -> ApiStatusError:
         return ApiStatusError(status, body[:200].decode("utf-8", "replace"))
 
 
-def _object_ref(obj: Any, kind: str) -> str:
-    """ "Kind namespace/name" of a watched object, for a log line; bounded, whatever the object holds."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    meta = meta if isinstance(meta, dict) else {}
-    ns, name = meta.get("namespace"), meta.get("name")
-    ref = f"{kind} {f'{ns}/' if ns else ''}{name or '?'}"
-    return ref if len(ref) <= 200 else ref[:200] + "..."
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -235,10 +221,7 @@ class KubeClusterSource:
         self._pending_sync: set[tuple[str, str]] | None = None
         self._synced = False
         self._last_event_s: dict[tuple[str, str], float] = {}
-        self.bad_objects = 0
-        """Listed or watched objects the store could not apply (each skipped and logged once)."""
-        self.last_bad_object = ""
-        """The newest of them and why, one bounded line: "Pod ns/name: OverflowError: ..."."""
+        self.skipped = SkippedObjects()
 
     # ---- connection --------------------------------------------------------------------------
 
@@ -461,21 +444,19 @@ class KubeClusterSource:
                 return str(meta.get("resourceVersion", ""))
 
     def _apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], served: ServedKind) -> bool:
-        """`op(obj)` (store.upsert or store.remove); an object it cannot take is counted, logged once
-        and skipped, so one bad object never stops the watch. False when it was skipped."""
-        try:
-            op(obj)
-        except Exception as exc:  # whatever one object does, the cluster source goes on
-            self._skip(obj, exc, served)
-            return False
-        return True
+        return self.skipped.apply(op, obj, served.kind)
 
     def _skip(self, obj: Any, exc: BaseException, served: ServedKind) -> None:
-        ref = _object_ref(obj, served.kind)
-        self.bad_objects += 1
-        self.last_bad_object = f"{ref}: {_one_line(exc)}"
-        log.error("skipping %s (the cache goes on without it)", self.last_bad_object)
-        log.debug("traceback for %s", ref, exc_info=exc)
+        self.skipped.skip(obj, exc, served.kind)
+
+    @property
+    def bad_objects(self) -> int:
+        """Listed or watched objects the store could not apply (each skipped and logged once)."""
+        return self.skipped.count
+
+    @property
+    def last_bad_object(self) -> str:
+        return self.skipped.last
 
     def _replace_all(self, store: ClusterStore, served: ServedKind, items: list[dict[str, Any]]) -> None:
         """A (re)list into the store. When the store refuses the list as a whole, the objects are
@@ -489,7 +470,7 @@ class KubeClusterSource:
                 "list of %s.%s could not be applied in one go (%s); applying it object by object",
                 served.plural,
                 served.group or "core",
-                _one_line(exc),
+                one_line(exc),
             )
         fresh = {object_key(o) for o in items}
         for old in list(store.list(served.group, served.kind)):

@@ -6,14 +6,59 @@ A source feeds a ClusterStore and performs the few writes the service needs. Two
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from extender.state.store import ClusterStore
 
+log = logging.getLogger(__name__)
+
 
 class BindError(Exception):
     """A binding the API refused; the message is shown to kube-scheduler and the operator."""
+
+
+def _object_ref(obj: Any, kind: str) -> str:
+    """ "Kind namespace/name" of an object, for a log line; bounded, whatever the object holds."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    ns, name = meta.get("namespace"), meta.get("name")
+    ref = f"{kind} {f'{ns}/' if ns else ''}{name or '?'}"
+    return ref if len(ref) <= 200 else ref[:200] + "..."
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one bounded line: "Type: message"."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class SkippedObjects:
+    """Objects a source could not apply to the store: each is counted, logged once and skipped, so
+    one bad object never stops the source. Both sources keep one; /metrics reports the count."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+        """The newest of them and why, one bounded line: "Pod ns/name: OverflowError: ..."."""
+
+    def apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], kind: str) -> bool:
+        """`op(obj)` (store.upsert or store.remove); False when the object was skipped."""
+        try:
+            op(obj)
+        except Exception as exc:  # whatever one object does, the cluster source goes on
+            self.skip(obj, exc, kind)
+            return False
+        return True
+
+    def skip(self, obj: Any, exc: BaseException, kind: str) -> None:
+        ref = _object_ref(obj, kind)
+        self.count += 1
+        self.last = f"{ref}: {one_line(exc)}"
+        log.error("skipping %s (the cache goes on without it)", self.last)
+        log.debug("traceback for %s", ref, exc_info=exc)
 
 
 class ClusterSource(Protocol):
