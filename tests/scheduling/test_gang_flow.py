@@ -10,6 +10,7 @@ from extender.gang.entry import Arrival, Phase
 from extender.scheduling import planning
 from extender.sim.cluster import topology
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
+from tests.scheduling.faults import ApiFaults
 
 TOPOLOGY = topology("dc")
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
@@ -500,27 +501,9 @@ async def test_a_recreated_pod_does_not_inherit_its_predecessors_plan(make_servi
     assert svc.scheduler.planned_node_for(newer) is None
 
 
-class SlowBinds:
-    """Wraps the embedded cluster's bind to take a while or fail, as a busy API server might."""
-
-    def __init__(self, cluster, *, delay_s: float = 0.0, fail: str | None = None, crash: str | None = None):
-        self.cluster, self.delay_s, self.fail, self.crash = cluster, delay_s, fail, crash
-        self.real = cluster.bind_pod
-
-    async def __call__(self, *, namespace, name, uid, node):
-        await asyncio.sleep(self.delay_s)
-        if name == self.crash:
-            raise RuntimeError("connection reset in the middle of a write")
-        if name == self.fail:
-            from extender.state.source import BindError
-
-            raise BindError("the API refused it")
-        await self.real(namespace=namespace, name=name, uid=uid, node=node)
-
-
 async def test_a_bind_that_raises_does_not_strand_its_gang(make_service, monkeypatch):
     svc = await make_service(rack_cluster() + gang("train", 3))
-    flaky = SlowBinds(svc.cluster, crash="train-1")
+    flaky = ApiFaults(svc.cluster, crash={"train-1"})
     monkeypatch.setattr(svc.cluster, "bind_pod", flaky)
     errors = await asyncio.wait_for(bind_all(svc, [f"train-{i}" for i in range(3)]), 3)
     assert errors["train-0"] == errors["train-2"] == ""
@@ -541,7 +524,7 @@ async def test_a_bind_that_raises_does_not_strand_its_gang(make_service, monkeyp
 
 async def test_slow_binds_are_answered_before_kube_schedulers_timeout(make_service, monkeypatch):
     svc = await make_service(rack_cluster() + gang("train", 2), cluster_http_timeout_s=1.0, gang_wait_s=0.5)
-    monkeypatch.setattr(svc.cluster, "bind_pod", SlowBinds(svc.cluster, delay_s=1.5))
+    monkeypatch.setattr(svc.cluster, "bind_pod", ApiFaults(svc.cluster, delay_s=1.5))
     started = asyncio.get_running_loop().time()
     errors = await bind_all(svc, ["train-0", "train-1"])
     assert asyncio.get_running_loop().time() - started < 1.0  # 1 s timeout minus the margin

@@ -11,9 +11,8 @@ import asyncio
 from extender.gang.entry import Phase
 from extender.model.resources import to_units
 from extender.sim.cluster import topology
-from extender.state.embedded import EmbeddedCluster
-from extender.state.source import BindError
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
+from tests.scheduling.faults import ApiFaults
 
 TOPOLOGY = topology("dc")
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
@@ -117,23 +116,13 @@ async def test_healthz_fails_when_a_background_task_has_died(make_service):
 
 
 # -------------------------------------------------------------- 3: a release whose binds all fail
-class FailingBinds:
-    def __init__(self, cluster: EmbeddedCluster, failing: set[str]) -> None:
-        self.real, self.failing = cluster.bind_pod, failing
-
-    async def __call__(self, *, namespace, name, uid, node):
-        if name in self.failing:
-            raise BindError("etcdserver: request timed out")
-        await self.real(namespace=namespace, name=name, uid=uid, node=node)
-
-
 async def test_a_release_the_api_refuses_keeps_the_gang_planned_and_never_binds_members_alone(
     make_service, monkeypatch
 ):
     objs = [*rack_cluster(racks=2, nodes_per_rack=2), TOPOLOGY, *gang("train", 4, topology=RACK)]
     svc = await make_service(objs)
     names = [f"train-{i}" for i in range(4)]
-    failing = FailingBinds(svc.cluster, set(names))
+    failing = ApiFaults(svc.cluster, fail=names, message="etcdserver: request timed out")
     monkeypatch.setattr(svc.cluster, "bind_pod", failing)
     nodes = await filter_all(svc, names)
     errors = await asyncio.gather(*(svc.bind(n, nodes[n]) for n in names))
@@ -143,7 +132,7 @@ async def test_a_release_the_api_refuses_keeps_the_gang_planned_and_never_binds_
     assert svc.plan("default/train") == {f"default/{n}": nodes[n] for n in names}  # place and capacity kept
     assert set(svc.store.reservations) == {f"default/{n}" for n in names}
     # kube-scheduler retries one member: it waits for the others, never binds alone
-    failing.failing.clear()
+    failing.fail.clear()
     lone = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
     await asyncio.sleep(0.05)
     assert not lone.done() and not svc.node_of("train-0")
@@ -158,7 +147,11 @@ async def test_a_release_the_api_refuses_keeps_the_gang_planned_and_never_binds_
 async def test_a_partly_refused_release_is_not_bound_until_its_quorum_is(make_service, monkeypatch):
     svc = await make_service(rack_cluster() + gang("train", 3))
     names = ["train-0", "train-1", "train-2"]
-    monkeypatch.setattr(svc.cluster, "bind_pod", FailingBinds(svc.cluster, {"train-2"}))
+    monkeypatch.setattr(
+        svc.cluster,
+        "bind_pod",
+        ApiFaults(svc.cluster, fail={"train-2"}, message="etcdserver: request timed out"),
+    )
     nodes = await filter_all(svc, names)
     await asyncio.gather(*(svc.bind(n, nodes[n]) for n in names))
     assert svc.phase("default/train") is not Phase.BOUND
@@ -249,18 +242,9 @@ async def test_too_few_nodes_for_members_that_must_be_apart_says_so(make_service
 
 
 # -------------------------------------------------------------- 6: a bind after a slow release
-class SlowBinds:
-    def __init__(self, cluster: EmbeddedCluster, delay_s: float) -> None:
-        self.real, self.delay_s = cluster.bind_pod, delay_s
-
-    async def __call__(self, *, namespace, name, uid, node):
-        await asyncio.sleep(self.delay_s)
-        await self.real(namespace=namespace, name=name, uid=uid, node=node)
-
-
 async def test_a_retried_bind_during_a_slow_release_is_answered_in_time(make_service, monkeypatch):
     svc = await make_service(rack_cluster() + gang("train", 2), cluster_http_timeout_s=1.0, gang_wait_s=0.5)
-    monkeypatch.setattr(svc.cluster, "bind_pod", SlowBinds(svc.cluster, 1.2))
+    monkeypatch.setattr(svc.cluster, "bind_pod", ApiFaults(svc.cluster, delay_s=1.2))
     nodes = await filter_all(svc, ["train-0", "train-1"])
     loop = asyncio.get_running_loop()
     first = await asyncio.gather(*(svc.bind(n, nodes[n]) for n in nodes))
