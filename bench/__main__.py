@@ -11,6 +11,7 @@ BENCHES = {
     "http": "bench.http",
     "scheduler": "bench.scheduler",
     "nudge": "bench.nudge",
+    "versus": "bench.versus",
 }
 
 
