@@ -445,6 +445,12 @@ def _template_spec(item: _Item) -> dict[str, Any]:
     return out
 
 
+def _is_empty_gang(item: _Item) -> bool:
+    return (item.settings.policy or Policy.GANG) is Policy.GANG and (
+        item.settings.explicit_min_count is None and item.derived_min_count == 0
+    )
+
+
 def compile_jobset(jobset: dict) -> JobSetCompilation:
     """spec.scheduling -> Workload + PodGroups; raises GroupingError naming the field when invalid.
     A JobSet without spec.scheduling compiles to nothing (it keeps KAI-style grouping)."""
@@ -452,7 +458,12 @@ def compile_jobset(jobset: dict) -> JobSetCompilation:
         raise GroupingError("spec", "a JobSet needs a spec")
     if not has_scheduling(jobset):
         return JobSetCompilation(workload=None, podgroups=[], groups=[])
-    items = _items(jobset)
+    # A gang with no pods (its replicatedJobs scaled to zero replicas or parallelism) has nothing to
+    # hold together, and the Workload API refuses a gang minCount of 0: it compiles to no template and
+    # no PodGroup. A JobSet left with no group at all needs no Workload either.
+    items = [i for i in _items(jobset) if not _is_empty_gang(i)]
+    if not items:
+        return JobSetCompilation(workload=None, podgroups=[], groups=[])
     if len(items) > MAX_TEMPLATES:
         raise GroupingError(
             ROOT, f"compiles to {len(items)} PodGroupTemplates; a Workload holds at most {MAX_TEMPLATES}"

@@ -23,6 +23,7 @@ of which `compile_jobset` writes as they are:
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -193,3 +194,29 @@ def test_podgroup_status_the_service_writes_is_accepted_by_the_api_server(
         refused = [ln for ln in cluster.plane.log_tail("service", 200).splitlines() if "refused" in ln]
         raise AssertionError(f"{exc}; the service logged: {refused[-1:] or 'nothing refused'}") from None
     assert {c.get("reason") for c in scheduled()} == {"Scheduled"}
+
+
+def test_a_replicated_job_scaled_to_zero_compiles_to_objects_the_api_server_accepts(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A gang with no pods compiles to no PodGroup: kube-apiserver refuses a gang minCount of 0, so an
+    elastic JobSet whose workers are scaled to zero must not produce one."""
+    api = cluster.plane.api
+    jobset = seed("per-rj-independent.yaml")
+    jobset["metadata"]["namespace"] = namespace
+    worker = next(rj for rj in jobset["spec"]["replicatedJobs"] if rj["name"] == "worker")
+    worker["replicas"] = 0
+    created = api.create(JOBSETS.format(ns=namespace), jobset)
+    compilation = compile_jobset(created)
+    assert compilation.workload is not None
+    assert [g.min_member for g in compilation.groups] == [1], "only the launcher's gang remains"
+    api.create(SCHEDULING.format(ns=namespace, plural="workloads"), compilation.workload)
+    (launcher,) = [create_podgroup(api, namespace, pg) for pg in compilation.podgroups]
+    assert launcher["spec"]["schedulingPolicy"] == {"gang": {"minCount": 1}}
+
+    # The premise, on the real server: the same PodGroup with minCount 0 is refused, naming the field.
+    zero = json.loads(json.dumps(compilation.podgroups[0]))
+    zero["metadata"]["name"] = "scaled-to-zero"
+    zero["spec"]["schedulingPolicy"]["gang"]["minCount"] = 0
+    status, doc = api.request("POST", SCHEDULING.format(ns=namespace, plural="podgroups"), zero, ok=(422,))
+    assert status == 422 and "minCount" in str(doc.get("message")), doc

@@ -631,3 +631,48 @@ def test_a_gang_of_gangs_with_millions_of_replicas_is_rejected_before_it_is_buil
     js = jobset([("a", 10**7, 1)], {"replicatedJobs": [{"targetReplicatedJobs": ["a"], "job": {}}]})
     with pytest.raises(GroupingError, match="at most 8"):
         compile_jobset(js)
+
+
+# scaled to zero: kube-apiserver 1.36 refuses a gang minCount of 0 (tests/e2e/test_e2e_workload_api.py),
+# and a gang with no pods has nothing to hold together
+
+
+@pytest.mark.parametrize(
+    ("_what", "rjs", "sched", "want_groups"),
+    [
+        ("the whole JobSet scaled to zero", [("w", 0, 4)], {}, []),
+        ("parallelism zero", [("w", 2, 0)], {}, []),
+        (
+            "one of two entries scaled to zero",
+            [("driver", 1, 1), ("w", 0, 4)],
+            {"replicatedJobs": [{"targetReplicatedJobs": ["driver"]}, {"targetReplicatedJobs": ["w"]}]},
+            [1],
+        ),
+        (
+            "per-Job gangs of a replicatedJob with zero replicas",
+            [("driver", 1, 2), ("w", 0, 4)],
+            {
+                "replicatedJobs": [
+                    {"targetReplicatedJobs": ["driver"]},
+                    {"targetReplicatedJobs": ["w"], "job": {"schedulingPolicy": {"gang": {}}}},
+                ]
+            },
+            [2],
+        ),
+    ],
+)
+def test_a_gang_with_no_pods_compiles_to_no_podgroup(_what, rjs, sched, want_groups):
+    out = compile_jobset(jobset(rjs, sched))
+    assert [g.min_member for g in out.groups] == want_groups
+    min_counts = [pg["spec"]["schedulingPolicy"]["gang"]["minCount"] for pg in out.podgroups]
+    assert min_counts == want_groups
+    if out.workload is None:
+        assert want_groups == []
+    else:
+        templates = out.workload["spec"]["podGroupTemplates"]
+        assert [t["schedulingPolicy"]["gang"]["minCount"] for t in templates] == want_groups
+
+
+def test_a_basic_group_with_no_pods_is_kept():
+    out = compile_jobset(jobset([("w", 0, 4)], {"schedulingPolicy": {"basic": {}}}))
+    assert [g.policy for g in out.groups] == [Policy.BASIC]
