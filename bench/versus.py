@@ -611,8 +611,8 @@ class Versus:
                 await asyncio.sleep(s.stream_every_s)
             t_stream_end = time.monotonic()
             assert large is not None
-            large_ref = large
-            await run.wait(lambda: large_ref.whole_at() is not None, s.settle_s)
+            # the last small gangs and the large one: each created gang gets settle_s to bind
+            await run.wait(lambda: all(g.whole_at() is not None for g in run.gangs.values()), s.settle_s)
             end = time.monotonic()
             smalls = [g for g in run.gangs.values() if g.name != "large"]
             small_fig = gang_figures(smalls, end=end)
@@ -881,21 +881,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         plane.stop()
-        if not settings.keep_dir and rows:
-            shutil.rmtree(plane.workdir, ignore_errors=True)
+    broken = [(row, b) for row in rows for b in broken_promises(row)]
+    if not settings.keep_dir and rows and not broken:
+        shutil.rmtree(plane.workdir, ignore_errors=True)
     print(markdown(rows))
     print(f"# total {time.monotonic() - t0:.0f}s", file=sys.stderr)
     failed = False
-    for row in rows:
-        for broken in broken_promises(row):
-            # Only gang-extender's runs decide the exit status; the native peer's are findings.
-            ours = CONFIGS[row["config"]].extender
-            failed |= ours
-            label = "FAILED" if ours else "finding"
-            print(
-                f"# {label}: {row['config']} {row['workload']} series {row['series']}: {broken}",
-                file=sys.stderr,
-            )
+    for row, what in broken:
+        # Only gang-extender's runs decide the exit status; the native peer's are findings.
+        ours = CONFIGS[row["config"]].extender
+        failed |= ours
+        label = "FAILED" if ours else "finding"
+        print(f"# {label}: {row['config']} {row['workload']} series {row['series']}: {what}", file=sys.stderr)
+    if broken:
+        print(f"# logs kept in {plane.workdir}", file=sys.stderr)
     return 1 if failed else 0
 
 
