@@ -93,6 +93,9 @@ class GangLedger:
         self.binding: set[PodKey] = set()
         """Pods (not planned in a gang) whose own bind call is in flight, holding their capacity."""
         self.rejected: set[PodKey] = set()
+        self.short_of_pods: dict[GroupKey, GroupSpec] = {}
+        """Gangs whose members were turned away because too few pods existed: once the quorum exists
+        they are nudged (kube-scheduler learns nothing from another pod's arrival)."""
         """Pods whose last filter passed no node: they sit in kube-scheduler's backoff or
         unschedulable queue, so they are the ones worth nudging."""
         self._answers: list[Answer] = []
@@ -182,6 +185,12 @@ class GangLedger:
             self.rejected.add(pod)
         else:
             self.rejected.discard(pod)
+
+    def await_pods(self, spec: GroupSpec) -> None:
+        self.short_of_pods[spec.key] = spec
+
+    def pods_arrived(self, key: GroupKey) -> None:
+        self.short_of_pods.pop(key, None)
 
     def set_reason(self, key: GroupKey, reason: str) -> None:
         self._entry(key).last_reason = reason

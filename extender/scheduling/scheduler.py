@@ -86,6 +86,7 @@ class Scheduler:
         self.ledger = ledger
         self.reason_nodes = reason_nodes
         self.native_gang_scheduling = native_gang_scheduling
+        self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
         """kube-scheduler's own GangScheduling plugin gates this pod (see GangSettings): one gate only."""
@@ -268,6 +269,7 @@ class Scheduler:
                 need = group.quorum_upper_bound()
                 reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
                 ledger.set_reason(group.key, reason)
+                ledger.await_pods(group)
                 waiting = Effect("event", *pod_ref(key), {"reason": "GangWaiting", "message": reason})
                 return FilterDecision(Verdict.WAITING, [], reason, effects=[waiting])
             if leaf not in ready:
@@ -464,6 +466,31 @@ class Scheduler:
                     effects.append(status)
             out.append((expiry, effects))
         return out
+
+    def quorum_arrived(self) -> list[Effect]:
+        """Nudge the members turned away for want of pods once their gang's quorum exists.
+
+        kube-scheduler does not retry a pod because another pod appeared (1.20 leaves it parked for up
+        to a minute), and the member that completes the quorum may be one kube-scheduler cannot place
+        itself, so no filter call would ever plan the gang. Checked only when a pod or a grouping
+        object appeared since the last look."""
+        mark = (self.store.pods_added, self.store.grouping_gen)
+        if mark == self._arrivals_seen or not self.ledger.short_of_pods:
+            return []
+        self._arrivals_seen = mark
+        effects: list[Effect] = []
+        for key, spec in list(self.ledger.short_of_pods.items()):
+            counts: dict[str | None, int] = {}
+            for rec in self.store.group_members(key):
+                if is_live(rec.obj):
+                    leaf = self.store.membership(rec).subgroup
+                    counts[leaf] = counts.get(leaf, 0) + 1
+            if counts and spec.ready_leaves(counts) is None:
+                continue  # still short: keep watching
+            self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
+            if counts:
+                effects += self._nudge_turned_away(key, "quorum")
+        return effects
 
     def backoffs_over(self) -> list[Effect]:
         """Nudge the members of gangs whose backoff ended that the filter turned away meanwhile."""

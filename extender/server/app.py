@@ -484,7 +484,8 @@ def _answer_dropped(app: web.Application) -> None:
 
 
 def _tick(app: web.Application) -> None:
-    """One pass: expire gang barriers, answer dropped plans and overdue waiters."""
+    """One pass: expire gang barriers, answer dropped plans and overdue waiters, nudge members whose
+    backoff ended or whose missing pods arrived."""
     scheduler = app[SCHEDULER]
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     for expiry, effects in scheduler.expire():
@@ -494,6 +495,7 @@ def _tick(app: web.Application) -> None:
             barrier.resolve(pk, expiry.message)
         _spawn_effects(app, effects)
     _spawn_effects(app, scheduler.backoffs_over())
+    _spawn_effects(app, scheduler.quorum_arrived())
     _answer_dropped(app)
     now = app[CLOCK]()
     for pk in barrier.overdue(now):

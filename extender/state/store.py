@@ -113,6 +113,7 @@ class ClusterStore:
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
         self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
+        self.pods_added = 0  # bumps when a pod the store did not hold appears: a gang's quorum may exist
         self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
@@ -356,6 +357,7 @@ class ClusterStore:
         rec = self.pods.get(key)
         if rec is None:
             rec = self.pods[key] = PodRecord(key=key, obj=pod, requests=reqs)
+            self.pods_added += 1
         else:
             self._release(rec)
             if rec.uid != str((pod.get("metadata") or {}).get("uid", "")):

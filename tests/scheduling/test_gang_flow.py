@@ -81,6 +81,38 @@ async def test_siblings_turned_away_before_quorum_are_nudged_when_the_gang_is_pl
     assert not nudged("train-2")  # never turned away: still in kube-scheduler's active queue
 
 
+async def test_members_turned_away_for_want_of_pods_are_nudged_when_the_quorum_exists(make_service):
+    """The member that completes the quorum may never reach the filter (kube-scheduler cannot place it
+    itself), and kube-scheduler does not retry a parked pod because another pod appeared: the service
+    brings the turned-away members back itself, once."""
+    objs = [*rack_cluster(), make_kai_podgroup("train", min_member=3)]
+    objs += [gang_pod(f"train-{i}", "train") for i in range(2)]
+    svc = await make_service(objs)
+    for n in ("train-0", "train-1"):
+        assert (await svc.filter(n))["NodeNames"] == []  # 2 of 3 exist: turned away
+
+    def nudges() -> dict[str, str]:
+        return {
+            n: svc.pod(n)["metadata"].get("annotations", {}).get("gang-extender.io/nudge", "")
+            for n in ("train-0", "train-1")
+        }
+
+    await svc.expire(0.5)
+    await asyncio.sleep(0.05)
+    assert nudges() == {"train-0": "", "train-1": ""}  # still short: nothing to retry for
+    blocked = gang_pod("train-2", "train")
+    blocked["spec"]["nodeSelector"] = {"nowhere": "true"}  # kube-scheduler would never send it to us
+    svc.cluster.apply(blocked)
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+    first = nudges()
+    assert all(v.startswith("default/train:quorum") for v in first.values()), first
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+    assert nudges() == first  # once: no nudge storm on every tick
+    assert svc.scheduler.ledger.short_of_pods == {}
+
+
 async def test_the_barrier_binds_all_members_together(make_service):
     svc = await make_service(rack_cluster() + gang("train", 4))
     errors = await bind_all(svc, [f"train-{i}" for i in range(4)])
