@@ -478,6 +478,11 @@ class GangLedger:
                 fresh = self._current_spec(e.plan)
                 if fresh is not None and fresh != e.spec:
                     self._discard(e, "the group's definition changed")
+            if event == "DELETED":
+                # A PodGroup deleted before its pods: their deletions then name no group, so
+                # _forget_if_empty cannot find the entry; forget every entry left with no member.
+                for key in list(self.gangs):
+                    self._forget_if_memberless(key)
 
     def _on_pod(self, event: str, pk: PodKey, obj: dict[str, Any]) -> None:
         gone = event == "DELETED" or is_terminal(obj)
@@ -518,11 +523,13 @@ class GangLedger:
         """A gang whose members are all gone starts over (a JobSet restart, a recreated Job): its
         failures, memos and exclusions are dropped with the entry."""
         m = self.store.membership_of(pod)
-        if m.group is None:
-            return
-        e = self.gangs.get(m.group.key)
+        if m.group is not None:
+            self._forget_if_memberless(m.group.key)
+
+    def _forget_if_memberless(self, key: GroupKey) -> None:
+        e = self.gangs.get(key)
         if e is None or e.plan or e.releasing:
             return
-        if any(is_live(rec.obj) for rec in self.store.group_members(m.group.key)):
+        if any(is_live(rec.obj) for rec in self.store.group_members(key)):
             return
-        del self.gangs[m.group.key]
+        del self.gangs[key]

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from extender.config import default_settings
 from extender.server.app import BARRIER, READY, SCHEDULER, STORE, build_app
 from extender.state.embedded import EmbeddedCluster
-from extender.state.store import is_terminal
+from extender.state.store import is_live, is_terminal
 
 
 class FakeClock:
@@ -103,6 +103,10 @@ class Service:
                 assert v <= to_units(k, alloc.get(k, "0")), f"{node} over-committed on {k}"
         self.check_no_partial_gang()
         ledger = self.scheduler.ledger
+        for key, e in ledger.gangs.items():
+            if not e.plan and not e.releasing:
+                members = [r for r in self.store.group_members(key) if is_live(r.obj)]
+                assert members, f"gang {key} is remembered with no member left (a leaked entry)"
         planned = {pk for e in ledger.gangs.values() for pk in e.plan}
         held_by = set(self.app[BARRIER].in_flight) | set(ledger.assumed) | set(ledger.binding)
         for pk in self.store.reservations:

@@ -113,6 +113,25 @@ async def test_members_turned_away_for_want_of_pods_are_nudged_when_the_quorum_e
     assert svc.scheduler.ledger.short_of_pods == {}
 
 
+@pytest.mark.parametrize(
+    "podgroup_first", [False, True], ids=["pods deleted first", "PodGroup deleted first"]
+)
+async def test_a_finished_gang_is_forgotten_whatever_is_deleted_first(make_service, podgroup_first):
+    """Found by `bench soak`: a gang whose PodGroup went before its pods stayed in the ledger for good
+    (the pods' deletions named no group any more), one entry per finished gang."""
+    svc = await make_service(rack_cluster() + gang("train", 3))
+    errors = await bind_all(svc, [f"train-{i}" for i in range(3)])
+    assert errors == dict.fromkeys(errors, "")
+    assert svc.scheduler.ledger.entry("default/train") is not None
+    pods = [("", "Pod", "default", f"train-{i}") for i in range(3)]
+    group = ("scheduling.run.ai", "PodGroup", "default", "train")
+    for obj in [group, *pods] if podgroup_first else [*pods, group]:
+        assert svc.cluster.delete(*obj)
+    assert svc.scheduler.ledger.entry("default/train") is None
+    assert svc.scheduler.ledger.gangs == {}
+    svc.check_invariants()
+
+
 async def test_the_barrier_binds_all_members_together(make_service):
     svc = await make_service(rack_cluster() + gang("train", 4))
     errors = await bind_all(svc, [f"train-{i}" for i in range(4)])
