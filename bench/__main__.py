@@ -12,6 +12,7 @@ BENCHES = {
     "scheduler": "bench.scheduler",
     "nudge": "bench.nudge",
     "versus": "bench.versus",
+    "soak": "bench.soak",
 }
 
 
