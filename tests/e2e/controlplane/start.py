@@ -364,14 +364,79 @@ class ControlPlane:
         self.api = Api(self.server)
         self.service_url: str | None = None
         self.service_args: list[str] = []
+        self.service_kubeconfig: str | None = None  # None: the plane's own kubeconfig
+        self.argv: dict[str, tuple[list[str], dict[str, str] | None]] = {}
+        self.etcd_url = ""
 
     # -- processes -------------------------------------------------------------------------------
 
     def _spawn(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> None:
-        with open(self.workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
+        self.argv[name] = (list(argv), env)
+        log_path = self.workdir / f"{name}.log"
+        if log_path.exists():  # a restarted process: keep the previous log as <name>.<n>.log
+            n = 1
+            while (self.workdir / f"{name}.{n}.log").exists():
+                n += 1
+            log_path.rename(self.workdir / f"{name}.{n}.log")
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor
             self.procs[name] = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(REPO)
             )
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to a child's process group and wait until it is gone (fault injection)."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def respawn(self, name: str) -> None:
+        """Start a killed child again with the same command line (same ports, same data)."""
+        argv, env = self.argv[name]
+        self._spawn(name, argv, env=env)
+
+    def restart_apiserver(self, *, down_s: float = 0.0) -> None:
+        """SIGKILL kube-apiserver, keep it down for `down_s`, start it again on the same port (etcd keeps
+        the data); returns once /readyz answers. Every client's connections and watches are cut."""
+        self.kill("kube-apiserver")
+        time.sleep(down_s)
+        self.respawn("kube-apiserver")
+
+        def up() -> bool:
+            self._check_alive("kube-apiserver")
+            return self.api.ready()
+
+        wait_until(up, timeout_s=60, what="kube-apiserver /readyz after a restart")
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to now (through its v3 JSON gateway): any watch resumed from an
+        older resourceVersion then gets 410 Gone and must relist. Returns the compacted revision."""
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            req = urllib.request.Request(
+                self.etcd_url + path,
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read())
+
+        revision = int(post("/v3/kv/range", {"key": "Lw==", "limit": 1})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def restart_scheduler(self, *, down_s: float = 0.0) -> None:
+        """SIGKILL kube-scheduler and start it again with the same configuration. With leader election
+        on, the new process waits for the dead one's lease to expire before it schedules."""
+        self.kill("kube-scheduler")
+        time.sleep(down_s)
+        self.respawn("kube-scheduler")
+        self._check_alive("kube-scheduler")
 
     def _check_alive(self, name: str) -> None:
         proc = self.procs[name]
@@ -406,6 +471,7 @@ class ControlPlane:
                 capture_output=True,
             )
         client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
         self._spawn(
             "etcd",
             [
@@ -494,9 +560,13 @@ class ControlPlane:
         }
         Path(self.kubeconfig).write_text(yaml.safe_dump(cfg))
 
-    def start_service(self, *, port: int | None = None, extra_args: Iterable[str] = ()) -> str:
-        """`python -m extender serve` against this plane; returns its base URL once /readyz answers 200."""
+    def start_service(
+        self, *, port: int | None = None, extra_args: Iterable[str] = (), kubeconfig: str | None = None
+    ) -> str:
+        """`python -m extender serve` against this plane (or through `kubeconfig`, e.g. a fault-injecting
+        proxy's); returns its base URL once /readyz answers 200."""
         port = port or free_port()
+        self.service_kubeconfig = kubeconfig
         python = REPO / ".venv" / "bin" / "python"
         argv = [
             str(python if python.exists() else sys.executable),
@@ -504,7 +574,7 @@ class ControlPlane:
             "extender",
             "serve",
             "--kubeconfig",
-            self.kubeconfig,
+            kubeconfig or self.kubeconfig,
             "--host",
             "127.0.0.1",
             "--port",
@@ -550,13 +620,7 @@ class ControlPlane:
             raise PlaneUnavailable("restart_service: the service was never started")
         port = int(self.service_url.rsplit(":", 1)[1])
         self.stop_service()
-        log = self.workdir / "service.log"
-        if log.exists():
-            n = 1
-            while (self.workdir / f"service.{n}.log").exists():
-                n += 1
-            log.rename(self.workdir / f"service.{n}.log")
-        return self.start_service(port=port, extra_args=self.service_args)
+        return self.start_service(port=port, extra_args=self.service_args, kubeconfig=self.service_kubeconfig)
 
     def scheduler_config(self, *, url_prefix: str, config: Path | None = None) -> dict[str, Any]:
         """The configuration kube-scheduler gets: the shipped file (or `config`) as it is on 1.36, with
