@@ -134,6 +134,12 @@ async def _handle(
             limit = request.app[SETTINGS].server.max_body_bytes
             status = 400
             return _text_400(f"request body is larger than --max-body-bytes ({limit} bytes)")
+        except web.RequestPayloadError as exc:  # a Content-Encoding whose body does not decode
+            status = 400
+            encoding = request.headers.get("Content-Encoding", "")
+            resp = _text_400(wire.WireError(f"request body could not be read ({encoding}): {exc}").args[0])
+            resp.force_close()  # the rest of the stream cannot be trusted: the client must reconnect
+            return resp
         try:
             resp = await work(body)
         except (wire.WireError, UnknownNodesError, QuantityError) as exc:

@@ -474,15 +474,17 @@ def _victims(value: Any, field: str, *, meta: bool) -> dict[str, dict[str, Any]]
             )
         pods = []
         for i, p in enumerate(_objects(_field(v, "Pods"), f"{where}.Pods")):
+            # A victim is named by its UID alone: one without a UID cannot be checked against gangs
+            # or reservations, and kube-scheduler always sends it.
             if meta:
-                uid = _field(p, "UID")
-                if uid is not None and not isinstance(uid, str):
-                    raise WireError(f"{where}.Pods[{i}].UID must be a string, got {_kind(uid)}")
+                uid, at = _field(p, "UID"), f"{where}.Pods[{i}].UID"
             else:
                 pod_meta = _object(p.get("metadata"), f"{where}.Pods[{i}].metadata")
-                _string(pod_meta, "uid", f"{where}.Pods[{i}].metadata")
-                uid = pod_meta.get("uid")
-            pods.append({"UID": uid or ""})
+                uid, at = pod_meta.get("uid"), f"{where}.Pods[{i}].metadata.uid"
+            if not isinstance(uid, str) or not uid:
+                got = "an empty string" if uid == "" else _kind(uid)
+                raise WireError(f"{at} must name the victim pod (a non-empty string), got {got}")
+            pods.append({"UID": uid})
         out[node] = {"Pods": pods, "NumPDBViolations": _pdb_violations(v, where)}
     return out
 

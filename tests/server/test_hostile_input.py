@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gzip
 import logging
 from typing import Any
 
@@ -475,6 +476,36 @@ BAD_PREEMPT = [
         "NodeNameToMetaVictims['n000'].Pods[0].UID",
         id="a MetaPod UID that is a number",
     ),
+    pytest.param(
+        preempt_doc(NodeNameToMetaVictims={"n000": {"Pods": [1]}}),
+        "NodeNameToMetaVictims['n000'].Pods[0]",
+        id="Pods: [1]",
+    ),
+    pytest.param(
+        preempt_doc(NodeNameToMetaVictims={"n000": {"Pods": [{}]}}),
+        "NodeNameToMetaVictims['n000'].Pods[0].UID must name the victim pod (a non-empty string), got null",
+        id="Pods: [{}]",
+    ),
+    pytest.param(
+        preempt_doc(NodeNameToMetaVictims={"n000": {"Pods": [{"UID": None}]}}),
+        "Pods[0].UID must name the victim pod (a non-empty string), got null",
+        id="UID: null",
+    ),
+    pytest.param(
+        preempt_doc(NodeNameToMetaVictims={"n000": {"Pods": [{"UID": ""}]}}),
+        "Pods[0].UID must name the victim pod (a non-empty string), got an empty string",
+        id="an empty UID",
+    ),
+    pytest.param(
+        preempt_doc(NodeNameToVictims={"n000": {"Pods": [{}]}}),
+        "NodeNameToVictims['n000'].Pods[0].metadata",
+        id="a full victim without metadata",
+    ),
+    pytest.param(
+        preempt_doc(NodeNameToVictims={"n000": {"Pods": [{"metadata": {"name": "v"}}]}}),
+        "NodeNameToVictims['n000'].Pods[0].metadata.uid must name the victim pod",
+        id="a full victim without a uid",
+    ),
     pytest.param(preempt_doc(NodeNameToVictims="n000"), "NodeNameToVictims", id="Victims map a string"),
     pytest.param(
         preempt_doc(NodeNameToVictims={"n000": {"Pods": [{"metadata": []}]}}),
@@ -531,20 +562,20 @@ def test_well_formed_victims_in_both_modes():
     meta = wire.parse_preemption_args(
         preempt_doc(
             NodeNameToMetaVictims={
-                "n000": {"Pods": [{"UID": "a"}, {"uid": "b"}, {}], "NumPDBViolations": 2},
+                "n000": {"Pods": [{"UID": "a"}, {"uid": "b"}], "NumPDBViolations": 2},
                 "n001": {"Pods": None},
             }
         )
     )
     assert meta.victims == {
-        "n000": {"Pods": [{"UID": "a"}, {"UID": "b"}, {"UID": ""}], "NumPDBViolations": 2},
+        "n000": {"Pods": [{"UID": "a"}, {"UID": "b"}], "NumPDBViolations": 2},
         "n001": {"Pods": [], "NumPDBViolations": 0},
     }
     full = wire.parse_preemption_args(
-        preempt_doc(NodeNameToVictims={"n000": {"Pods": [full_pod(), {}], "NumPDBViolations": 2**63 - 1}})
+        preempt_doc(NodeNameToVictims={"n000": {"Pods": [full_pod()], "NumPDBViolations": 2**63 - 1}})
     )
     assert full.victims == {
-        "n000": {"Pods": [{"UID": full_pod()["metadata"]["uid"]}, {"UID": ""}], "NumPDBViolations": 2**63 - 1}
+        "n000": {"Pods": [{"UID": full_pod()["metadata"]["uid"]}], "NumPDBViolations": 2**63 - 1}
     }
 
 
@@ -733,6 +764,13 @@ def live_service():
 
         return loop.run_until_complete(call())
 
+    def healthz() -> int:
+        async def call() -> int:
+            return (await client.get("/healthz")).status
+
+        return loop.run_until_complete(call())
+
+    post.healthz = healthz  # type: ignore[attr-defined]
     yield post, errors
     logging.getLogger("extender").removeHandler(errors)
     loop.run_until_complete(client.close())
@@ -748,8 +786,14 @@ SERVICE_FUZZ = settings(
 
 @pytest.mark.parametrize(
     ("verb", "base"),
-    [("filter", filter_doc()), ("prioritize", filter_doc()), ("filter", FULL_MODE), ("preempt", PREEMPT)],
-    ids=["filter", "prioritize", "filter-full-nodes", "preempt"],
+    [
+        ("filter", filter_doc()),
+        ("prioritize", filter_doc()),
+        ("filter", FULL_MODE),
+        ("preempt", PREEMPT),
+        ("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "u-1", "Node": "n000"}),
+    ],
+    ids=["filter", "prioritize", "filter-full-nodes", "preempt", "bind"],
 )
 @SERVICE_FUZZ
 @given(data=st.data())
@@ -766,6 +810,7 @@ def test_fuzzed_bodies_never_reach_the_scheduler_malformed(live_service, verb, b
     elif verb == "filter":
         assert orjson.loads(reply)["Error"] == "", reply[:300]
     assert len(errors.records) == seen, errors.records[-1].getMessage()
+    assert post.healthz() == 200
 
 
 @pytest.mark.parametrize("name", [FORGED, LONG, FORGED * 1000], ids=["forged", "1 MB", "long forged"])
@@ -777,3 +822,46 @@ async def test_unknown_hostile_node_names_are_a_one_line_400(make_service, name)
     reason = text.decode().removesuffix("\n")
     assert len(reason.splitlines()) == 1 and reason.isprintable()
     assert len(reason) < 2000
+
+
+# ------------------------------------------------------------------ compressed bodies
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "x-unknown"])
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind", "preempt"])
+async def test_a_garbage_compressed_body_is_a_one_line_400(make_service, verb, encoding):
+    """kube-scheduler never compresses; a body claiming an encoding it does not decode to is refused
+    with a reason, and the service stays healthy."""
+    svc = await make_service()
+    resp = await svc.client.post(
+        f"/{verb}",
+        data=b"\x1f\x8b\x08\x00garbage, not " + encoding.encode(),
+        headers={"Content-Type": "application/json", "Content-Encoding": encoding},
+    )
+    text = (await resp.read()).decode(errors="replace")
+    assert resp.status == 400, (resp.status, text[:300])
+    assert_one_short_line(text.removesuffix("\n"))
+    health = await svc.client.get("/healthz")
+    assert health.status == 200
+
+
+async def test_a_well_formed_gzip_body_is_read(make_service):
+    svc = await make_service()
+    resp = await svc.client.post(
+        "/filter",
+        data=gzip.compress(orjson.dumps(filter_doc())),
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert resp.status == 200, await resp.text()
+    assert orjson.loads(await resp.read())["NodeNames"]
+
+
+async def test_a_gzip_bomb_stops_at_the_body_limit(make_service):
+    """The limit counts decompressed bytes: 70 MiB of zeros sent as 70 KiB of gzip is refused."""
+    svc = await make_service()
+    bomb = gzip.compress(b'{"Pod": ' + b" " * (70 * 2**20) + b"}")
+    assert len(bomb) < 2**20
+    resp = await svc.client.post(
+        "/filter", data=bomb, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
+    text = (await resp.read()).decode()
+    assert resp.status == 400 and "larger than --max-body-bytes" in text, text[:300]
+    assert (await svc.client.get("/healthz")).status == 200
