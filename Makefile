@@ -18,12 +18,14 @@ install: $(VENV)/.installed
 run: install
 	$(PY) -m extender simulate
 
-## Everything CI runs: lint, unit and scenario tests (with the numba JIT on, then off), and the
-## end-to-end tier against a real kube-apiserver and kube-scheduler (built once per machine).
+## Everything CI runs: lint, unit and scenario tests (with the numba JIT on, then off), the
+## end-to-end tier against a real kube-apiserver and kube-scheduler (built once per machine), faults
+## included, and the soak's quick form (2 minutes of gang churn; fails on growth, creep or leftovers).
 test: install lint
 	$(PY) -m pytest -m "not e2e" -p no:cacheprovider
 	NUMBA_DISABLE_JIT=1 $(PY) -m pytest -m "not e2e" -p no:cacheprovider
 	$(PY) -m pytest -m e2e tests/e2e tests/state -p no:cacheprovider
+	$(PY) -m bench soak --quick
 
 test-fast: install
 	$(PY) -m pytest -m "not e2e" -x -p no:cacheprovider
@@ -39,6 +41,7 @@ lint: install
 bench: install
 	$(PY) -m bench placement --quick
 	$(PY) -m bench http --quick
+	$(PY) -m bench versus --quick
 
 clean:
 	rm -rf $(VENV) .numba_cache .pytest_cache build *.egg-info

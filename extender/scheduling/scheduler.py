@@ -510,8 +510,11 @@ class Scheduler:
 
     # ================================================================= preempt
     def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> dict[str, Any]:
-        """Candidates pass through unchanged; nodes this service does not know are dropped."""
-        return {n: v for n, v in victims.items() if n in self.store.node_rows}
+        """Candidates pass through unchanged; a node this service does not know is refused, as in
+        filter (UnknownNodesError: the request is answered 400 with the names), and a candidate with
+        no victim is never returned (kube-scheduler rejects such a reply)."""
+        self.rows_of(list(victims))
+        return {n: v for n, v in victims.items() if v.get("Pods")}
 
     # ================================================================= debug
     def describe(self, gang: GroupKey) -> dict[str, Any] | None:

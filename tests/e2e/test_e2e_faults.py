@@ -94,6 +94,13 @@ class Scenario:
         self.gangs.append(gang)
         return gang
 
+    def background(self) -> None:
+        """What every scenario runs beside the gang under test: the seed JobSet gang (spec.scheduling)
+        and two plain pods."""
+        self.jobset_gang()
+        self.plain_pod("bg-0")
+        self.plain_pod("bg-1")
+
     def plain_pod(self, name: str) -> None:
         create_pod(self.api, make_pod(name, namespace=self.namespace, cpu="500m", memory="256Mi"))
         self.plain.append(name)
@@ -299,6 +306,7 @@ def test_watches_expire_and_the_service_relists_after_410(scenario: Scenario) ->
 def test_sigterm_answers_every_waiting_bind_before_exit(scenario: Scenario) -> None:
     s, plane = scenario, scenario.cluster.plane
     quad = s.kai_gang("quad", 4, cpu="1", blocked=1)
+    s.background()
     waiting = s.wait_at_barrier(quad, 3)
     t0 = time.monotonic()
     plane.kill("service", signal.SIGTERM)
@@ -357,6 +365,7 @@ def test_kube_scheduler_killed_and_restarted_mid_gang(scenario: Scenario) -> Non
 def test_nodes_deleted_and_cordoned_while_a_gang_waits_at_the_barrier(scenario: Scenario) -> None:
     s, plane = scenario, scenario.cluster.plane
     quad = s.kai_gang("quad", 4, cpu="1", blocked=1)
+    s.background()
     s.wait_at_barrier(quad, 3)
     plan = gang_view(s.cluster, s.namespace, "quad").get("plan") or {}
     planned = sorted(set(plan.values()))
@@ -387,6 +396,7 @@ def test_nodes_deleted_and_cordoned_while_a_gang_waits_at_the_barrier(scenario: 
 def test_members_deleted_mid_barrier_give_their_places_back(scenario: Scenario) -> None:
     s = scenario
     quad = s.kai_gang("quad", 4, cpu="1", blocked=1)
+    s.background()
     waiting = s.wait_at_barrier(quad, 3)
     for name in waiting[:2]:
         s.api.delete(f"/api/v1/namespaces/{s.namespace}/pods/{name}")
@@ -440,6 +450,12 @@ def test_twenty_gangs_race_for_one_rack_that_holds_two(scenario: Scenario) -> No
             done.add(g)
     s.gangs = [g for g in s.gangs if g.name not in done]
     s.check_promise(all_bound=False)
+    # beside the race, the rest of the cluster still serves a JobSet gang and plain pods
+    race = list(s.gangs)
+    s.gangs = []
+    s.background()
+    s.settle()
+    s.gangs = race
 
 
 # ---------------------------------------------------------------- the service killed at each step
@@ -452,6 +468,7 @@ def test_service_sigkilled_after_a_plan_before_any_bind(
     proxy.hold_binds(True)  # binds stop at the proxy: the service plans, no bind reaches it
     try:
         ga = s.kai_gang("ga", 3, cpu="2")
+        s.background()
         planned = eventually(
             lambda: gang_view(s.cluster, s.namespace, "ga").get("plan") and proxy.held(), timeout_s=30
         )
@@ -471,6 +488,7 @@ def test_service_sigkilled_while_the_bind_barrier_waits(
 ) -> None:
     s, plane = scenario, scenario.cluster.plane
     quad = s.kai_gang("quad", 4, cpu="1", blocked=1)
+    s.background()
     s.wait_at_barrier(quad, 3)
     plane.kill("service")  # three binds in the barrier lose their connection
     s.findings.note("service SIGKILLed with 3 binds waiting")
@@ -485,6 +503,7 @@ def test_service_sigkilled_during_the_release_binds(scenario: Scenario, api_prox
     s, plane = scenario, scenario.cluster.plane
     api_proxy.delay_bindings_s(3.0)
     s.kai_gang("ga", 4, cpu="1")
+    s.background()
     in_flight = eventually(lambda: api_proxy.counts()["bindings_delayed"] >= 1, timeout_s=40, interval_s=0.05)
     s.findings.check(in_flight, "the release never started")
     plane.kill("service")

@@ -865,3 +865,21 @@ async def test_a_gzip_bomb_stops_at_the_body_limit(make_service):
     text = (await resp.read()).decode()
     assert resp.status == 400 and "larger than --max-body-bytes" in text, text[:300]
     assert (await svc.client.get("/healthz")).status == 200
+
+
+async def test_preempt_refuses_unknown_nodes_and_never_returns_a_node_without_victims(make_service):
+    svc = await make_service()
+    victim = svc.cluster.apply(make_pod("v", node="n000"))
+    pod = svc.cluster.apply(make_pod("p"))
+    uid = victim["metadata"]["uid"]
+    status, text = await svc.post(
+        "preempt", {"Pod": pod, "NodeNameToMetaVictims": {"ghost\\nnode": {"Pods": [{"UID": uid}]}}}
+    )
+    assert status == 400 and "unknown to the extender's cluster cache" in text.decode()
+    assert_one_short_line(text.decode().removesuffix("\n"))
+    status, body = await svc.post(
+        "preempt",
+        {"Pod": pod, "NodeNameToMetaVictims": {"n000": {"Pods": [{"UID": uid}]}, "n001": {"Pods": []}}},
+    )
+    assert status == 200
+    assert set(orjson.loads(body)["NodeNameToMetaVictims"]) == {"n000"}
