@@ -180,13 +180,23 @@ def cmd_serve(ns: argparse.Namespace) -> int:
             source = EmbeddedCluster.from_file(c.cluster_file)
         except ClusterFileError as exc:
             errors.append(str(exc))
+    client_config = None
+    if not errors and source is None:
+        from extender.state.kube import SourceConfigError, load_client_config
+
+        try:
+            client_config = load_client_config(None if c.in_cluster else c.kubeconfig)
+        except SourceConfigError as exc:
+            errors.append(str(exc))
     if errors:
         return _fail(errors)
     _setup_logging(settings.log_level)
     if source is None:
         from extender.state.kube import KubeClusterSource
 
-        source = KubeClusterSource(None if c.in_cluster else c.kubeconfig, settings=settings)
+        source = KubeClusterSource(
+            None if c.in_cluster else c.kubeconfig, settings=settings, client_config=client_config
+        )
     from aiohttp import web
 
     from extender.server.app import build_app

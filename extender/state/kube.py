@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import os
 import random
 import ssl
 import time
@@ -192,6 +193,35 @@ def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class SourceConfigError(Exception):
+    """The API server's client configuration cannot be loaded: a fatal start-up error (one line)."""
+
+
+def load_client_config(kubeconfig: str | None) -> k8s_client.Configuration:
+    """The client configuration from a kubeconfig file, or in-cluster when `kubeconfig` is None.
+
+    Called once at start-up, before serving: a configuration that cannot load never gets better by
+    retrying, and a process left running with it would only ever answer /readyz 503."""
+    cfg = k8s_client.Configuration()
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        raise SourceConfigError(f"cannot load kubeconfig {kubeconfig!r}: no such file")
+    if kubeconfig and not os.access(kubeconfig, os.R_OK):
+        raise SourceConfigError(f"cannot load kubeconfig {kubeconfig!r}: not readable by this process")
+    try:
+        if kubeconfig:
+            asyncio.run(k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg))
+        else:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+    except Exception as exc:  # any failure to configure is fatal, whatever the library raised
+        where = (
+            f"kubeconfig {kubeconfig!r}"
+            if kubeconfig
+            else "the in-cluster configuration (is this process running in a pod with a service account?)"
+        )
+        raise SourceConfigError(f"cannot load {where}: {one_line(str(exc) or type(exc).__name__)}") from None
+    return cfg
+
+
 class KubeClusterSource:
     """A ClusterSource over a live API server (kubeconfig file, or in-cluster when `kubeconfig` is None)."""
 
@@ -202,9 +232,11 @@ class KubeClusterSource:
         settings: Any = None,
         kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
         clock: Callable[[], float] = time.monotonic,
+        client_config: k8s_client.Configuration | None = None,
         _iterations: int | None = None,
     ) -> None:
         self._kubeconfig = kubeconfig
+        self._client_config = client_config  # loaded at start-up (load_client_config); else on first use
         kube = getattr(settings, "kube", None)
         self._settings: KubeSettings = (
             kube
@@ -228,11 +260,15 @@ class KubeClusterSource:
     async def _client(self) -> _Connection:
         async with self._api_lock:
             if self._api is None:
-                cfg = k8s_client.Configuration()
-                if self._kubeconfig:
-                    await k8s_config.load_kube_config(config_file=self._kubeconfig, client_configuration=cfg)
-                else:
-                    k8s_config.load_incluster_config(client_configuration=cfg)
+                cfg = self._client_config
+                if cfg is None:
+                    cfg = k8s_client.Configuration()
+                    if self._kubeconfig:
+                        await k8s_config.load_kube_config(
+                            config_file=self._kubeconfig, client_configuration=cfg
+                        )
+                    else:
+                        k8s_config.load_incluster_config(client_configuration=cfg)
                 self._api = _Connection.open(cfg)
             return self._api
 

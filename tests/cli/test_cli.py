@@ -228,3 +228,25 @@ def test_simulate_runs_a_file_and_prints_json(tmp_path):
     bad = run("simulate", "--format", "xml", "/nonexistent.yaml")
     assert bad.returncode == 2
     assert "--format must be text or json" in bad.stderr and "/nonexistent.yaml: no such file" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load kubeconfig '/nonexistent/kubeconfig'"),
+        (["--kubeconfig", "{garbage}"], "cannot load kubeconfig '{garbage}'"),
+        (["--in-cluster", "true"], "is this process running in a pod with a service account?"),
+    ],
+    ids=["a missing kubeconfig", "a file that is no kubeconfig", "in-cluster outside a pod"],
+)
+def test_a_fatal_configuration_error_exits_non_zero_with_the_reason(tmp_path, args, says):
+    """It used to stay up answering /healthz 200 and /readyz 503 forever."""
+    garbage = tmp_path / "kubeconfig"
+    garbage.write_text("this: is\nnot: a kubeconfig\n")
+    args = [a.format(garbage=garbage) for a in args]
+    says = says.format(garbage=garbage)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("KUBERNETES_SERVICE")}
+    proc = run("serve", *args, "--port", "0", env=env)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert says in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
