@@ -16,6 +16,6 @@ RUN pip install --no-cache-dir . \
  && chown -R extender "$NUMBA_CACHE_DIR"
 
 USER 10001
-EXPOSE 8888
+EXPOSE 8888 8889
 ENTRYPOINT ["gang-extender"]
 CMD ["serve", "--in-cluster", "true", "--host", "127.0.0.1", "--port", "8888"]

@@ -43,6 +43,15 @@ SERVE_FLAGS = (
     Flag("host", str, "address to listen on (default 127.0.0.1)", "server.host", "ADDR"),
     Flag("port", int, "port to listen on (default 8888; 0 picks a free one)", "server.port", "PORT"),
     Flag(
+        "probe-host",
+        str,
+        "also serve /healthz, /readyz and /metrics (only those) on this address, e.g. 0.0.0.0 in a pod "
+        "(default: off)",
+        "server.probe_host",
+        "ADDR",
+    ),
+    Flag("probe-port", int, "port of --probe-host (default 8889)", "server.probe_port", "PORT"),
+    Flag(
         "max-body-bytes",
         int,
         "larger request bodies get HTTP 400 (default 64 MiB)",
@@ -197,15 +206,13 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         source = KubeClusterSource(
             None if c.in_cluster else c.kubeconfig, settings=settings, client_config=client_config
         )
-    from aiohttp import web
-
-    from extender.server.app import build_app
+    from extender.server.app import ListenError, build_app, run
 
     app = build_app(settings, source=source)
-    logging.getLogger("extender").info(
-        "gang-extender %s serving on http://%s:%d", __version__, settings.server.host, settings.server.port
-    )
-    web.run_app(app, host=settings.server.host, port=settings.server.port, print=None, access_log=None)
+    try:
+        run(app, settings.server, version=__version__)
+    except ListenError as exc:
+        return _fail([str(exc)])
     return 0
 
 

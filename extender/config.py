@@ -23,6 +23,10 @@ class ServerSettings:
     host: str = "127.0.0.1"
     """Where `serve` listens. Loopback by default: the service runs beside kube-scheduler in its pod."""
     port: int = 8888
+    probe_host: str = ""
+    """Where /healthz, /readyz and /metrics are also served (and nothing else), e.g. 0.0.0.0 in a pod
+    so the kubelet and Prometheus reach them on the pod IP while the verbs stay on loopback. Empty: off."""
+    probe_port: int = 8889
     max_body_bytes: int = 64 * 2**20
     """Larger request bodies get HTTP 400. 15k node names are ~0.7 MiB; full-Node mode at 5k is ~30 MB."""
 
@@ -81,6 +85,11 @@ def validate(settings: Settings) -> list[str]:
         errors.append("--host must not be empty")
     if not 0 <= s.port <= 65535:
         errors.append(f"--port must be between 0 and 65535, got {s.port}")
+    if s.probe_host:
+        if not 1 <= s.probe_port <= 65535:
+            errors.append(f"--probe-port must be between 1 and 65535, got {s.probe_port}")
+        elif s.probe_port == s.port:
+            errors.append(f"--probe-port must differ from --port ({s.port}): the verbs must not be on it")
     if s.max_body_bytes < 1024:
         errors.append(f"--max-body-bytes must be at least 1024, got {s.max_body_bytes}")
     if g.wait_s <= 0:

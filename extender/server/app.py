@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from extender.config import Settings
+from extender.config import ServerSettings, Settings
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.resources import QuantityError
 from extender.placement import api as placement
@@ -43,6 +44,8 @@ METRICS = web.AppKey("metrics", Metrics)
 BARRIER = web.AppKey("barrier", object)
 READY = web.AppKey("ready", dict)
 CLOCK = web.AppKey("clock", object)
+PROBE_PORT = web.AppKey("probe_port", int)  # the bound port of --probe-host; 0: no probe listener
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 Clock = Callable[[], float]
 
@@ -571,7 +574,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.monotonic) -> web.Application:
-    app = web.Application(client_max_size=settings.server.max_body_bytes)
+    app = web.Application(client_max_size=settings.server.max_body_bytes, middlewares=[_probe_only])
+    app[PROBE_PORT] = 0
     store = ClusterStore()
     attach = getattr(source, "attach", None)
     if attach is not None:
@@ -611,3 +615,51 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app.router.add_get("/debug/gangs", handle_debug_gangs)
     app.router.add_get("/debug/gangs/{namespace}/{name}", handle_debug_gang)
     return app
+
+
+@web.middleware
+async def _probe_only(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    """The probe listener (--probe-host) serves health and metrics only: the verbs and /debug stay on
+    the loopback address kube-scheduler uses, never on the pod IP."""
+    probe = request.app[PROBE_PORT]
+    if probe and request.path not in PROBE_PATHS:
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        if sockname and sockname[1] == probe:
+            return web.Response(
+                status=404, text="only /healthz, /readyz and /metrics are served on the probe address\n"
+            )
+    return await handler(request)
+
+
+class ListenError(Exception):
+    """An address to serve on cannot be bound (in use, not local, no permission): one line."""
+
+
+def _listen(host: str, port: int, flags: str) -> socket.socket:
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port} ({flags}): {exc.strerror or exc}") from None
+    return sock
+
+
+def run(app: web.Application, server: ServerSettings, *, version: str) -> None:
+    """Serve `app` on --host:--port, and on --probe-host:--probe-port when set (health and metrics
+    only), until SIGTERM or SIGINT; aiohttp's shutdown then answers every waiting bind."""
+    socks = [_listen(server.host, server.port, "--host/--port")]
+    where = f"http://{server.host}:{socks[0].getsockname()[1]}"
+    if server.probe_host:
+        try:
+            socks.append(_listen(server.probe_host, server.probe_port, "--probe-host/--probe-port"))
+        except ListenError:
+            socks[0].close()
+            raise
+        app[PROBE_PORT] = socks[1].getsockname()[1]
+        where += f" (health and metrics also on http://{server.probe_host}:{app[PROBE_PORT]})"
+    log.info("gang-extender %s serving on %s", version, where)
+    web.run_app(app, sock=socks, print=None, access_log=None)

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from controlplane.start import convert_scheduler_config, substitute_scheduler_config
 
+from extender.state.kube import DEFAULT_KINDS
+
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
@@ -114,7 +116,8 @@ def test_crd_is_structural_with_a_status_subresource(
     assert all(schema["properties"][p]["x-kubernetes-preserve-unknown-fields"] for p in ("spec", "status"))
 
 
-def test_rbac_lets_the_extender_write_what_it_writes() -> None:
+def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:
+    """Least privilege: every kind extender/state/kube.py watches and every write it makes, no more."""
     role = next(d for d in load_all("rbac.yaml") if d["kind"] == "ClusterRole")
     grants = {
         (g, r, v)
@@ -123,13 +126,62 @@ def test_rbac_lets_the_extender_write_what_it_writes() -> None:
         for r in rule["resources"]
         for v in rule["verbs"]
     }
-    for need in [
+    reads = [(k.group, k.plural) for k in DEFAULT_KINDS]  # what the cluster source lists and watches
+    expected = {(g, r, v) for g, r in reads for v in ("get", "list", "watch")} | {
         ("", "pods/binding", "create"),
         ("", "pods/status", "patch"),
         ("", "pods", "patch"),
         ("", "events", "create"),
         ("scheduling.run.ai", "podgroups/status", "patch"),
-        ("", "nodes", "watch"),
-        ("kai.scheduler", "topologies", "list"),
-    ]:
-        assert need in grants, f"ClusterRole gang-extender lacks {need}"
+        ("scheduling.k8s.io", "podgroups/status", "patch"),
+    }
+    assert grants - expected == set(), f"granted but never used: {sorted(grants - expected)}"
+    assert expected - grants == set(), f"used but not granted: {sorted(expected - grants)}"
+
+
+def test_the_scheduler_may_hold_its_own_lease() -> None:
+    cfg = yaml.safe_load((MANIFESTS / "scheduler-config.yaml").read_text())
+    lease = cfg["leaderElection"]["resourceName"]
+    role = next(d for d in load_all("rbac.yaml") if d["kind"] == "Role" and "lease" in d["metadata"]["name"])
+    assert role["metadata"]["namespace"] == cfg["leaderElection"]["resourceNamespace"]
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        }
+    ]
+    binding = next(
+        d
+        for d in load_all("rbac.yaml")
+        if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == role["metadata"]["name"]
+    )
+    assert binding["subjects"][0]["name"] == "gang-scheduler"
+
+
+def test_probes_reach_the_containers_on_the_pod_ip_and_the_verbs_stay_on_loopback() -> None:
+    """The kubelet dials the pod IP: a probe with host 127.0.0.1 would dial the node's loopback."""
+    deploy = next(d for d in load_all("deployment.yaml") if d["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for c in pod["containers"]:
+        ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+        for probe in ("livenessProbe", "readinessProbe"):
+            get = c[probe]["httpGet"]
+            assert "host" not in get, f"{c['name']} {probe} sets host {get['host']}"
+            assert get["port"] in ports, f"{c['name']} {probe} names no container port"
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert "memory" in c["resources"]["limits"]
+    extender = next(c for c in pod["containers"] if c["name"] == "gang-extender")
+    args = extender["args"]
+    assert args[args.index("--host") + 1] == "127.0.0.1"  # the verbs: kube-scheduler alone
+    assert args[args.index("--probe-host") + 1] == "0.0.0.0"
+    probe_port = int(args[args.index("--probe-port") + 1])
+    assert {p["containerPort"] for p in extender["ports"]} == {probe_port}
+    service = next(d for d in load_all("deployment.yaml") if d["kind"] == "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    pdb = next(d for d in load_all("deployment.yaml") if d["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1 and deploy["spec"]["replicas"] == 2
