@@ -67,6 +67,15 @@ class FilterCall:
     requests: dict[str, int]
 
 
+def _marked_unschedulable(pod: dict[str, Any]) -> bool:
+    """kube-scheduler wrote PodScheduled=False on the pod: its last attempt failed (a filter, ours or
+    its own, or a bind), so it waits in the backoff or unschedulable queue."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return True
+    return False
+
+
 def _pod_identity(pod: dict[str, Any]) -> tuple[PodKey, str]:
     meta = pod.get("metadata") or {}
     key = pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
@@ -324,7 +333,7 @@ class Scheduler:
         ledger.plan(group, result.assignment, domain=result.domain)
         effects = []
         for pk, (planned, _) in result.assignment.items():
-            if pk != key and pk in ledger.rejected:
+            if pk != key and self._turned_away(pk):
                 # only a pod we turned away sits in kube-scheduler's backoff or unschedulable queue;
                 # the others are still in its active queue and need no API write
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": f"{group.name}:{planned.node}"}))
@@ -496,16 +505,56 @@ class Scheduler:
         """Nudge the members of gangs whose backoff ended that the filter turned away meanwhile."""
         return [e for gang in self.ledger.backoffs_over() for e in self._nudge_turned_away(gang, "retry")]
 
+    def _turned_away(self, pk: PodKey) -> bool:
+        """Whether the pod sits in kube-scheduler's backoff or unschedulable queue: this process turned
+        it away, or kube-scheduler marked it PodScheduled=False (a previous process, or its own
+        filters, turned it away). The second is read from the pod, so a restart loses nothing."""
+        if pk in self.ledger.rejected:
+            return True
+        rec = self.store.pods.get(pk)
+        return rec is not None and not rec.node_name and _marked_unschedulable(rec.obj)
+
+    def startup_nudges(self) -> list[Effect]:
+        """Once the cache is synced after a start: nudge the parked members of every gang whose quorum
+        exists. A restarted service has answered none of them; kube-scheduler would retry them only
+        at its next flush (up to a minute on 1.20, five on 1.36), and no filter call plans the gang
+        until one of them comes back."""
+        parked: dict[GroupKey, list[PodKey]] = {}
+        specs: dict[GroupKey, GroupSpec] = {}
+        for rec in self.store.pods.values():
+            if rec.node_name or not is_live(rec.obj) or not _marked_unschedulable(rec.obj):
+                continue
+            m = self.store.membership(rec)
+            if (
+                m.state is not MembershipState.MEMBER
+                or m.group is None
+                or m.group.source.value == "single-pod"
+            ):
+                continue
+            parked.setdefault(m.group.key, []).append(rec.key)
+            specs[m.group.key] = m.group
+        effects = []
+        for key, pods in parked.items():
+            counts: dict[str | None, int] = {}
+            for rec in self.store.group_members(key):
+                if is_live(rec.obj):
+                    leaf = self.store.membership(rec).subgroup
+                    counts[leaf] = counts.get(leaf, 0) + 1
+            if specs[key].ready_leaves(counts) is None:
+                self.ledger.await_pods(specs[key])  # nudged by quorum_arrived once the rest exist
+                for pk in pods:
+                    self.ledger.note_answer(pk, turned_away=True)
+                continue
+            effects += [Effect("nudge", *pod_ref(pk), {"value": f"{key}:restart"}) for pk in sorted(pods)]
+        return effects
+
     def _nudge_turned_away(self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
         """A nudge for each unbound member the service turned away (it sits in kube-scheduler's
         backoff or unschedulable queue); members still in its active queue need no API write."""
         return [
             Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:{why}"})
             for rec in self.store.group_members(gang)
-            if rec.key in self.ledger.rejected
-            and not rec.node_name
-            and is_live(rec.obj)
-            and rec.key not in skip
+            if self._turned_away(rec.key) and not rec.node_name and is_live(rec.obj) and rec.key not in skip
         ]
 
     # ================================================================= preempt

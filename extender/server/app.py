@@ -503,6 +503,10 @@ def _tick(app: web.Application) -> None:
         for pk in expiry.waiting:
             barrier.resolve(pk, expiry.message)
         _spawn_effects(app, effects)
+    ready = app[READY]
+    if not ready.get("startup_nudged") and app[SOURCE].is_synced():  # type: ignore[attr-defined]
+        ready["startup_nudged"] = True
+        _spawn_effects(app, scheduler.startup_nudges())
     _spawn_effects(app, scheduler.backoffs_over())
     _spawn_effects(app, scheduler.quorum_arrived())
     _answer_dropped(app)

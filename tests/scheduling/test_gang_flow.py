@@ -132,6 +132,46 @@ async def test_a_finished_gang_is_forgotten_whatever_is_deleted_first(make_servi
     svc.check_invariants()
 
 
+def parked(pod: dict) -> dict:
+    """A pod kube-scheduler marked PodScheduled=False: it waits in the backoff or unschedulable queue."""
+    pod.setdefault("status", {})["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "earlier attempt"}
+    ]
+    return pod
+
+
+async def test_a_restarted_service_brings_parked_gangs_back_at_once(make_service):
+    """After a restart no filter call comes: every member of a gang waits parked in kube-scheduler's
+    queue (up to a minute on 1.20, five on 1.36). Once synced, the service nudges the parked members of
+    every gang whose quorum exists, once; a gang still short of pods is nudged when the rest arrive;
+    plain pods are kube-scheduler's to retry."""
+    objs = [
+        *rack_cluster(),
+        make_kai_podgroup("ready", min_member=2),
+        make_kai_podgroup("short", min_member=3),
+    ]
+    objs += [parked(gang_pod(f"ready-{i}", "ready")) for i in range(2)]
+    objs += [parked(gang_pod(f"short-{i}", "short")) for i in range(2)]
+    objs += [parked(make_pod("plain"))]
+    svc = await make_service(objs)
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+
+    def nudge(name: str) -> str:
+        return svc.pod(name)["metadata"].get("annotations", {}).get("gang-extender.io/nudge", "")
+
+    assert all(nudge(f"ready-{i}").startswith("default/ready:restart") for i in range(2))
+    assert nudge("short-0") == nudge("short-1") == nudge("plain") == ""
+    first = nudge("ready-0")
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+    assert nudge("ready-0") == first  # once
+    svc.cluster.apply(gang_pod("short-2", "short"))
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+    assert nudge("short-0").startswith("default/short:quorum") and nudge("short-1")
+
+
 async def test_the_barrier_binds_all_members_together(make_service):
     svc = await make_service(rack_cluster() + gang("train", 4))
     errors = await bind_all(svc, [f"train-{i}" for i in range(4)])
