@@ -94,6 +94,9 @@ class GangLedger:
         """Pods (not planned in a gang) whose own bind call is in flight, holding their capacity."""
         self.rejected: set[PodKey] = set()
         self.short_of_pods: dict[GroupKey, GroupSpec] = {}
+        self.short_of_group: set[PodKey] = set()
+        """Pods turned away because their group object was not in the cache yet (it may reach this
+        process's watch after kube-scheduler's pod watch): nudged once it is."""
         """Gangs whose members were turned away because too few pods existed: once the quorum exists
         they are nudged (kube-scheduler learns nothing from another pod's arrival)."""
         """Pods whose last filter passed no node: they sit in kube-scheduler's backoff or
@@ -188,6 +191,12 @@ class GangLedger:
 
     def await_pods(self, spec: GroupSpec) -> None:
         self.short_of_pods[spec.key] = spec
+
+    def await_group(self, pod: PodKey) -> None:
+        self.short_of_group.add(pod)
+
+    def group_arrived(self, pod: PodKey) -> None:
+        self.short_of_group.discard(pod)
 
     def pods_arrived(self, key: GroupKey) -> None:
         self.short_of_pods.pop(key, None)
@@ -496,6 +505,7 @@ class GangLedger:
         if gone:
             self.rejected.discard(pk)
             self.binding.discard(pk)
+            self.short_of_group.discard(pk)
         if e is None or pk in e.releasing:
             if gone:
                 self._forget_if_empty(obj)

@@ -159,6 +159,7 @@ class Scheduler:
                 Verdict.REJECTED, [], membership.message, effects=[Effect("condition", ns, name, cond)]
             )
         if state is MembershipState.GROUP_MISSING:
+            self.ledger.await_group(key)
             return FilterDecision(Verdict.WAITING, [], membership.message or "waiting for its group object")
         if state is MembershipState.INVALID or membership.group is None:
             return FilterDecision(Verdict.REJECTED, [], membership.message or "the pod's workload is invalid")
@@ -477,17 +478,27 @@ class Scheduler:
         return out
 
     def quorum_arrived(self) -> list[Effect]:
-        """Nudge the members turned away for want of pods once their gang's quorum exists.
+        """Nudge the members turned away for want of pods once their gang's quorum exists, and pods
+        turned away for want of their group object once it is cached.
 
         kube-scheduler does not retry a pod because another pod appeared (1.20 leaves it parked for up
         to a minute), and the member that completes the quorum may be one kube-scheduler cannot place
         itself, so no filter call would ever plan the gang. Checked only when a pod or a grouping
         object appeared since the last look."""
         mark = (self.store.pods_added, self.store.grouping_gen)
-        if mark == self._arrivals_seen or not self.ledger.short_of_pods:
+        if mark == self._arrivals_seen or not (self.ledger.short_of_pods or self.ledger.short_of_group):
             return []
         self._arrivals_seen = mark
         effects: list[Effect] = []
+        for pk in sorted(self.ledger.short_of_group):
+            rec = self.store.pods.get(pk)
+            if rec is None:
+                continue  # not in the cache yet either; its deletion clears it
+            if rec.node_name or not is_live(rec.obj):
+                self.ledger.group_arrived(pk)  # placed or finished: nothing to bring back
+            elif self.store.membership(rec).state is not MembershipState.GROUP_MISSING:
+                self.ledger.group_arrived(pk)
+                effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
         for key, spec in list(self.ledger.short_of_pods.items()):
             counts: dict[str | None, int] = {}
             for rec in self.store.group_members(key):

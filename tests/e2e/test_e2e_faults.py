@@ -13,6 +13,7 @@ The service is restarted after each scenario (same port, same flags).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -152,6 +153,8 @@ class Scenario:
         partial_since: dict[str, tuple[float, int]] = {}
         reported: set[str] = set()
         longest: dict[str, float] = {}
+        whole_at: dict[str, float] = {}
+        t0 = time.monotonic()
 
         def done() -> bool:
             now = time.monotonic()
@@ -171,12 +174,20 @@ class Scenario:
                         )
                 else:
                     partial_since.pop(g.name, None)
+            for g in self.gangs:
+                if state[g.name][1] >= g.quorum and g.name not in whole_at:
+                    whole_at[g.name] = round(now - t0, 1)
             gangs_whole = all(state[g.name][1] >= g.quorum for g in self.gangs)
             plain_bound = all(self.node_of(p) for p in self.plain)
             return gangs_whole and plain_bound
 
         settled = eventually(done, timeout_s=settle_s, interval_s=0.5)
-        self.findings.note(f"settled: {settled}; gangs {self.gang_state()}; longest partial {longest}")
+        self.findings.note(
+            f"settled: {settled} in {time.monotonic() - t0:.1f}s; whole after {whole_at}; "
+            f"gangs {self.gang_state()}; longest partial {longest}"
+        )
+        if os.environ.get("E2E_TIMELINE"):
+            print("\n".join(self.findings.notes))
         if expect_bound:
             self.check_promise(all_bound=settled)
 

@@ -172,6 +172,30 @@ async def test_a_restarted_service_brings_parked_gangs_back_at_once(make_service
     assert nudge("short-0").startswith("default/short:quorum") and nudge("short-1")
 
 
+async def test_pods_turned_away_before_their_group_was_cached_are_nudged_when_it_is(make_service):
+    """The service's PodGroup watch may lag kube-scheduler's pod watch (a cut watch, a slow relist):
+    members asked about before their group is cached are turned away, and brought back once it is."""
+    objs = [*rack_cluster(), *[gang_pod(f"late-{i}", "late") for i in range(2)]]
+    svc = await make_service(objs)
+    for i in range(2):
+        doc = await svc.filter(f"late-{i}")
+        assert doc["NodeNames"] == []
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+
+    def nudge(name: str) -> str:
+        return svc.pod(name)["metadata"].get("annotations", {}).get("gang-extender.io/nudge", "")
+
+    assert nudge("late-0") == nudge("late-1") == ""
+    svc.cluster.apply(make_kai_podgroup("late", min_member=2))
+    await svc.expire(0.1)
+    await asyncio.sleep(0.05)
+    assert nudge("late-0").startswith("group-arrived") and nudge("late-1").startswith("group-arrived")
+    assert svc.scheduler.ledger.short_of_group == set()
+    node, reason = await svc.schedule("late-0")
+    assert node, reason  # now planned as a gang
+
+
 async def test_the_barrier_binds_all_members_together(make_service):
     svc = await make_service(rack_cluster() + gang("train", 4))
     errors = await bind_all(svc, [f"train-{i}" for i in range(4)])
