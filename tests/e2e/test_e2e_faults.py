@@ -154,6 +154,7 @@ class Scenario:
         reported: set[str] = set()
         longest: dict[str, float] = {}
         whole_at: dict[str, float] = {}
+        exist_at: dict[str, float] = {}  # when the quorum's pods existed (a controller makes some)
         t0 = time.monotonic()
 
         def done() -> bool:
@@ -175,6 +176,8 @@ class Scenario:
                 else:
                     partial_since.pop(g.name, None)
             for g in self.gangs:
+                if state[g.name][0] >= g.quorum and g.name not in exist_at:
+                    exist_at[g.name] = round(now - t0, 1)
                 if state[g.name][1] >= g.quorum and g.name not in whole_at:
                     whole_at[g.name] = round(now - t0, 1)
             gangs_whole = all(state[g.name][1] >= g.quorum for g in self.gangs)
@@ -183,7 +186,8 @@ class Scenario:
 
         settled = eventually(done, timeout_s=settle_s, interval_s=0.5)
         self.findings.note(
-            f"settled: {settled} in {time.monotonic() - t0:.1f}s; whole after {whole_at}; "
+            f"settled: {settled} in {time.monotonic() - t0:.1f}s; pods existed after {exist_at}; "
+            f"whole after {whole_at}; "
             f"gangs {self.gang_state()}; longest partial {longest}"
         )
         if os.environ.get("E2E_TIMELINE"):
