@@ -55,10 +55,8 @@ import math
 import random
 import re
 import shutil
-import ssl
 import statistics
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,6 +68,7 @@ import aiohttp
 import orjson
 import yaml
 
+from bench.podwatch import PodWatch
 from bench.scheduler import (
     CREATE_CONCURRENCY,
     RACK_NODES,
@@ -382,72 +381,6 @@ class Unit:
         if self.whole_at is None and len(self.bound) >= self.size:
             self.whole_at = now
             self.loop.call_soon_threadsafe(self.whole.set)
-
-
-class PodWatch:
-    """Follows the namespace's pods on a thread of its own, so the busy loop never delays a timestamp.
-    kube-apiserver closes a watcher that falls behind (a gang's release is a burst); each watch resumes
-    from the last resourceVersion seen, or relists after 410 Gone."""
-
-    def __init__(self, plane: ControlPlane, units: dict[str, Unit]) -> None:
-        self.plane, self.units = plane, units
-        self.restarts = 0
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        rv = self._list()
-        self._thread = threading.Thread(target=self._follow, args=(rv,), daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread:
-            self._thread.join(15)
-
-    def _list(self) -> str:
-        doc = self.plane.api.get(PODS)
-        now = time.monotonic()
-        for obj in doc["items"]:
-            self._observe(obj, now)
-        return doc["metadata"]["resourceVersion"]
-
-    def _observe(self, obj: dict[str, Any], now: float) -> None:
-        meta = obj.get("metadata") or {}
-        node = (obj.get("spec") or {}).get("nodeName")
-        unit = self.units.get((meta.get("labels") or {}).get(RUN_LABEL, ""))
-        if node and unit is not None:
-            unit.observe_bound(meta.get("name", ""), node, now)
-
-    def _follow(self, rv: str) -> None:
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        while not self._stopping.is_set():
-            url = f"{self.plane.server}{PODS}?watch=true&timeoutSeconds=10&resourceVersion={rv}"
-            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
-            opened = time.monotonic()
-            try:
-                with urllib.request.urlopen(request, context=insecure, timeout=30) as resp:
-                    for line in resp:
-                        now = time.monotonic()
-                        event = orjson.loads(line)
-                        if event.get("type") == "ERROR":  # 410 Gone: the resourceVersion is too old
-                            rv = self._list()
-                            break
-                        obj = event.get("object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                        if event.get("type") != "DELETED":
-                            self._observe(obj, now)
-                        if self._stopping.is_set():
-                            return
-            except (OSError, ValueError) as exc:
-                if self._stopping.is_set():
-                    return
-                log(f"pod watch: {exc!r}; resuming")
-                time.sleep(0.2)
-            if time.monotonic() - opened < 9.5:  # closed before its timeoutSeconds: forced
-                self.restarts += 1
 
 
 @dataclass
@@ -841,7 +774,15 @@ async def soak_all(settings: Settings, plane: ControlPlane) -> tuple[list[dict[s
         log(f"service ready at {soak.service_url} ({time.monotonic() - t0:.0f} s after its start)")
         soak.start_scheduler()
         await soak.warm_up()
-        watch = PodWatch(plane, soak.units)
+
+        def observe(kind: str, pod: dict[str, Any], now: float) -> None:
+            meta = pod.get("metadata") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            unit = soak.units.get((meta.get("labels") or {}).get(RUN_LABEL, ""))
+            if kind != "DELETED" and node and unit is not None:
+                unit.observe_bound(meta.get("name", ""), node, now)
+
+        watch = PodWatch(plane.server, PODS, observe, token=TOKEN)
         await asyncio.to_thread(watch.start)
         log(
             f"churn for {settings.duration_s:g} s: {settings.gangs} gangs of {settings.gang_size}, "

@@ -50,7 +50,6 @@ import json
 import shutil
 import ssl
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterable
@@ -62,6 +61,7 @@ import aiohttp
 import orjson
 import yaml
 
+from bench.podwatch import PodWatch
 from bench.scheduler import (
     CREATE_CONCURRENCY,
     RACK_LABEL,
@@ -253,8 +253,7 @@ class Run:
     first_create: float | None = None
     last_bind: float | None = None
     watch_restarts: int = 0
-    _stopping: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _watch: PodWatch | None = None
 
     async def start(self) -> None:
         self.versus.plane.api.create(
@@ -262,48 +261,16 @@ class Run:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}},
         )
         loop = asyncio.get_running_loop()
-        rv = self._list(loop)
-        self._thread = threading.Thread(target=self._follow, args=(rv, loop), daemon=True)
-        self._thread.start()
 
-    def _list(self, loop: asyncio.AbstractEventLoop) -> str:
-        doc = self.versus.plane.api.get(PODS.format(ns=self.namespace))
-        now = time.monotonic()
-        for obj in doc["items"]:
-            self._observe({"type": "ADDED", "object": obj}, now)
-        loop.call_soon_threadsafe(self.changed.set)
-        return doc["metadata"]["resourceVersion"]
+        def observe(kind: str, pod: dict[str, Any], now: float) -> None:
+            self._observe({"type": kind, "object": pod}, now)
+            loop.call_soon_threadsafe(self.changed.set)
 
-    def _follow(self, rv: str, loop: asyncio.AbstractEventLoop) -> None:
-        """Follow the namespace's pods on a thread of its own, so the creating loop never delays a
-        timestamp. kube-apiserver closes a watcher that falls 10 events behind (a gang's release is a
-        burst); each watch is resumed from the last resourceVersion seen, or relisted after 410 Gone."""
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        base = self.versus.plane.server + PODS.format(ns=self.namespace)
-        while not self._stopping.is_set():
-            url = f"{base}?watch=true&timeoutSeconds=5&resourceVersion={rv}"
-            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
-            opened = time.monotonic()
-            try:
-                with urllib.request.urlopen(request, context=insecure, timeout=30) as resp:
-                    for line in resp:
-                        now = time.monotonic()
-                        event = orjson.loads(line)
-                        if event.get("type") == "ERROR":  # 410 Gone: the resourceVersion is too old
-                            rv = self._list(loop)
-                            break
-                        rv = event["object"]["metadata"].get("resourceVersion", rv)
-                        self._observe(event, now)
-                        loop.call_soon_threadsafe(self.changed.set)
-            except (OSError, ValueError) as exc:
-                if self._stopping.is_set():
-                    return
-                print(f"# watch of {self.namespace}: {exc!r}; resuming", file=sys.stderr, flush=True)
-                time.sleep(0.1)
-            if time.monotonic() - opened < 4.5:  # closed before its timeoutSeconds: forced
-                self.watch_restarts += 1
+        plane = self.versus.plane
+        self._watch = PodWatch(
+            plane.server, PODS.format(ns=self.namespace), observe, token=TOKEN, timeout_s=5
+        )
+        await asyncio.to_thread(self._watch.start)
 
     def _observe(self, event: dict[str, Any], now: float) -> None:
         obj = event.get("object") or {}
@@ -325,9 +292,9 @@ class Run:
             self.last_bind = now
 
     async def stop(self) -> None:
-        self._stopping.set()
-        if self._thread:
-            await asyncio.to_thread(self._thread.join, 10)
+        if self._watch is not None:
+            await asyncio.to_thread(self._watch.stop)
+            self.watch_restarts = self._watch.restarts
 
     # -- creates ---------------------------------------------------------------------------------
 
