@@ -662,27 +662,19 @@ class Versus:
 
 # ---------------------------------------------------------------------------------- report
 
+BATCH_COLUMNS = (
+    "gangs_whole",
+    "gangs_one_rack",
+    "gangs_partial_seen",
+    "whole_after_last_create_p50_s",
+    "whole_after_last_create_p95_s",
+    "pods_per_s",
+    "scheduler_cpu_s",
+    "service_cpu_s",
+)
 COLUMNS = {
-    "rack8": (
-        "gangs_whole",
-        "gangs_one_rack",
-        "gangs_partial_seen",
-        "whole_after_last_create_p50_s",
-        "whole_after_last_create_p95_s",
-        "pods_per_s",
-        "scheduler_cpu_s",
-        "service_cpu_s",
-    ),
-    "rack64": (
-        "gangs_whole",
-        "gangs_one_rack",
-        "gangs_partial_seen",
-        "whole_after_last_create_p50_s",
-        "whole_after_last_create_p95_s",
-        "pods_per_s",
-        "scheduler_cpu_s",
-        "service_cpu_s",
-    ),
+    "rack8": BATCH_COLUMNS,
+    "rack64": BATCH_COLUMNS,
     "mixed": (
         "gangs_whole",
         "gangs_one_rack",
