@@ -500,11 +500,7 @@ class Scheduler:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
         for key, spec in list(self.ledger.short_of_pods.items()):
-            counts: dict[str | None, int] = {}
-            for rec in self.store.group_members(key):
-                if is_live(rec.obj):
-                    leaf = self.store.membership(rec).subgroup
-                    counts[leaf] = counts.get(leaf, 0) + 1
+            counts = self._live_leaf_counts(key)
             if counts and spec.ready_leaves(counts) is None:
                 continue  # still short: keep watching
             self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
@@ -546,18 +542,22 @@ class Scheduler:
             specs[m.group.key] = m.group
         effects = []
         for key, pods in parked.items():
-            counts: dict[str | None, int] = {}
-            for rec in self.store.group_members(key):
-                if is_live(rec.obj):
-                    leaf = self.store.membership(rec).subgroup
-                    counts[leaf] = counts.get(leaf, 0) + 1
-            if specs[key].ready_leaves(counts) is None:
+            if specs[key].ready_leaves(self._live_leaf_counts(key)) is None:
                 self.ledger.await_pods(specs[key])  # nudged by quorum_arrived once the rest exist
                 for pk in pods:
                     self.ledger.note_answer(pk, turned_away=True)
                 continue
-            effects += [Effect("nudge", *pod_ref(pk), {"value": f"{key}:restart"}) for pk in sorted(pods)]
+            effects += self._nudge_turned_away(key, "restart")  # the parked ones: PodScheduled=False
         return effects
+
+    def _live_leaf_counts(self, key: GroupKey) -> dict[str | None, int]:
+        """subgroup -> live members of the gang in the cache (None: the gang without subgroups)."""
+        counts: dict[str | None, int] = {}
+        for rec in self.store.group_members(key):
+            if is_live(rec.obj):
+                leaf = self.store.membership(rec).subgroup
+                counts[leaf] = counts.get(leaf, 0) + 1
+        return counts
 
     def _nudge_turned_away(self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
         """A nudge for each unbound member the service turned away (it sits in kube-scheduler's
