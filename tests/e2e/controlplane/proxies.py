@@ -215,6 +215,23 @@ class _Proxy:
     def _upstream(self, request: web.Request) -> str:
         return self.upstream_url + request.rel_url.raw_path_qs
 
+    def _send_upstream(
+        self, request: web.Request, body: bytes, timeout: aiohttp.ClientTimeout, **kw: Any
+    ) -> Any:
+        """The request as it came (method, path and query, headers but hop-by-hop ones, body), to the
+        upstream; awaited or used with `async with` by the caller."""
+        assert self._session is not None
+        return self._session.request(
+            request.method,
+            self._upstream(request),
+            headers=forward_headers(request.headers),
+            data=body or None,
+            skip_auto_headers=NO_AUTO_HEADERS,
+            allow_redirects=False,
+            timeout=timeout,
+            **kw,
+        )
+
 
 # -- kube-scheduler -> service ---------------------------------------------------------------------
 
@@ -335,17 +352,9 @@ class ExtenderProxy(_Proxy):
     async def _forward(
         self, request: web.Request, body: bytes, sent: asyncio.Future[None] | None
     ) -> web.Response:
-        assert self._session is not None
         try:
-            async with self._session.request(
-                request.method,
-                self._upstream(request),
-                headers=forward_headers(request.headers),
-                data=body or None,
-                skip_auto_headers=NO_AUTO_HEADERS,
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                trace_request_ctx=sent,
+            async with self._send_upstream(
+                request, body, aiohttp.ClientTimeout(total=self.timeout_s), trace_request_ctx=sent
             ) as up:
                 reply = await up.read()
                 return web.Response(status=up.status, body=reply, headers=forward_headers(up.headers))
@@ -540,7 +549,6 @@ class ApiProxy(_Proxy):
         return web.Response(status=503)
 
     async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        assert self._session is not None
         watch = is_watch(request)
         # A watch lives as long as the API server keeps it (minutes): only connecting is bounded.
         timeout = (
@@ -549,15 +557,7 @@ class ApiProxy(_Proxy):
             else aiohttp.ClientTimeout(total=self.timeout_s)
         )
         try:
-            up = await self._session.request(
-                request.method,
-                self._upstream(request),
-                headers=forward_headers(request.headers),
-                data=body or None,
-                skip_auto_headers=NO_AUTO_HEADERS,
-                allow_redirects=False,
-                timeout=timeout,
-            )
+            up = await self._send_upstream(request, body, timeout)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return web.Response(
                 status=502,
