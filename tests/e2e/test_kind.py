@@ -72,7 +72,7 @@ def kubectl() -> Iterator[Kubectl]:
     run("kind", "load", "docker-image", IMAGE, "--name", CLUSTER)
     k = Kubectl(f"kind-{CLUSTER}")
     try:
-        k("apply", "-f", str(MANIFESTS / "crds"))
+        k("apply", "-f", str(REPO / "tests" / "e2e" / "crds"))
         k("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         k("apply", "-f", str(MANIFESTS / "rbac.yaml"))
         # The kube-scheduler image the kind node already runs: no pull, and it matches the cluster.

@@ -131,7 +131,7 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         expected[("scheduling.k8s.io", "Workload")] = "v1alpha2"
     assert served == expected, (
         "1.20 serves no scheduling.k8s.io PodGroup, the tier's 1.36 serves v1alpha2; "
-        "every CRD from manifests/crds is served"
+        "every test CRD from tests/e2e/crds is served"
     )
     assert listed == set(served), "every served kind is listed before the source reports synced"
 

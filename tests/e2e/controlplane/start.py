@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
+CRDS = REPO / "tests" / "e2e" / "crds"  # test-only stand-ins for the CRDs of KAI, JobSet and Kubeflow
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 TOKEN = "test-token"
 SCHEDULER_NAME = "gang-scheduler"
@@ -706,9 +707,9 @@ class ControlPlane:
         return objs
 
     def apply_crds(self, directory: Path | None = None) -> None:
-        """Create the CRDs under manifests/crds and wait until each is Established."""
+        """Create the test-only CRDs under tests/e2e/crds and wait until each is Established."""
         names = []
-        for path in sorted((directory or REPO / "manifests" / "crds").glob("*.yaml")):
+        for path in sorted((directory or CRDS).glob("*.yaml")):
             names += [o["metadata"]["name"] for o in self.apply_file(path)]
         for name in names:
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
@@ -815,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", help="work directory (kubeconfig, logs); a new temporary one by default")
     parser.add_argument("--no-controller-manager", action="store_true")
-    parser.add_argument("--crds", action="store_true", help="apply manifests/crds")
+    parser.add_argument("--crds", action="store_true", help="apply the test-only CRDs of tests/e2e/crds")
     parser.add_argument("--racks", default="", help="fake nodes as BLOCKSxRACKSxNODES, e.g. 2x2x4")
     parser.add_argument("--service", action="store_true", help="also start the service")
     parser.add_argument(
