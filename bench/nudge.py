@@ -4,7 +4,7 @@
         [--cases plain,unresolvable,nudge,repeat,parked]
 
 For each version: a loopback control plane (tests/e2e/controlplane/start.py; no controller-manager),
-a few fake Ready nodes, and kube-scheduler with the shipped manifests/scheduler-config.yaml (as it is
+a few fake Ready nodes, and kube-scheduler with the shipped manifests/base/scheduler-config.yaml (as it is
 on 1.36, converted to v1beta1 on 1.20, the way start.py does it) whose extender is a tiny instrumented
 aiohttp app served from this process. Only the filter verb is kept (kube-scheduler binds the pods
 itself) and leader election is off; everything else is the shipped file. The extender answers a test
@@ -143,7 +143,7 @@ def pod_object(name: str) -> dict[str, Any]:
 
 def source_config(workdir: Path) -> Path:
     """The shipped v1 file with only the filter verb and no leader election; start.py converts it."""
-    cfg = yaml.safe_load((REPO / "manifests" / "scheduler-config.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "manifests" / "base" / "scheduler-config.yaml").read_text())
     cfg["leaderElection"] = {"leaderElect": False}
     (ext,) = cfg["extenders"]
     for verb in ("prioritizeVerb", "bindVerb", "preemptVerb"):

@@ -252,7 +252,7 @@ def scheduler_config(variant: Variant, *, url: str, kubeconfig: str) -> dict[str
     Leader election is off (one scheduler at a time, and a fresh one need not wait for the lease);
     client qps/burst are raised so that A's in-tree binds are not throttled at the default 50/s.
     """
-    shipped = yaml.safe_load((REPO / "manifests" / "scheduler-config.yaml").read_text())
+    shipped = yaml.safe_load((REPO / "manifests" / "base" / "scheduler-config.yaml").read_text())
     cfg = convert_scheduler_config(shipped, url_prefix=url, kubeconfig=kubeconfig)
     cfg["leaderElection"] = {"leaderElect": False}
     cfg["clientConnection"].update(qps=5000, burst=5000)

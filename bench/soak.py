@@ -10,7 +10,7 @@ Owns the soak: whether the service stays flat while gangs keep arriving and leav
 control plane (tests/e2e/controlplane/start.py; 1.36.2 by default, 1.20.2 on request; no
 controller-manager) with the KAI CRDs, the KAI Topology `dc` and fake Ready nodes (bench/scheduler.py's:
 cpu 64, memory 256Gi, pods 110; racks of 32, blocks of 256). One kube-scheduler reads the shipped
-manifests/scheduler-config.yaml (as it is on 1.36, converted to v1beta1 on 1.20) with leader election
+manifests/base/scheduler-config.yaml (as it is on 1.36, converted to v1beta1 on 1.20) with leader election
 off and client qps/burst raised, and calls one `python -m extender serve --kubeconfig`.
 
 Churn: `--gangs` KAI PodGroups of `--gang-size` pods (16 cpu each, rack required through
@@ -403,7 +403,7 @@ class Soak:
         """The shipped file with leader election off (one scheduler, no lease to wait for) and client
         qps/burst raised (binds are the service's, but kube-scheduler's own patches and events are not
         throttled at 50/s); ControlPlane converts it for 1.20 and gives 1.20 a private metrics port."""
-        shipped = yaml.safe_load((REPO / "manifests" / "scheduler-config.yaml").read_text())
+        shipped = yaml.safe_load((REPO / "manifests" / "base" / "scheduler-config.yaml").read_text())
         shipped["leaderElection"] = {"leaderElect": False}
         shipped.setdefault("clientConnection", {}).update(qps=5000, burst=5000)
         path = self.plane.workdir / "scheduler-soak.yaml"

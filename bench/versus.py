@@ -12,7 +12,7 @@ size, `schedulingConstraints.topology: [{key: topology.kubernetes.io/rack}]`) an
 with `spec.schedulingGroup.podGroupName`; plain pods join nothing.
 
 - native: kube-scheduler with those four gates and no extender; the shipped profile otherwise
-  (manifests/scheduler-config.yaml without its `extenders`: MostAllocated, BalancedAllocation off).
+  (manifests/base/scheduler-config.yaml without its `extenders`: MostAllocated, BalancedAllocation off).
 - extender: kube-scheduler with the shipped file as it is (no gates: the README keeps native gang
   scheduling and topology placement off in the profile that calls the service) and
   `python -m extender serve` with its defaults.
@@ -227,7 +227,7 @@ def pod_object(name: str, *, run: str, cpu: str, gang: str | None) -> dict[str, 
 
 def scheduler_config(config: Config, *, url: str, kubeconfig: str) -> dict[str, Any]:
     """The shipped v1 file, as kube-scheduler 1.36 reads it; native drops the extender."""
-    shipped = yaml.safe_load((REPO / "manifests" / "scheduler-config.yaml").read_text())
+    shipped = yaml.safe_load((REPO / "manifests" / "base" / "scheduler-config.yaml").read_text())
     cfg = substitute_scheduler_config(shipped, url_prefix=url, kubeconfig=kubeconfig)
     cfg["leaderElection"] = {"leaderElect": False}
     cfg["clientConnection"].update(qps=5000, burst=5000)

@@ -42,6 +42,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     skip_outside_versions(items)
 
 
+@pytest.fixture(autouse=True)
+def no_forbidden_requests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """kube-scheduler and the service run with the shipped service accounts and only the shipped RBAC:
+    a request either of them was refused (HTTP 403, read from the API server's audit log) fails the
+    test that was running."""
+    if not {"plane", "cluster"} & set(request.fixturenames):
+        yield
+        return
+    plane: ControlPlane = request.getfixturevalue("plane")
+    offset = plane.audit_offset()
+    yield
+    refused = plane.forbidden_since(offset)
+    if refused:
+        shown = "\n".join(refused[:10])
+        pytest.fail(f"{len(refused)} request(s) refused by RBAC:\n{shown}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def cluster(plane: ControlPlane) -> Cluster:
     """Fake racks, a Topology, the service (`python -m extender serve`) and kube-scheduler calling it."""

@@ -268,7 +268,7 @@ def extender_proxy(cluster: Cluster) -> Iterator[ExtenderProxy]:
 def api_proxy(cluster: Cluster) -> Iterator[ApiProxy]:
     """The service talks to kube-apiserver through an ApiProxy for this test (restarted on its port)."""
     plane = cluster.plane
-    proxy = ApiProxy(plane.server, token=TOKEN).start()
+    proxy = ApiProxy(plane.server, token=plane.extender_token or TOKEN).start()
     kubeconfig = proxy.write_kubeconfig(plane.workdir / "kubeconfig.api-proxy")
     plane.service_kubeconfig = str(kubeconfig)
     plane.restart_service()

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 GANG_WAIT_S = 8.0  # the service's default --gang-wait-s (the fixture starts it with defaults)
-HTTP_TIMEOUT_S = 10.0  # httpTimeout in manifests/scheduler-config.yaml
+HTTP_TIMEOUT_S = 10.0  # httpTimeout in manifests/base/scheduler-config.yaml
 SETTLE_S = 5.0  # a bound pod's reservation goes as soon as the watch sees it bound
 FOO = "example.com/foo"
 PODGROUPS = "/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups"

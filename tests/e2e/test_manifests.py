@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.start import convert_scheduler_config, substitute_scheduler_config
+from controlplane.start import convert_scheduler_config, kustomize, substitute_scheduler_config
 
 from extender.state.kube import DEFAULT_KINDS
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base"
 TEST_CRDS = Path(__file__).resolve().parent / "crds"
 
 
@@ -56,11 +56,6 @@ def test_scheduler_config_ships_no_prioritize_verb_as_measured() -> None:
     # 10-33% of throughput and in-tree MostAllocated scoring packs as well
     ext = scheduler_config()["extenders"][0]
     assert "prioritizeVerb" not in ext and "weight" not in ext
-
-
-def test_deployment_embeds_the_same_scheduler_config() -> None:
-    config_map = next(d for d in load_all("deployment.yaml") if d["kind"] == "ConfigMap")
-    assert yaml.safe_load(config_map["data"]["scheduler-config.yaml"]) == scheduler_config()
 
 
 def test_conversion_to_v1beta1_moves_percentage_and_swaps_only_url_and_kubeconfig() -> None:
@@ -133,6 +128,10 @@ def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:
         ("", "pods/status", "patch"),
         ("", "pods", "patch"),
         ("", "events", "create"),
+        # the PodGroups it keeps for derived gangs (--podgrouper)
+        ("scheduling.run.ai", "podgroups", "create"),
+        ("scheduling.run.ai", "podgroups", "patch"),
+        ("scheduling.run.ai", "podgroups", "delete"),
         ("scheduling.run.ai", "podgroups/status", "patch"),
         ("scheduling.k8s.io", "podgroups/status", "patch"),
     }
@@ -144,7 +143,8 @@ def test_the_scheduler_may_hold_its_own_lease() -> None:
     cfg = yaml.safe_load((MANIFESTS / "scheduler-config.yaml").read_text())
     lease = cfg["leaderElection"]["resourceName"]
     role = next(d for d in load_all("rbac.yaml") if d["kind"] == "Role" and "lease" in d["metadata"]["name"])
-    assert role["metadata"]["namespace"] == cfg["leaderElection"]["resourceNamespace"]
+    namespace = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["namespace"]
+    assert namespace == cfg["leaderElection"]["resourceNamespace"]
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert named == [
         {
@@ -160,6 +160,41 @@ def test_the_scheduler_may_hold_its_own_lease() -> None:
         if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == role["metadata"]["name"]
     )
     assert binding["subjects"][0]["name"] == "gang-scheduler"
+
+
+def test_the_scheduler_and_the_extender_have_separate_identities() -> None:
+    """kube-scheduler may delete pods (preemption); the extender, with a token of its own, may not."""
+    rbac = load_all("rbac.yaml")
+    bound: dict[str, set[str]] = {}
+    for b in rbac:
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            for subject in b["subjects"]:
+                bound.setdefault(subject["name"], set()).add(b["roleRef"]["name"])
+    assert bound == {
+        "gang-scheduler": {
+            "system:kube-scheduler",
+            "system:volume-scheduler",
+            "extension-apiserver-authentication-reader",
+            "gang-scheduler-lease",
+        },
+        "gang-extender": {"gang-extender"},
+    }
+    token = next(d for d in rbac if d["kind"] == "Secret")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "gang-extender"
+    pod = next(d for d in load_all("deployment.yaml") if d["kind"] == "Deployment")["spec"]["template"][
+        "spec"
+    ]
+    assert pod["serviceAccountName"] == "gang-scheduler" and pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    mounted = {
+        c["name"]: next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == token_path)
+        for c in pod["containers"]
+    }
+    assert volumes[mounted["gang-extender"]]["secret"]["secretName"] == token["metadata"]["name"]
+    sources = volumes[mounted["kube-scheduler"]]["projected"]["sources"]
+    assert any("serviceAccountToken" in src for src in sources)
 
 
 def test_probes_reach_the_containers_on_the_pod_ip_and_the_verbs_stay_on_loopback() -> None:
@@ -186,3 +221,52 @@ def test_probes_reach_the_containers_on_the_pod_ip_and_the_verbs_stay_on_loopbac
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     pdb = next(d for d in load_all("deployment.yaml") if d["kind"] == "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1 and deploy["spec"]["replicas"] == 2
+
+
+# ---------------------------------------------------------------- kustomize (kubectl kustomize)
+def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def test_kustomize_base_renders_the_whole_install_and_no_crd() -> None:
+    objs = kustomize(MANIFESTS.parent)
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == sorted(
+        ["ServiceAccount"] * 2
+        + ["Secret", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "ClusterRole", "Role"]
+        + ["ClusterRoleBinding"] * 3
+        + ["RoleBinding"] * 2
+    )
+    namespaced = [o for o in objs if not o["kind"].startswith("Cluster")]
+    assert {o["metadata"]["namespace"] for o in namespaced} == {"kube-system"}
+    (config_map,) = by_kind(objs, "ConfigMap")
+    assert yaml.safe_load(config_map["data"]["scheduler-config.yaml"]) == scheduler_config()
+    (deploy,) = by_kind(objs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert config_volume["configMap"]["name"] == config_map["metadata"]["name"]  # the hashed name
+    assert config_map["metadata"]["name"].startswith("gang-scheduler-config-")
+    images = {c["name"]: c["image"] for c in pod["containers"]}
+    assert images == {"kube-scheduler": "kube-scheduler:v1.36.2", "gang-extender": "gang-extender:0.1.0"}
+    assert all(o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gang-extender" for o in objs)
+
+
+def test_gpu_overlay_changes_only_images_placement_gpu_scoring_and_adds_a_topology() -> None:
+    base, gpu = kustomize(MANIFESTS.parent), kustomize(MANIFESTS.parent / "overlays" / "gpu")
+    (topo,) = by_kind(gpu, "Topology")
+    assert topo["apiVersion"] == "kai.scheduler/v1alpha1"
+    assert [lvl["nodeLabel"] for lvl in topo["spec"]["levels"]][-1] == "kubernetes.io/hostname"
+    assert sorted(o["kind"] for o in gpu if o["kind"] != "Topology") == sorted(o["kind"] for o in base)
+    (gpu_config,) = by_kind(gpu, "ConfigMap")
+    got = yaml.safe_load(gpu_config["data"]["scheduler-config.yaml"])
+    strategy = got["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert strategy.pop("resources")[0] == {"name": "nvidia.com/gpu", "weight": 5}
+    assert got == scheduler_config(), "the overlay's configuration is the base's plus GPU weights"
+    (deploy,) = by_kind(gpu, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert {c["image"].rsplit("/", 1)[-1] for c in pod["containers"]} == {
+        "kube-scheduler:v1.36.2",
+        "gang-extender:0.1.0",
+    }
+    assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+    assert pod["serviceAccountName"] == "gang-scheduler", "the base's pod is kept, patched"

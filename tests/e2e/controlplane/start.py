@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -41,6 +42,17 @@ REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "tests" / "e2e" / "crds"  # test-only stand-ins for the CRDs of KAI, JobSet and Kubeflow
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 TOKEN = "test-token"
+INSTALL = REPO / "manifests" / "base"
+INSTALL_NAMESPACE = "kube-system"  # the base's kustomization.yaml `namespace:`
+SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT = "gang-scheduler", "gang-extender"  # manifests/base/rbac.yaml
+# Every request a service account makes is logged (metadata only), so a test can fail on any 403:
+# the shipped RBAC must grant everything kube-scheduler and the extender do.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}],
+}
 SCHEDULER_NAME = "gang-scheduler"
 
 # The versions the e2e tier runs on, oldest first (the order the session runs them in).
@@ -267,11 +279,25 @@ def collection_path(obj: dict[str, Any], plural: str | None = None) -> str:
         "Role": "roles",
         "RoleBinding": "rolebindings",
         "Event": "events",
+        "Secret": "secrets",
     }
     plural = plural or plurals[kind]
     prefix = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
     ns = (obj.get("metadata") or {}).get("namespace")
     return f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize path`, parsed. pytest.skip without kubectl, pytest.fail under CI=true."""
+    import pytest
+
+    if shutil.which("kubectl") is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI=true and kubectl (with its kustomize) is not on PATH", pytrace=False)
+        pytest.skip("kubectl is not on PATH")
+    done = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"kubectl kustomize {path}: {done.stderr.strip()}"
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def wait_until(check: Any, *, timeout_s: float, interval_s: float = 0.2, what: str = "condition") -> Any:
@@ -365,7 +391,13 @@ class ControlPlane:
         self.api = Api(self.server)
         self.service_url: str | None = None
         self.service_args: list[str] = []
-        self.service_kubeconfig: str | None = None  # None: the plane's own kubeconfig
+        self.service_kubeconfig: str | None = None  # None: the extender's (install_rbac) or the admin's
+        self.audit_log = self.workdir / "audit.log"
+        # Written by install_rbac(): kubeconfigs with the shipped service accounts' tokens. Until then
+        # (and in benches, which never install) both components use the admin's (system:masters).
+        self.scheduler_kubeconfig: str | None = None
+        self.extender_kubeconfig: str | None = None
+        self.extender_token: str | None = None
         self.argv: dict[str, tuple[list[str], dict[str, str] | None]] = {}
         self.etcd_url = ""
 
@@ -453,6 +485,7 @@ class ControlPlane:
         w = self.workdir
         (w / "certs").mkdir(exist_ok=True)
         (w / "tokens.csv").write_text(f"{TOKEN},admin,admin,system:masters\n")
+        (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         subprocess.run(
             ["openssl", "genrsa", "-out", str(w / "sa.key"), "2048"], check=True, capture_output=True
         )
@@ -504,8 +537,11 @@ class ControlPlane:
                 f"--service-account-key-file={w / 'sa.pub'}",
                 f"--service-account-signing-key-file={w / 'sa.key'}",
                 "--service-cluster-ip-range=10.96.0.0/24",
-                "--authorization-mode=AlwaysAllow",
+                "--authorization-mode=RBAC",
                 f"--token-auth-file={w / 'tokens.csv'}",
+                f"--audit-policy-file={w / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 *current,
                 "--v=1",
@@ -548,18 +584,87 @@ class ControlPlane:
             )
         return self
 
-    def write_kubeconfig(self) -> None:
+    def write_kubeconfig(self, path: str | None = None, *, user: str = "admin", token: str = TOKEN) -> str:
+        """A kubeconfig for this plane with `token` (the admin's, system:masters, by default)."""
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {"name": "e2e", "cluster": {"server": self.server, "insecure-skip-tls-verify": True}}
             ],
-            "users": [{"name": "admin", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
             "current-context": "e2e",
         }
-        Path(self.kubeconfig).write_text(yaml.safe_dump(cfg))
+        path = path or self.kubeconfig
+        Path(path).write_text(yaml.safe_dump(cfg))
+        return path
+
+    def install_rbac(self) -> None:
+        """Create the shipped identities and RBAC (manifests/base/rbac.yaml, in the base's namespace) and
+        write kubeconfigs with their tokens: from then on kube-scheduler runs as gang-scheduler and the
+        service as gang-extender, with only the shipped grants (the API server authorizes with RBAC).
+        The extender's token is the one the token controller writes into the shipped Secret."""
+        objs = [d for d in yaml.safe_load_all((INSTALL / "rbac.yaml").read_text()) if d]
+        for obj in objs:
+            if not obj["kind"].startswith("Cluster"):
+                obj["metadata"]["namespace"] = INSTALL_NAMESPACE
+            self.api.create(collection_path(obj), obj, exist_ok=True)
+        secret = next(o for o in objs if o["kind"] == "Secret")["metadata"]["name"]
+        path = f"/api/v1/namespaces/{INSTALL_NAMESPACE}/secrets/{secret}"
+        if self.with_controller_manager:
+            data = wait_until(
+                lambda: (self.api.get(path).get("data") or {}).get("token"),
+                timeout_s=60,
+                what=f"the token controller to fill Secret {secret}",
+            )
+            extender_token = base64.b64decode(data).decode()
+        else:
+            extender_token = self.request_token(EXTENDER_ACCOUNT)
+        self.extender_token = extender_token
+        self.extender_kubeconfig = self.write_kubeconfig(
+            str(self.workdir / "kubeconfig.gang-extender"), user=EXTENDER_ACCOUNT, token=extender_token
+        )
+        self.scheduler_kubeconfig = self.write_kubeconfig(
+            str(self.workdir / "kubeconfig.gang-scheduler"),
+            user=SCHEDULER_ACCOUNT,
+            token=self.request_token(SCHEDULER_ACCOUNT),
+        )
+
+    def request_token(self, account: str) -> str:
+        """A bound token for a service account of the install (TokenRequest), valid for a day."""
+        path = f"/api/v1/namespaces/{INSTALL_NAMESPACE}/serviceaccounts/{account}/token"
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
+        body["spec"] = {"expirationSeconds": 86400}
+        return str(self.api.create(path, body)["status"]["token"])
+
+    def audit_offset(self) -> int:
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def forbidden_since(
+        self, offset: int, *, accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT)
+    ) -> list[str]:
+        """Every request one of the install's `accounts` was refused (HTTP 403) since `offset` of the
+        audit log, as "user verb uri: message" lines."""
+        users = {f"system:serviceaccount:{INSTALL_NAMESPACE}:{a}" for a in accounts}
+        if not self.audit_log.exists():
+            return []
+        with open(self.audit_log, "rb") as log:
+            log.seek(offset)
+            lines = log.read().splitlines()
+        refused = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the line being written
+            status = event.get("responseStatus") or {}
+            user = (event.get("user") or {}).get("username", "?")
+            if status.get("code") == 403 and user in users:
+                refused.append(
+                    f"{user} {event.get('verb')} {event.get('requestURI')}: {status.get('message', '')}"
+                )
+        return refused
 
     def start_service(
         self, *, port: int | None = None, extra_args: Iterable[str] = (), kubeconfig: str | None = None
@@ -575,7 +680,7 @@ class ControlPlane:
             "extender",
             "serve",
             "--kubeconfig",
-            kubeconfig or self.kubeconfig,
+            kubeconfig or self.extender_kubeconfig or self.kubeconfig,
             "--host",
             "127.0.0.1",
             "--port",
@@ -626,10 +731,11 @@ class ControlPlane:
     def scheduler_config(self, *, url_prefix: str, config: Path | None = None) -> dict[str, Any]:
         """The configuration kube-scheduler gets: the shipped file (or `config`) as it is on 1.36, with
         only the kubeconfig path and the extender URL swapped; converted to v1beta1 for 1.20."""
-        src = yaml.safe_load((config or REPO / "manifests" / "scheduler-config.yaml").read_text())
+        src = yaml.safe_load((config or INSTALL / "scheduler-config.yaml").read_text())
+        kubeconfig = self.scheduler_kubeconfig or self.kubeconfig
         if not self.legacy:
-            return substitute_scheduler_config(src, url_prefix=url_prefix, kubeconfig=self.kubeconfig)
-        cfg = convert_scheduler_config(src, url_prefix=url_prefix, kubeconfig=self.kubeconfig)
+            return substitute_scheduler_config(src, url_prefix=url_prefix, kubeconfig=kubeconfig)
+        cfg = convert_scheduler_config(src, url_prefix=url_prefix, kubeconfig=kubeconfig)
         # With --config, 1.20 takes its insecure healthz/metrics address from the file and ignores
         # --port=0; left unset it binds 0.0.0.0:10251, which a second plane on the machine also wants.
         cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{free_port()}"
@@ -643,9 +749,11 @@ class ControlPlane:
         if self.legacy:
             per_version = ["--port=0"]
         else:
+            # its own port's delegated authentication and authorization, as the shipped pod's
+            kubeconfig = self.scheduler_kubeconfig or self.kubeconfig
             per_version = [
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
             ]
             if self.scheduler_gates:
                 per_version.append(f"--feature-gates={self.scheduler_gates}")
@@ -781,6 +889,7 @@ def shared_plane(version: str = LEGACY_VERSION) -> ControlPlane:
     try:
         plane.start()
         plane.apply_crds()
+        plane.install_rbac()
     except BaseException as exc:
         plane.stop()
         _shared_error[version] = f"control plane {version} failed to start: {exc}"
