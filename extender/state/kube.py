@@ -87,6 +87,17 @@ DEFAULT_KINDS: tuple[WatchedKind, ...] = (
 )
 
 
+# What an operator gets without a kind's API, and what serves it (README "Requirements").
+_UNSERVED_MEANS = {
+    "jobset.x-k8s.io": "JobSets are not grouped as gangs (install JobSet's CRDs, v1alpha2)",
+    "kubeflow.org": "PyTorchJobs are not grouped as gangs (install the Kubeflow training operator's CRDs)",
+    "scheduling.run.ai": "pods naming a KAI PodGroup wait, and no PodGroups are kept for derived gangs "
+    "(install KAI Scheduler's PodGroup CRD, v2alpha2)",
+    "kai.scheduler": "gangs naming a KAI Topology wait for it (install KAI's Topology CRD, v1alpha1)",
+    "scheduling.k8s.io": "the Workload API is off (Kubernetes 1.35+ with the GenericWorkload feature gate)",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ServedKind:
     """A watched kind at the version the server offers."""
@@ -362,10 +373,11 @@ class KubeClusterSource:
                     break
             if chosen is None:
                 log.info(
-                    "API server does not serve %s.%s (%s); not watching it",
+                    "API server does not serve %s.%s (%s); not watching it: %s",
                     wk.plural,
                     wk.group or "core",
                     ", ".join(wk.versions),
+                    _UNSERVED_MEANS.get(wk.group, "its objects are not read"),
                 )
                 continue
             served[(wk.group, wk.kind)] = ServedKind(wk.group, chosen, wk.plural, wk.kind, wk.namespaced)
