@@ -206,14 +206,15 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         source = KubeClusterSource(
             None if c.in_cluster else c.kubeconfig, settings=settings, client_config=client_config
         )
-    from extender.server.app import ListenError, build_app, run
+    from extender.server.app import ListenError, build_app, fatal_reason, run
 
     app = build_app(settings, source=source)
     try:
         run(app, settings.server, version=__version__)
     except ListenError as exc:
         return _fail([str(exc)])
-    return 0
+    fatal = fatal_reason(app)
+    return _fail([fatal]) if fatal else 0
 
 
 # ------------------------------------------------------------------ simulate

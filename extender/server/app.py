@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import web, web_runner
 
 from extender.config import ServerSettings, Settings
 from extender.model.keys import GroupKey, PodKey, pod_key
@@ -31,7 +31,7 @@ from extender.scheduling.ledger import GangLedger, Release
 from extender.scheduling.scheduler import Scheduler
 from extender.server import wire
 from extender.server.metrics import Metrics
-from extender.state.source import BindError, ClusterSource
+from extender.state.source import BindError, ClusterSource, SourceFatalError
 from extender.state.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -558,6 +558,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             if task.cancelled():
                 return
             exc = task.exception()
+            if isinstance(exc, SourceFatalError):
+                app[READY]["fatal"] = str(exc)
+                log.error("exiting: %s", exc)
+                asyncio.get_running_loop().call_soon(_exit_gracefully)
+                return
             reason = f"{what} stopped: {exc!r}" if exc else f"{what} stopped"
             # a stale cache over-commits and waiting binds hang: stop being ready, say why
             app[READY]["failed"] = reason
@@ -575,6 +580,16 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         for task in (runner, ticker, warmer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _exit_gracefully() -> None:
+    # a SystemExit raised from a loop callback ends web.run_app, which then shuts down in order
+    raise web_runner.GracefulExit
+
+
+def fatal_reason(app: web.Application) -> str | None:
+    """Why the service stopped itself (its cluster source cannot go on as configured), if it did."""
+    return app[READY].get("fatal")
 
 
 def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.monotonic) -> web.Application:

@@ -25,7 +25,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from extender.model import labels
 from extender.model.keys import object_key
-from extender.state.source import BindError, SkippedObjects, one_line
+from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
 if TYPE_CHECKING:
     from extender.state.store import ClusterStore
@@ -202,6 +202,14 @@ def _status_message(status: int, body: bytes) -> ApiStatusError:
 
 def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _refused_credentials(exc: ApiStatusError) -> str:
+    who = "unauthorized (HTTP 401)" if exc.status == 401 else "forbidden (HTTP 403)"
+    return (
+        f"the API server answered API discovery {who}: {exc.message or exc.reason}; check the token or "
+        "client certificate of --kubeconfig, or the pod's service account token (--in-cluster)"
+    )
 
 
 class SourceConfigError(Exception):
@@ -408,7 +416,13 @@ class KubeClusterSource:
             try:
                 self._served = await self._discover()
                 break
-            except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError) as exc:
+            except ApiStatusError as exc:
+                if exc.status in (401, 403):  # retrying cannot help: a configuration error
+                    raise SourceFatalError(_refused_credentials(exc)) from exc
+                log.warning("API discovery failed (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, s.backoff_max_s)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.warning("API discovery failed (%s); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, s.backoff_max_s)

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class SourceFatalError(Exception):
+    """The source cannot go on as configured (the API server refuses its credentials): the service
+    exits non-zero with this one-line reason instead of staying up, unready, forever."""
+
+
 class BindError(Exception):
     """A binding the API refused; the message is shown to kube-scheduler and the operator."""
 

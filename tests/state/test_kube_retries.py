@@ -6,6 +6,8 @@ gives on cue (5xx, 429, dropped connections).
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import yaml
 from aiohttp import web
 
 from extender.state.kube import KubeClusterSource, KubeSettings
-from extender.state.source import BindError
+from extender.state.source import BindError, SourceFatalError
 from extender.state.store import ClusterStore
 
 FAST = KubeSettings(write_attempts=3, write_backoff_s=0.001, backoff_initial_s=0.001, backoff_max_s=0.002)
@@ -291,3 +293,34 @@ async def test_an_event_whose_object_is_not_a_mapping_is_skipped(fake: tuple[Scr
     assert store.get("", "Pod", "ns", "after") is not None
     assert source.bad_objects == 2, "the listed item and the watched object, each skipped"
     assert source.last_bad_object == "Pod ?: ValueError: ADDED event with an object that is not a mapping"
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [(401, "unauthorized (HTTP 401)"), (403, "forbidden (HTTP 403)")],
+    ids=["refused credentials end the source", "a forbidden discovery ends the source"],
+)
+async def test_refused_credentials_are_fatal_not_retried(
+    fake: tuple[Script, str], status: int, words: str
+) -> None:
+    script, kubeconfig = fake
+    script.on("GET", "/apis", (status, {"kind": "Status", "message": "Unauthorized"}))
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    with pytest.raises(SourceFatalError, match=re.escape(words)) as err:
+        await source.run(ClusterStore())
+    assert "--kubeconfig" in str(err.value)
+    assert script.seen == [("GET", "/apis")], "asked once: retrying cannot help"
+
+
+async def test_a_failing_discovery_is_retried(fake: tuple[Script, str]) -> None:
+    script, kubeconfig = fake
+    script.on("GET", "/apis", BUSY, BUSY, (200, {"groups": []}))
+    script.on("GET", "/api/v1", (200, {"resources": []}))
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    task = asyncio.ensure_future(source.run(ClusterStore()))
+    for _ in range(500):
+        if source.is_synced():
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    assert source.is_synced() and script.seen[:3] == [("GET", "/apis")] * 3
