@@ -2,8 +2,8 @@
 
 Runs only where `kind`, `kubectl` and a docker daemon are present; skipped with a one-line reason
 otherwise. It builds the image from the Dockerfile, creates the cluster from manifests/kind-config.yaml,
-applies manifests/crds, rbac.yaml and deployment.yaml (the kube-scheduler image is the one the kind
-node already runs), then checks a rack-constrained Job gang binds whole inside one rack.
+applies the test CRDs and the kustomize base (the kube-scheduler image is the one the kind node already
+runs), then checks a rack-constrained Job gang binds whole inside one rack.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.start import SCHEDULER_NAME, wait_until
+from controlplane.start import SCHEDULER_NAME, kustomize, wait_until
 
 from extender.model import labels as keys
 from extender.sim.cluster import topology
@@ -74,17 +74,16 @@ def kubectl() -> Iterator[Kubectl]:
     try:
         k("apply", "-f", str(REPO / "tests" / "e2e" / "crds"))
         k("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        k("apply", "-f", str(MANIFESTS / "rbac.yaml"))
-        # The kube-scheduler image the kind node already runs: no pull, and it matches the cluster.
+        # The install as shipped (kubectl kustomize manifests), with the kube-scheduler image the kind
+        # node already runs (no pull, and it matches the cluster) and one replica.
         control = k.get("pods", "-n", "kube-system", "-l", "component=kube-scheduler")["items"][0]
         scheduler_image = control["spec"]["containers"][0]["image"]
-        docs = [d for d in yaml.safe_load_all((MANIFESTS / "deployment.yaml").read_text()) if d]
+        docs = kustomize(MANIFESTS)
         for doc in docs:
             if doc["kind"] == "Deployment":
                 doc["spec"]["replicas"] = 1
                 for c in doc["spec"]["template"]["spec"]["containers"]:
-                    if c["name"] == "kube-scheduler":
-                        c["image"] = scheduler_image
+                    c["image"] = scheduler_image if c["name"] == "kube-scheduler" else IMAGE
                     c["imagePullPolicy"] = "IfNotPresent"
         k.apply(docs)
         k("-n", "kube-system", "rollout", "status", "deployment/gang-scheduler", "--timeout=180s")
