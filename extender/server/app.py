@@ -350,6 +350,8 @@ def _release(app: web.Application, gang: GroupKey, members: list[Release]) -> No
             effects = app[SCHEDULER].release_done(gang, results)
             if any(not e for e in results.values()):
                 app[METRICS].gangs_bound.inc()
+            for seconds in app[SCHEDULER].take_bind_times():
+                app[METRICS].time_to_bind.observe(seconds)
             _spawn_effects(app, effects)
             _answer_dropped(app)
 
@@ -410,6 +412,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
         gangs=len(request.app[SCHEDULER].ledger.gangs),
     )
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
+    m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -615,6 +618,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     barrier = Barrier()
     app[SCHEDULER] = scheduler
     app[METRICS] = Metrics()
+    app[METRICS].watch_source(source)
     app[BARRIER] = barrier
     app[READY] = {}
     app.cleanup_ctx.append(_lifecycle)
