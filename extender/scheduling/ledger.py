@@ -473,9 +473,8 @@ class GangLedger:
         # the waiting binds are answered with the gang's reason itself (see expire)
         e.last_reason = f"{reason}; replanning"
         log.info(
-            "gang %s: plan dropped, replanning: %s",
+            "gang %s: plan dropped, replanning",
             e.key,
-            reason,
             extra={"gang": e.key, "domain": e.domain, "reason": reason},
         )
         if waiting:

@@ -523,17 +523,14 @@ class Scheduler:
                 continue
             event = {"reason": "GangTimedOut", "message": expiry.message, "type": "Warning"}
             effects = [Effect("event", *pod_ref(pk), event) for pk in expiry.waiting]
-            log.warning(
-                "%s",
-                expiry.message,
-                extra={
-                    "pod": expiry.waiting[0] if expiry.waiting else "",
-                    "gang": expiry.gang,
-                    "domain": expiry.domain,
-                    "members": len(expiry.waiting),
-                    "reason": expiry.message,
-                },
-            )
+            fields: dict[str, Any] = {"pod": expiry.waiting[0]} if expiry.waiting else {}
+            fields |= {
+                "gang": expiry.gang,
+                "domain": expiry.domain,
+                "members": len(expiry.waiting),  # those that reached bind
+                "reason": expiry.message,
+            }
+            log.warning("gang %s: timed out at its bind barrier; backing off", expiry.gang, extra=fields)
             if expiry.spec is not None:
                 effects += self._story(expiry.spec, None, "GangTimedOut", expiry.message, "Warning")
             # the members waiting at bind are answered with the message (kube-scheduler writes it);
