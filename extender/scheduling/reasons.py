@@ -8,12 +8,20 @@ off, it is planned) would go on saying what was true when each was last filtered
 records here what every member was told and writes the gang's new reason to those whose condition
 says something else.
 
+A gang waiting for its pods changes its reason with every pod that arrives ("4 exist", "5 exist",
+...). Told to every sibling each time, a gang of n pods created while kube-scheduler filters them
+would cost about n*n/2 writes; so a count that only follows another count is told at most every
+QUORUM_COUNT_REFRESH_S (the ticker tells the last one), while every other change is told at once.
+
 Bounded: an entry goes with its pod (deleted, bound, or sent to bind) and with its gang.
 """
 
 from __future__ import annotations
 
 from extender.model.keys import GroupKey, PodKey
+
+QUORUM_COUNT_REFRESH_S = 5.0
+"""Shortest interval between two "waiting for pods: N exist" reasons told to a gang's members."""
 
 
 class ReasonsTold:
@@ -26,6 +34,10 @@ class ReasonsTold:
         """gang -> the reason last told to its members: unchanged, nothing is written."""
         self.groups: dict[GroupKey, tuple[str, str]] = {}
         """gang -> (phase, reason) last written on its group object's status."""
+        self.counts: dict[GroupKey, str] = {}
+        """gang -> its latest "waiting for pods" reason (a count of the pods that exist)."""
+        self.count_told_at: dict[GroupKey, float] = {}
+        """gang -> when a count was last told, while the gang has been told counts only."""
 
     def told(self, pod: PodKey, reason: str) -> None:
         self.pods[pod] = reason
@@ -36,6 +48,24 @@ class ReasonsTold:
     def forget_gang(self, gang: GroupKey) -> None:
         self.gangs.pop(gang, None)
         self.groups.pop(gang, None)
+        self.counts.pop(gang, None)
+        self.count_told_at.pop(gang, None)
+
+    def counting(self, gang: GroupKey, reason: str) -> None:
+        """`reason` is the gang's count of the pods that exist (its quorum is short)."""
+        self.counts[gang] = reason
+
+    def hold_back(self, gang: GroupKey, reason: str, now: float) -> bool:
+        """Whether telling `reason` now can wait: it is a count, the members were told a count less
+        than QUORUM_COUNT_REFRESH_S ago. Records the telling when it cannot wait."""
+        if self.counts.get(gang) != reason:
+            self.count_told_at.pop(gang, None)  # anything but a count is told at once
+            return False
+        last = self.count_told_at.get(gang)
+        if last is not None and now - last < QUORUM_COUNT_REFRESH_S:
+            return True
+        self.count_told_at[gang] = now
+        return False
 
     def stale(self, pod: PodKey, reason: str) -> bool:
         """Whether the pod's condition says something other than `reason` (and is ours to rewrite)."""

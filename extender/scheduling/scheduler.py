@@ -312,6 +312,7 @@ class Scheduler:
                 need = group.quorum_upper_bound()
                 reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
                 ledger.set_reason(group.key, reason)
+                self.told.counting(group.key, reason)
                 ledger.await_pods(group)
                 waiting = self._story(group, key, "GangWaiting", reason)
                 return FilterDecision(Verdict.WAITING, [], reason, effects=waiting)
@@ -584,7 +585,7 @@ class Scheduler:
         if entry is None or not entry.last_reason:
             return []
         reason = self._gang_message(gang, entry.last_reason)
-        if self.told.gangs.get(gang) == reason:
+        if self.told.gangs.get(gang) == reason or self.told.hold_back(gang, reason, self.ledger.clock()):
             return []
         self.told.gangs[gang] = reason
         members = self.store.group_members(gang)
@@ -613,12 +614,13 @@ class Scheduler:
 
     def fresh_reasons(self) -> list[Effect]:
         """Tell the gangs whose reason changed outside a verb (a member or node gone, a plan dropped
-        by the watch): the ticker's pass. Costs a comparison per gang when nothing changed."""
+        by the watch) or was held back (a count of pods): the ticker's pass. Costs a comparison per
+        gang when nothing changed."""
         effects = []
         for gang, entry in list(self.ledger.gangs.items()):
             if entry.last_reason and self.told.gangs.get(gang) != self._gang_message(gang, entry.last_reason):
                 effects += self._tell_gang(gang)
-        for gang in [g for g in self.told.gangs if g not in self.ledger.gangs]:
+        for gang in [g for g in {*self.told.gangs, *self.told.counts} if g not in self.ledger.gangs]:
             self.told.forget_gang(gang)  # forgotten by the ledger: its members are gone
         return effects
 
