@@ -153,11 +153,11 @@ class Scheduler:
         decision = self._filter(pod, node_names)
         key = _pod_identity(pod)[0]
         self.ledger.note_answer(key, turned_away=decision.verdict is not Verdict.PASS)
+        gang = self._gang_of_pod(pod)
         if decision.verdict is Verdict.PASS:
             self.told.forget_pod(key)  # sent to bind: kube-scheduler tells it what comes of that
-        else:
+        elif gang is not None:
             self.told.told(key, decision.reason)  # kube-scheduler writes it on the pod
-        gang = self._gang_of_pod(pod)
         if gang is not None:
             decision.effects += self._tell_gang(gang, skip=(key,))
         return decision
@@ -671,7 +671,9 @@ class Scheduler:
 
     def note_bind_error(self, key: PodKey, error: str) -> None:
         """A bind call answered with an error: kube-scheduler writes it on the pod."""
-        self.told.told(key, error)
+        rec = self.store.pods.get(key)
+        if rec is not None and self._gang_of_pod(rec.obj) is not None:
+            self.told.told(key, error)
 
     def take_bind_times(self) -> list[float]:
         out, self.bind_times_s = self.bind_times_s, []

@@ -186,7 +186,7 @@ def test_a_rack_gang_that_does_not_fit_tells_every_waiting_sibling_once_its_quor
     assert w.scheduler.fresh_reasons() == []
 
 
-def test_a_pod_deleted_or_bound_is_forgotten():
+def test_a_pod_deleted_or_bound_is_forgotten_and_a_pod_of_its_own_never_kept():
     w = world([*rack_cluster(), make_kai_podgroup("train", min_member=3)])
     for i in range(2):
         w.cluster.apply(gang_pod(f"train-{i}", "train"))
@@ -195,6 +195,10 @@ def test_a_pod_deleted_or_bound_is_forgotten():
     w.cluster.delete("", "Pod", "default", "train-0")
     pod = w.pod("train-1")
     w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": "n000"}})
+    assert w.scheduler.told.pods == {}
+    # a pod of its own has no siblings to tell: nothing is kept for it
+    w.cluster.apply(make_pod("alone", cpu="64"))
+    assert w.filter("alone") is Verdict.NO_FIT
     assert w.scheduler.told.pods == {}
 
 
