@@ -745,12 +745,12 @@ class KubeClusterSource:
         self._last_event_s = {k: t for k, t in self._last_event_s.items() if t >= horizon}
 
     def _api_version_of(self, kind: str) -> str:
+        """The version this source watches `kind` at; "" when it watches none or several (PodGroup is
+        served by scheduling.run.ai and scheduling.k8s.io: the caller must say which)."""
         if kind == "Pod":
             return "v1"
-        for served in self._served.values():
-            if served.kind == kind:
-                return served.api_version
-        return ""
+        found = {served.api_version for served in self._served.values() if served.kind == kind}
+        return found.pop() if len(found) == 1 else ""
 
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]

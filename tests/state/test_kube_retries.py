@@ -387,3 +387,31 @@ async def test_an_event_names_the_objects_api_version(fake: tuple[Script, str]) 
         "kubeflow.org/v1",
     ]
     assert source.write_errors == {}
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [
+        ("Pod", "v1"),
+        ("Job", "batch/v1"),
+        ("JobSet", "jobset.x-k8s.io/v1alpha2"),
+        ("PyTorchJob", "kubeflow.org/v1"),
+        ("PodGroup", ""),  # served by two groups: never guessed
+        ("Workload", ""),  # not served here
+    ],
+)
+def test_the_watched_version_of_a_kind_is_its_events_api_version_unless_ambiguous(kind, api_version):
+    from extender.state.kube import ServedKind
+
+    source = KubeClusterSource("unused", settings=FAST)
+    source._served = {
+        (group, k): ServedKind(group, version, plural, k, True)
+        for group, version, plural, k in (
+            ("batch", "v1", "jobs", "Job"),
+            ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+            ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+            ("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup"),
+            ("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup"),
+        )
+    }
+    assert source._api_version_of(kind) == api_version
