@@ -278,6 +278,19 @@ def test_external_podgroup_waits_for_quorum_then_binds_all_and_writes_status(
     status = wait_until(lambda: api.get(path).get("status"), timeout_s=15, what="PodGroup status written")
     assert status.get("phase"), f"group status carries a phase: {status}"
 
+    def told_on_group() -> set[str]:
+        events = api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+        return {
+            e["reason"]
+            for e in events
+            if e["involvedObject"].get("kind") == "PodGroup"
+            and e["involvedObject"].get("apiVersion") == "scheduling.run.ai/v2alpha2"
+        }
+
+    wait_until(
+        lambda: {"GangWaiting", "GangPlanned", "GangBound"} <= told_on_group(), timeout_s=15, what="events"
+    )
+
 
 @pytest.mark.parametrize(
     ("seed_name", "pod_count"),
