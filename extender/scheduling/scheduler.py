@@ -620,7 +620,8 @@ class Scheduler:
         for gang, entry in list(self.ledger.gangs.items()):
             if entry.last_reason and self.told.gangs.get(gang) != self._gang_message(gang, entry.last_reason):
                 effects += self._tell_gang(gang)
-        for gang in [g for g in {*self.told.gangs, *self.told.counts} if g not in self.ledger.gangs]:
+        known = {*self.told.gangs, *self.told.counts, *self.told.groups}
+        for gang in [g for g in known if g not in self.ledger.gangs]:
             self.told.forget_gang(gang)  # forgotten by the ledger: its members are gone
         return effects
 

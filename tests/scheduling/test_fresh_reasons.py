@@ -280,5 +280,7 @@ def test_every_pending_member_says_the_gangs_current_reason_after_any_interleavi
             assert said == reason or told_at.get(pk, 0) >= reason_since or held_back, (
                 f"step {step}: {pk} still says {said!r}; the gang says {reason!r} since step {reason_since}"
             )
-        # bounded: only pods the cache holds, unbound
+        # bounded: gangs the ledger knows, pods the cache holds, unbound
+        told = w.scheduler.told
+        assert {*told.gangs, *told.groups, *told.counts} <= set(w.scheduler.ledger.gangs)
         assert all(pk in w.store.pods and not w.store.pods[pk].node_name for pk in w.scheduler.told.pods)
