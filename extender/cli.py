@@ -112,6 +112,13 @@ SERVE_FLAGS = (
         "N",
     ),
     Flag("log-level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)", "log_level", "LEVEL"),
+    Flag(
+        "log-format",
+        str,
+        "text, or json: one JSON object per line, a gang's pod, gang and domain as keys (default text)",
+        "log_format",
+        "text|json",
+    ),
 )
 
 
@@ -158,6 +165,7 @@ def settings_from(
         gang=dataclasses.replace(base.gang, **sections["gang"]),
         cluster=dataclasses.replace(base.cluster, **sections["cluster"]),
         log_level=sections[""].get("log_level", base.log_level),
+        log_format=sections[""].get("log_format", base.log_format),
     )
     return settings, errors + validate(settings)
 
@@ -168,11 +176,12 @@ def _fail(errors: list[str]) -> int:
     return 2
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    from extender.logformat import formatter
+
+    handler = logging.StreamHandler()  # stderr, as before
+    handler.setFormatter(formatter(fmt))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
 
 
 # ------------------------------------------------------------------ serve
@@ -199,7 +208,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
             errors.append(str(exc))
     if errors:
         return _fail(errors)
-    _setup_logging(settings.log_level)
+    _setup_logging(settings.log_level, settings.log_format)
     if source is None:
         from extender.state.kube import KubeClusterSource
 

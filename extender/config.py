@@ -75,6 +75,8 @@ class Settings:
     gang: GangSettings = GangSettings()
     cluster: ClusterSettings = ClusterSettings()
     log_level: str = "INFO"
+    log_format: str = "text"
+    """"text" (a line per record, structured fields as key=value) or "json" (an object per line)."""
 
 
 def validate(settings: Settings) -> list[str]:
@@ -129,6 +131,8 @@ def validate(settings: Settings) -> list[str]:
         errors.append("choose one cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         errors.append(f"--log-level must be DEBUG, INFO, WARNING or ERROR, got {settings.log_level!r}")
+    if settings.log_format not in ("text", "json"):
+        errors.append(f"--log-format must be text or json, got {settings.log_format!r}")
     return errors
 
 

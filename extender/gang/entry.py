@@ -55,6 +55,8 @@ class GangEntry:
     backoff_until: float = 0.0
     backoff_told: bool = True  # whether the end of the current backoff was announced (members nudged)
     last_reason: str = ""
+    since: float | None = None
+    """When the gang was first seen (a member filtered), until its quorum is bound: time to bind."""
     no_fit: tuple[tuple[int, ...], str] | None = None  # (signature, reason) of the last "does not fit"
     excluded: dict[PodKey, set[str]] = dataclasses.field(default_factory=dict)
     """Nodes kube-scheduler would not offer a member (its own filters: pod anti-affinity, ports...);

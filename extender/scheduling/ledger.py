@@ -57,6 +57,7 @@ class Expiry:
     waiting: tuple[PodKey, ...]  # the arrived members: answer those whose calls still wait
     message: str
     dropped: bool  # the plan was given up (the hold ended), not only the waiting calls answered
+    domain: str = ""  # of the plan, for the log line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Settled:
     quorum_bound: bool
     domain: str
     spec: GroupSpec | None
+    waited_s: float | None = None  # quorum bound now: seconds since the gang was first seen
 
 
 class GangLedger:
@@ -339,13 +341,16 @@ class GangLedger:
                 f"{len(failed)} member(s) not bound by the API; retrying them in {e.domain or 'place'}"
             )
         quorum = spec is not None and self.quorum_bound(spec, self.bound_counts(spec))
+        waited_s = None
+        if quorum and e.since is not None:
+            waited_s, e.since = self.clock() - e.since, None
         if not e.plan:
             e.excluded.clear()
             e.no_fit = None
             if quorum:
                 e.failures = 0
                 e.last_reason = "quorum bound"
-        return Settled(tuple(bound), tuple(failed), quorum, e.domain, spec)
+        return Settled(tuple(bound), tuple(failed), quorum, e.domain, spec, waited_s)
 
     def discard(self, key: GroupKey, reason: str) -> None:
         """Drop a plan that can no longer be carried out, without backoff; waiting binds fail now."""
@@ -391,9 +396,10 @@ class GangLedger:
                 )
                 e.backoff_until = now + delay
                 e.backoff_told = False
+                # the waiting calls are answered with the gang's reason itself: what kube-scheduler then
+                # writes on them is what their siblings are told
                 e.last_reason = f"{msg}; backing off {delay:g}s"
-                log.warning("%s", msg)
-                out.append(Expiry(e.key, spec, arrived, msg, dropped=True))
+                out.append(Expiry(e.key, spec, arrived, e.last_reason, dropped=True, domain=e.domain))
             elif e.answer_at is not None and now >= e.answer_at:
                 e.answer_at = None
                 missing = sorted(set(e.plan) - set(e.arrived))
@@ -403,7 +409,7 @@ class GangLedger:
                     f"{self.wait_s:g}s (waiting for {shown}); their places stay held, retry"
                 )
                 e.last_reason = msg
-                out.append(Expiry(e.key, e.spec, arrived, msg, dropped=False))
+                out.append(Expiry(e.key, e.spec, arrived, msg, dropped=False, domain=e.domain))
         return out
 
     # ----------------------------------------------------------------- single pods in bind
@@ -429,7 +435,7 @@ class GangLedger:
     def _entry(self, key: GroupKey) -> GangEntry:
         e = self.gangs.get(key)
         if e is None:
-            e = self.gangs[key] = GangEntry(key=key)
+            e = self.gangs[key] = GangEntry(key=key, since=self.clock())
         return e
 
     def _gone(self, pod: PodKey, planned: PlannedPod | None) -> bool:
@@ -464,10 +470,15 @@ class GangLedger:
         if not e.plan:
             return
         waiting = self._drop_plan(e)
-        e.last_reason = f"replanning: {reason}"
-        log.info("gang %s: plan dropped: %s", e.key, reason)
+        # the waiting binds are answered with the gang's reason itself (see expire)
+        e.last_reason = f"{reason}; replanning"
+        log.info(
+            "gang %s: plan dropped, replanning",
+            e.key,
+            extra={"gang": e.key, "domain": e.domain, "reason": reason},
+        )
         if waiting:
-            self._answers.append(Answer(waiting, f"gang {e.key}: {reason}; replanning"))
+            self._answers.append(Answer(waiting, f"gang {e.key}: {e.last_reason}"))
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

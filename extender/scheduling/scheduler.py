@@ -31,8 +31,9 @@ import numpy as np
 
 from extender.gang.entry import Arrival, Phase
 from extender.grouping.membership import single_pod_group
+from extender.grouping.owners import walk_owners
 from extender.model import resources
-from extender.model.group import GroupSpec, Membership, MembershipState
+from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, topology
@@ -47,10 +48,22 @@ from extender.scheduling.decisions import (
     pod_ref,
 )
 from extender.scheduling.ledger import Expiry, GangLedger
+from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.status import group_status
-from extender.state.store import ClusterStore, PodRecord, is_live
+from extender.state.store import POD, ClusterStore, PodRecord, is_live, kind_of
 
 log = logging.getLogger(__name__)
+
+# The workloads whose gang's story is also told on them (the pods' top owner), by (API group, kind).
+WORKLOAD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob")})
+# Where a gang's group object lives, by where its definition comes from; a derived gang's is the
+# KAI PodGroup a podgrouper created under the gang's name, when there is one.
+_GROUP_OBJECTS: dict[Source, tuple[tuple[str, str], ...]] = {
+    Source.KAI_PODGROUP: (("scheduling.run.ai", "PodGroup"),),
+    Source.K8S_PODGROUP: (("scheduling.k8s.io", "PodGroup"),),
+    Source.KAI_DERIVED: (("scheduling.run.ai", "PodGroup"),),
+    Source.JOBSET_SCHEDULING: (("scheduling.k8s.io", "PodGroup"), ("scheduling.run.ai", "PodGroup")),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +109,10 @@ class Scheduler:
         self.reason_nodes = reason_nodes
         self.native_gang_scheduling = native_gang_scheduling
         self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
+        self.told = ReasonsTold()
+        self.bind_times_s: list[float] = []
+        """Seconds from each gang's first member seen to its quorum bound, for the server to take."""
+        store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
         """kube-scheduler's own GangScheduling plugin gates this pod (see GangSettings): one gate only."""
@@ -134,8 +151,24 @@ class Scheduler:
 
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         decision = self._filter(pod, node_names)
-        self.ledger.note_answer(_pod_identity(pod)[0], turned_away=decision.verdict is not Verdict.PASS)
+        key = _pod_identity(pod)[0]
+        self.ledger.note_answer(key, turned_away=decision.verdict is not Verdict.PASS)
+        gang = self._gang_of_pod(pod)
+        if decision.verdict is Verdict.PASS:
+            self.told.forget_pod(key)  # sent to bind: kube-scheduler tells it what comes of that
+        elif gang is not None:
+            self.told.told(key, decision.reason)  # kube-scheduler writes it on the pod
+        if gang is not None:
+            decision.effects += self._tell_gang(gang, skip=(key,))
         return decision
+
+    def _gang_of_pod(self, pod: dict[str, Any]) -> GroupKey | None:
+        if self._gated_natively(pod):
+            return None
+        m = self.store.membership_of(pod)
+        if m.state is not MembershipState.MEMBER or m.group is None or not m.group.is_gang():
+            return None
+        return m.group.key
 
     def _filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         key, uid = _pod_identity(pod)
@@ -255,9 +288,9 @@ class Scheduler:
             )
         left = ledger.backoff_left(group.key)
         if left > 0 and entry is not None:
-            return FilterDecision(
-                Verdict.WAITING, [], f"gang {group.key}: {entry.last_reason} ({left:.0f}s left)"
-            )
+            # the gang's own reason (it says how long the backoff is), never a countdown: what the pod
+            # is told must stand still while the gang does, or every retry would rewrite its siblings
+            return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, entry.last_reason))
         counts: dict[str | None, int] = {}
         for m in members:
             counts[m.leaf] = counts.get(m.leaf, 0) + 1
@@ -279,9 +312,10 @@ class Scheduler:
                 need = group.quorum_upper_bound()
                 reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
                 ledger.set_reason(group.key, reason)
+                self.told.counting(group.key, reason)
                 ledger.await_pods(group)
-                waiting = Effect("event", *pod_ref(key), {"reason": "GangWaiting", "message": reason})
-                return FilterDecision(Verdict.WAITING, [], reason, effects=[waiting])
+                waiting = self._story(group, key, "GangWaiting", reason)
+                return FilterDecision(Verdict.WAITING, [], reason, effects=waiting)
             if leaf not in ready:
                 reason = (
                     f"gang {group.key} subgroup {leaf} is not ready: {counts.get(leaf, 0)} pods exist, "
@@ -342,7 +376,12 @@ class Scheduler:
         # would be more writes than the binds themselves on an API server that is the bottleneck
         where = f" in {result.domain}" if result.domain else ""
         message = f"gang {group.key}: {len(result.assignment)} pods planned{where}"
-        effects.append(Effect("event", *pod_ref(key), {"reason": "GangPlanned", "message": message}))
+        log.info(
+            "%s",
+            message,
+            extra={"pod": key, "gang": group.key, "domain": result.domain, "members": len(result.assignment)},
+        )
+        effects += self._story(group, key, "GangPlanned", message)
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
 
     # ================================================================= prioritize
@@ -435,11 +474,26 @@ class Scheduler:
         settled = self.ledger.settle(gang, results)
         effects: list[Effect] = []
         where = f" in {settled.domain}" if settled.domain else ""
+        if settled.waited_s is not None:
+            self.bind_times_s.append(settled.waited_s)
         if settled.bound:
             message = f"gang {gang}: {len(settled.bound)} pods bound together{where}"
-            effects.append(
-                Effect("event", *pod_ref(settled.bound[0]), {"reason": "GangBound", "message": message})
+            log.info(
+                "%s",
+                message,
+                extra={
+                    "pod": settled.bound[0],
+                    "gang": gang,
+                    "domain": settled.domain,
+                    "members": len(settled.bound),
+                },
             )
+            if settled.spec is not None:
+                effects += self._story(settled.spec, settled.bound[0], "GangBound", message)
+            else:
+                effects.append(
+                    Effect("event", *pod_ref(settled.bound[0]), {"reason": "GangBound", "message": message})
+                )
         for pk in settled.failed:
             message = f"gang {gang}: the API did not bind {pk} ({results[pk]}); retrying it{where}"
             effects.append(
@@ -453,9 +507,10 @@ class Scheduler:
             effects += self._nudge_turned_away(gang, "bound", skip=settled.bound)
             if settled.spec is not None and settled.bound:
                 message = f"gang {gang}: {len(settled.bound)} pods bound together{where}"
-                status = group_status(self.store, settled.spec, "Running", message)
-                if status is not None:
-                    effects.append(status)
+                effects += self._tell_group(settled.spec, "Running", message)
+        else:
+            # the refused members are told by kube-scheduler (their bind failed); the rest follow
+            effects += self._tell_gang(gang, skip=settled.failed)
         return effects
 
     def expire(self) -> list[tuple[Expiry, list[Effect]]]:
@@ -463,17 +518,25 @@ class Scheduler:
         out = []
         for expiry in self.ledger.expire():
             if not expiry.dropped:
-                out.append((expiry, []))  # only the waiting calls are answered: no story to tell yet
+                # only the waiting calls are answered: no event yet, but the members still pending say
+                # which of them the gang waits for
+                out.append((expiry, self._tell_gang(expiry.gang, skip=expiry.waiting)))
                 continue
             event = {"reason": "GangTimedOut", "message": expiry.message, "type": "Warning"}
             effects = [Effect("event", *pod_ref(pk), event) for pk in expiry.waiting]
+            fields: dict[str, Any] = {"pod": expiry.waiting[0]} if expiry.waiting else {}
+            fields |= {
+                "gang": expiry.gang,
+                "domain": expiry.domain,
+                "members": len(expiry.waiting),  # those that reached bind
+                "reason": expiry.message,
+            }
+            log.warning("gang %s: timed out at its bind barrier; backing off", expiry.gang, extra=fields)
             if expiry.spec is not None:
-                entry = self.ledger.entry(expiry.gang)
-                status = group_status(
-                    self.store, expiry.spec, "Pending", entry.last_reason if entry else expiry.message
-                )
-                if status is not None:
-                    effects.append(status)
+                effects += self._story(expiry.spec, None, "GangTimedOut", expiry.message, "Warning")
+            # the members waiting at bind are answered with the message (kube-scheduler writes it);
+            # the others, and the group object, are told here
+            effects += self._tell_gang(expiry.gang, skip=expiry.waiting)
             out.append((expiry, effects))
         return out
 
@@ -507,6 +570,119 @@ class Scheduler:
             if counts:
                 effects += self._nudge_turned_away(key, "quorum")
         return effects
+
+    # ================================================================= the gang's story
+    @staticmethod
+    def _gang_message(gang: GroupKey, reason: str) -> str:
+        """A gang's reason as a pod or its group object shows it: naming the gang."""
+        return reason if reason.startswith(f"gang {gang}") else f"gang {gang}: {reason}"
+
+    def _tell_gang(self, gang: GroupKey, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
+        """The gang's current reason, written where it is not said yet: the PodScheduled condition of
+        each pending member whose condition says something else (kube-scheduler writes the one it
+        filters, `skip`), and the group object's status. Nothing when the reason stands still."""
+        entry = self.ledger.entry(gang)
+        if entry is None or not entry.last_reason:
+            return []
+        reason = self._gang_message(gang, entry.last_reason)
+        if self.told.gangs.get(gang) == reason or self.told.hold_back(gang, reason, self.ledger.clock()):
+            return []
+        self.told.gangs[gang] = reason
+        members = self.store.group_members(gang)
+        spec = self._spec_of(gang, members)
+        if spec is not None and self.ledger.quorum_bound(spec, self.ledger.bound_counts(spec)):
+            return []  # bound: its status says so; members beyond quorum are placed one by one
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason}
+        effects = []
+        for rec in members:
+            pk = rec.key
+            at_bind = pk in entry.arrived or pk in entry.releasing
+            if pk in skip or at_bind or rec.node_name or not is_live(rec.obj):
+                continue  # told by kube-scheduler (filtered now, or its bind call answered), or bound
+            if self.told.stale(pk, reason):
+                self.told.told(pk, reason)
+                effects.append(Effect("condition", *pod_ref(pk), dict(condition)))
+        if spec is not None:
+            effects += self._tell_group(spec, "Pending", reason)
+        return effects
+
+    def _tell_group(self, spec: GroupSpec, phase: str, reason: str) -> list[Effect]:
+        if not self.told.group_changed(spec.key, phase, reason):
+            return []
+        status = group_status(self.store, spec, phase, reason)
+        return [status] if status is not None else []
+
+    def fresh_reasons(self) -> list[Effect]:
+        """Tell the gangs whose reason changed outside a verb (a member or node gone, a plan dropped
+        by the watch) or was held back (a count of pods): the ticker's pass. Costs a comparison per
+        gang when nothing changed."""
+        effects = []
+        for gang, entry in list(self.ledger.gangs.items()):
+            if entry.last_reason and self.told.gangs.get(gang) != self._gang_message(gang, entry.last_reason):
+                effects += self._tell_gang(gang)
+        known = {*self.told.gangs, *self.told.counts, *self.told.groups}
+        for gang in [g for g in known if g not in self.ledger.gangs]:
+            self.told.forget_gang(gang)  # forgotten by the ledger: its members are gone
+        return effects
+
+    def _story(
+        self, spec: GroupSpec, pod: PodKey | None, reason: str, message: str, event_type: str = "Normal"
+    ) -> list[Effect]:
+        """One event for a gang's step on the pod that took it (when given), on its group object and
+        on its workload (the members' top owner): one per object, never one per member."""
+        data: dict[str, Any] = {"reason": reason, "message": message}
+        if event_type != "Normal":
+            data["type"] = event_type
+        effects = [Effect("event", *pod_ref(pod), dict(data))] if pod else []
+        for obj in self._story_objects(spec, pod):
+            meta = obj.get("metadata") or {}
+            target = {
+                "kind": str(obj.get("kind", "")),
+                "apiVersion": str(obj.get("apiVersion", "")),
+                "uid": str(meta.get("uid") or ""),
+            }
+            ns = str(meta.get("namespace") or spec.namespace)
+            effects.append(Effect("event", ns, str(meta.get("name", "")), {**data, **target}))
+        return effects
+
+    def _story_objects(self, spec: GroupSpec, pod: PodKey | None) -> list[dict[str, Any]]:
+        out = []
+        for group, kind in _GROUP_OBJECTS.get(spec.source, ()):
+            obj = self.store.get(group, kind, spec.namespace, spec.name)
+            if obj is not None:
+                out.append(obj)
+                break
+        rec = self.store.pods.get(pod) if pod else None
+        if rec is None:
+            members = self.store.group_members(spec.key)
+            rec = members[0] if members else None
+        if rec is not None:
+            top = walk_owners(rec.obj, self.store).top
+            if top is not rec.obj and kind_of(top) in WORKLOAD_KINDS:
+                out.append(top)
+        return out
+
+    def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        """A pod deleted or bound is no longer ours to tell: its entry goes (bounded memory)."""
+        if kind != POD:
+            return
+        meta = obj.get("metadata") or {}
+        if event == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
+            self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+
+    def note_bind_error(self, key: PodKey, error: str) -> None:
+        """A bind call answered with an error: kube-scheduler writes it on the pod."""
+        rec = self.store.pods.get(key)
+        if rec is not None and self._gang_of_pod(rec.obj) is not None:
+            self.told.told(key, error)
+
+    def take_bind_times(self) -> list[float]:
+        out, self.bind_times_s = self.bind_times_s, []
+        return out
+
+    def gangs_pending(self) -> int:
+        """Gangs the ledger knows whose quorum is not bound yet."""
+        return sum(1 for gang in self.ledger.gangs if self.phase_of(gang) is not Phase.BOUND)
 
     def backoffs_over(self) -> list[Effect]:
         """Nudge the members of gangs whose backoff ended that the filter turned away meanwhile."""

@@ -226,6 +226,7 @@ async def handle_bind(request: web.Request) -> web.Response:
                 app[SCHEDULER].ledger.note_answer(
                     pod_key(args.pod_namespace, args.pod_name), turned_away=True
                 )
+                app[SCHEDULER].note_bind_error(pod_key(args.pod_namespace, args.pod_name), error)
         except Exception as exc:
             log.exception("bind failed for pod %s/%s", args.pod_namespace, args.pod_name)
             app[METRICS].errors.labels("bind").inc()
@@ -349,6 +350,8 @@ def _release(app: web.Application, gang: GroupKey, members: list[Release]) -> No
             effects = app[SCHEDULER].release_done(gang, results)
             if any(not e for e in results.values()):
                 app[METRICS].gangs_bound.inc()
+            for seconds in app[SCHEDULER].take_bind_times():
+                app[METRICS].time_to_bind.observe(seconds)
             _spawn_effects(app, effects)
             _answer_dropped(app)
 
@@ -409,6 +412,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
         gangs=len(request.app[SCHEDULER].ledger.gangs),
     )
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
+    m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -448,17 +452,25 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                 value = f"{e.data['value']}@{time.time_ns()}"
                 await source.nudge_pod(namespace=e.namespace, name=e.name, value=value)  # type: ignore[attr-defined]
             elif e.kind == "condition":
+                rec = store.pods.get(pod_key(e.namespace, e.name))
+                if rec is not None and rec.node_name:
+                    continue  # bound meanwhile: the binding set PodScheduled=True, keep it
                 await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=e.data)  # type: ignore[attr-defined]
             elif e.kind == "event":
-                rec = store.pods.get(pod_key(e.namespace, e.name))
+                kind = e.data.get("kind", "Pod")
+                uid = e.data.get("uid", "")
+                if kind == "Pod":
+                    rec = store.pods.get(pod_key(e.namespace, e.name))
+                    uid = rec.uid if rec else ""
                 await source.emit_event(  # type: ignore[attr-defined]
                     namespace=e.namespace,
                     name=e.name,
-                    uid=rec.uid if rec else "",
-                    kind="Pod",
+                    uid=uid,
+                    kind=kind,
                     reason=e.data["reason"],
                     message=e.data["message"],
                     event_type=e.data.get("type", "Normal"),
+                    api_version=e.data.get("apiVersion", ""),
                 )
             elif e.kind == "group-status":
                 status = e.data["status"]
@@ -509,6 +521,7 @@ def _tick(app: web.Application) -> None:
         _spawn_effects(app, scheduler.startup_nudges())
     _spawn_effects(app, scheduler.backoffs_over())
     _spawn_effects(app, scheduler.quorum_arrived())
+    _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()
     for pk in barrier.overdue(now):
@@ -620,6 +633,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     barrier = Barrier()
     app[SCHEDULER] = scheduler
     app[METRICS] = Metrics()
+    app[METRICS].watch_source(source)
     app[BARRIER] = barrier
     app[READY] = {}
     app.cleanup_ctx.append(_lifecycle)

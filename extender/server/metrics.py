@@ -1,12 +1,62 @@
-"""Prometheus metrics of the service, in a registry of its own (one per app, so tests don't collide)."""
+"""Prometheus metrics of the service, in a registry of its own (one per app, so tests don't collide).
+
+The process's own metrics (CPU, memory, open files, Python version) are in the same registry. The
+cluster source keeps its own counts (API write errors, watch restarts; the state layer knows nothing
+of Prometheus) and they are read from it at each scrape.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 # Filter at 5k nodes is ~1 ms, at 15k ~3 ms; a gang bind waits up to the gang wait (seconds).
 _BUCKETS_S = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# A gang waits for its pods (a Job's controller creating them), for room, and for its backoffs:
+# from a fraction of a second to many minutes.
+_BIND_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class SourceCounts(Collector):
+    """The cluster source's counters, read at each scrape: `write_errors` ((write, status class) ->
+    count) and `watch_restarts` (kind -> count). A source without them (the embedded cluster) shows
+    none."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        errors = CounterMetricFamily(
+            "gang_extender_api_write_errors",
+            "API writes that failed (after retries), by write and HTTP status class (connection: no answer)",
+            labels=["write", "status_class"],
+        )
+        counts: Mapping[tuple[str, str], int] = getattr(self.source, "write_errors", None) or {}
+        for (write, status_class), n in sorted(counts.items()):
+            errors.add_metric([write, status_class], n)
+        yield errors
+        restarts = CounterMetricFamily(
+            "gang_extender_watch_restarts",
+            "Relists and re-watches after an error or 410 Gone, by kind",
+            labels=["kind"],
+        )
+        by_kind: Mapping[str, int] = getattr(self.source, "watch_restarts", None) or {}
+        for kind, n in sorted(by_kind.items()):
+            restarts.add_metric([kind], n)
+        yield restarts
 
 
 class Metrics:
@@ -63,6 +113,23 @@ class Metrics:
             registry=r,
         )
         self.sizes = Gauge("gang_extender_cache_objects", "Objects held in the caches", ["cache"], registry=r)
+        self.time_to_bind = Histogram(
+            "gang_extender_gang_time_to_bind_seconds",
+            "From a gang's first member seen by the filter to its quorum bound",
+            buckets=_BIND_BUCKETS_S,
+            registry=r,
+        )
+        self.gangs_pending = Gauge(
+            "gang_extender_gangs_pending",
+            "Gangs known to the service whose quorum is not bound yet",
+            registry=r,
+        )
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+
+    def watch_source(self, source: Any) -> None:
+        """Report `source`'s own counters (see SourceCounts) from here on."""
+        self.registry.register(SourceCounts(source))
 
     def observe(self, verb: str, status: int, seconds: float) -> None:
         self.requests.labels(verb, str(status)).inc()

@@ -218,10 +218,14 @@ class EmbeddedCluster:
         reason: str,
         message: str,
         event_type: str = "Normal",
+        api_version: str = "",
     ) -> None:
+        involved = {"kind": kind, "namespace": namespace, "name": name, "uid": uid}
+        if api_version:
+            involved["apiVersion"] = api_version
         self.events.append(
             {
-                "involvedObject": {"kind": kind, "namespace": namespace, "name": name, "uid": uid},
+                "involvedObject": involved,
                 "reason": reason,
                 "message": message,
                 "type": event_type,

@@ -8,6 +8,7 @@ HTTP session only: every object is read as raw JSON with orjson (the client's mo
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 import logging
@@ -200,6 +201,11 @@ def _status_message(status: int, body: bytes) -> ApiStatusError:
         return ApiStatusError(status, body[:200].decode("utf-8", "replace"))
 
 
+def _kind_label(served: ServedKind) -> str:
+    """A kind for a metric label, with its group when it has one: "Pod", "PodGroup.scheduling.run.ai"."""
+    return f"{served.kind}.{served.group}" if served.group else served.kind
+
+
 def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -273,6 +279,11 @@ class KubeClusterSource:
         self._synced = False
         self._last_event_s: dict[tuple[str, str], float] = {}
         self.skipped = SkippedObjects()
+        self.write_errors: collections.Counter[tuple[str, str]] = collections.Counter()
+        """(write, status class) -> writes that failed after their retries; status class "4xx",
+        "5xx" or "connection" (no answer). Read by the server's /metrics."""
+        self.watch_restarts: collections.Counter[str] = collections.Counter()
+        """kind ("Pod", "PodGroup.scheduling.run.ai") -> relists and re-watches after an error or 410."""
 
     # ---- connection --------------------------------------------------------------------------
 
@@ -339,9 +350,20 @@ class KubeClusterSource:
             resp.release()
 
     async def _write(
-        self, method: str, path: str, *, body: Any, content_type: str = _JSON, what: str
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any,
+        content_type: str = _JSON,
+        what: str,
+        write: str = "other",
+        expected: tuple[int, ...] = (),
     ) -> tuple[int, bytes]:
-        """A write retried on 5xx, 429 and connection errors; other answers are returned to the caller."""
+        """A write retried on 5xx, 429 and connection errors; other answers are returned to the caller.
+
+        A final answer that is not 2xx counts in `write_errors` under `write`, unless it is one of
+        `expected` (the caller judges those, and counts them if they turn out to be errors)."""
         s = self._settings
         status, data = 0, b""
         for attempt in range(s.write_attempts):
@@ -350,11 +372,17 @@ class KubeClusterSource:
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 status, data = 0, str(exc).encode()
             if status and not _retryable(status):
+                if not 200 <= status < 300 and status not in expected:
+                    self._count_write_error(write, status)
                 return status, data
             if attempt + 1 < s.write_attempts:
                 await asyncio.sleep(s.write_backoff_s * 2**attempt * (0.5 + random.random()))
+        self._count_write_error(write, status)
         log.warning("%s failed after %d tries: %s", what, s.write_attempts, _status_message(status, data))
         return status, data
+
+    def _count_write_error(self, write: str, status: int) -> None:
+        self.write_errors[(write, f"{status // 100}xx" if status else "connection")] += 1
 
     # ---- discovery ---------------------------------------------------------------------------
 
@@ -464,7 +492,9 @@ class KubeClusterSource:
                     "watch of %s.%s expired (410 Gone); relisting", served.plural, served.group or "core"
                 )
                 cursor.rv = None
+                self.watch_restarts[_kind_label(served)] += 1
             except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError, ValueError) as exc:
+                self.watch_restarts[_kind_label(served)] += 1
                 log.warning(
                     "%s %s.%s failed (%s); retrying in %.1f s",
                     "list" if rv is None else "watch",
@@ -619,18 +649,25 @@ class KubeClusterSource:
         }
         what = f"bind {namespace}/{name} to {node}"
         status, data = await self._write(
-            "POST", self._pod_path(namespace, name, "binding"), body=body, what=what
+            "POST",
+            self._pod_path(namespace, name, "binding"),
+            body=body,
+            what=what,
+            write="bind",
+            expected=(409,),
         )
         if status in (200, 201):
             return
         if status == 409:
             current, current_uid = await self._pod_node(namespace, name)
             if uid and current_uid and current_uid != uid:
+                self._count_write_error("bind", status)
                 raise BindError(
                     f"pod {namespace}/{name} was deleted and recreated (uid {current_uid}, not {uid})"
                 )
             if current == node:
                 return
+            self._count_write_error("bind", status)
             raise BindError(
                 f"pod {namespace}/{name} is already bound to {current or 'another node'}, not {node}"
             )
@@ -662,6 +699,7 @@ class KubeClusterSource:
             body=body,
             content_type=_STRATEGIC_PATCH,
             what=what,
+            write="condition",
         )
         self._report(status, data, what)
 
@@ -670,7 +708,12 @@ class KubeClusterSource:
         body = {"metadata": {"annotations": {labels.NUDGE: value}}}
         what = f"nudge pod {namespace}/{name}"
         status, data = await self._write(
-            "PATCH", self._pod_path(namespace, name), body=body, content_type=_MERGE_PATCH, what=what
+            "PATCH",
+            self._pod_path(namespace, name),
+            body=body,
+            content_type=_MERGE_PATCH,
+            what=what,
+            write="nudge",
         )
         self._report(status, data, what)
 
@@ -684,8 +727,12 @@ class KubeClusterSource:
         reason: str,
         message: str,
         event_type: str = "Normal",
+        api_version: str = "",
     ) -> None:
-        """A core/v1 Event on the object; a repeat of a reason on one object within the window is dropped."""
+        """A core/v1 Event on the object; a repeat of a reason on one object within the window is dropped.
+
+        `api_version` is the object's ("scheduling.run.ai/v2alpha2"); without it, the version this
+        source watches the kind at (ambiguous for PodGroup, served by two groups)."""
         key = (uid or f"{kind}/{namespace}/{name}", reason)
         now = self._clock()
         last = self._last_event_s.get(key)
@@ -696,7 +743,7 @@ class KubeClusterSource:
             self._forget_old_events(now)
         stamp = _now_rfc3339()
         involved: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": name, "uid": uid}
-        api_version = self._api_version_of(kind)
+        api_version = api_version or self._api_version_of(kind)
         if api_version:
             involved["apiVersion"] = api_version
         body = {
@@ -715,7 +762,7 @@ class KubeClusterSource:
         }
         what = f"event {reason} on {kind} {namespace}/{name}"
         status, data = await self._write(
-            "POST", f"/api/v1/namespaces/{namespace}/events", body=body, what=what
+            "POST", f"/api/v1/namespaces/{namespace}/events", body=body, what=what, write="event"
         )
         self._report(status, data, what)
 
@@ -724,12 +771,12 @@ class KubeClusterSource:
         self._last_event_s = {k: t for k, t in self._last_event_s.items() if t >= horizon}
 
     def _api_version_of(self, kind: str) -> str:
+        """The version this source watches `kind` at; "" when it watches none or several (PodGroup is
+        served by scheduling.run.ai and scheduling.k8s.io: the caller must say which)."""
         if kind == "Pod":
             return "v1"
-        for served in self._served.values():
-            if served.kind == kind:
-                return served.api_version
-        return ""
+        found = {served.api_version for served in self._served.values() if served.kind == kind}
+        return found.pop() if len(found) == 1 else ""
 
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
@@ -743,10 +790,20 @@ class KubeClusterSource:
         path = served.object_path(namespace=namespace, name=name)
         body = {"status": status}
         code, data = await self._write(
-            "PATCH", f"{path}/status", body=body, content_type=_MERGE_PATCH, what=what
+            "PATCH",
+            f"{path}/status",
+            body=body,
+            content_type=_MERGE_PATCH,
+            what=what,
+            write="group-status",
+            expected=(404,),
         )
         if code == 404 and await self._exists(path):
-            code, data = await self._write("PATCH", path, body=body, content_type=_MERGE_PATCH, what=what)
+            code, data = await self._write(
+                "PATCH", path, body=body, content_type=_MERGE_PATCH, what=what, write="group-status"
+            )
+        elif code == 404:
+            self._count_write_error("group-status", code)
         self._report(code, data, what)
 
     async def _exists(self, path: str) -> bool:

@@ -86,6 +86,7 @@ class ClusterSource(Protocol):
         reason: str,
         message: str,
         event_type: str = "Normal",
+        api_version: str = "",
     ) -> None: ...
 
     async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None: ...

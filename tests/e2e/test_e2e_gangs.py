@@ -197,6 +197,48 @@ def test_gang_that_fits_no_rack_stays_unbound_and_says_why(cluster: Cluster, nam
     assert bound_nodes(pods(api, namespace)) == [], "no member of an unplaceable gang is bound"
 
 
+def test_a_gang_that_fits_no_rack_says_so_on_every_member_and_on_its_job(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Seen on 1.20: once all 12 pods existed and the gang was known not to fit, the first pods still
+    said "waiting for pods: 4 exist, 12 needed" until kube-scheduler's next retry, up to a minute
+    later. Here the quorum's nudges already bring every member back to the filter at once (the unit
+    tests in tests/scheduling/test_fresh_reasons.py cover the siblings the service tells itself);
+    what this adds is the real API server taking the service's condition writes alongside
+    kube-scheduler's, and the gang's events on the Job."""
+    api = cluster.plane.api
+    # 12 pods x 2 CPUs = 24 CPUs; a rack has 12, though each pod alone fits any node.
+    anns = {keys.BATCH_MIN_MEMBER: "12", keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}
+    job = api.create(
+        f"/apis/batch/v1/namespaces/{namespace}/jobs",
+        batch_job(namespace, "twelve", pods_n=12, cpu="2", annotations=anns),
+    )
+    wait_until(lambda: len(pods(api, namespace)) == 12, timeout_s=30, what="12 pods")
+
+    def conditions() -> dict[str, str]:
+        out = {}
+        for p in pods(api, namespace):
+            for c in (p.get("status") or {}).get("conditions") or []:
+                if c["type"] == "PodScheduled" and c["status"] == "False":
+                    out[p["metadata"]["name"]] = c.get("message", "")
+        return out
+
+    def all_say_no_fit() -> dict[str, str] | None:
+        said = conditions()
+        fresh = len(said) == 12 and all("rack" in m and "waiting for pods" not in m for m in said.values())
+        return said if fresh else None
+
+    # well inside kube-scheduler 1.20's one-minute retry of parked pods
+    wait_until(all_say_no_fit, timeout_s=20, what="every pending member to say the gang fits no rack")
+    assert bound_nodes(pods(api, namespace)) == []
+    events = api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    on_job = [e for e in events if e["involvedObject"].get("kind") == "Job"]
+    assert {e["reason"] for e in on_job} >= {"GangWaiting"}, [e["reason"] for e in events]
+    for e in on_job:
+        obj = e["involvedObject"]
+        assert (obj["apiVersion"], obj["name"], obj["uid"]) == ("batch/v1", "twelve", job["metadata"]["uid"])
+
+
 def test_external_podgroup_waits_for_quorum_then_binds_all_and_writes_status(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -235,6 +277,19 @@ def test_external_podgroup_waits_for_quorum_then_binds_all_and_writes_status(
     path = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups/trio"
     status = wait_until(lambda: api.get(path).get("status"), timeout_s=15, what="PodGroup status written")
     assert status.get("phase"), f"group status carries a phase: {status}"
+
+    def told_on_group() -> set[str]:
+        events = api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+        return {
+            e["reason"]
+            for e in events
+            if e["involvedObject"].get("kind") == "PodGroup"
+            and e["involvedObject"].get("apiVersion") == "scheduling.run.ai/v2alpha2"
+        }
+
+    wait_until(
+        lambda: {"GangWaiting", "GangPlanned", "GangBound"} <= told_on_group(), timeout_s=15, what="events"
+    )
 
 
 @pytest.mark.parametrize(

@@ -546,11 +546,14 @@ async def test_a_gangs_life_is_told_in_events(make_service):
     await asyncio.sleep(0.05)
     by_reason: dict[str, list[str]] = {}
     for e in svc.cluster.events:
-        by_reason.setdefault(e["reason"], []).append(e["involvedObject"]["name"])
-    assert by_reason["GangWaiting"] == ["train-0"]
-    # once per gang, not once per member: the API server is the bottleneck
-    assert by_reason["GangPlanned"] == ["train-0"]
-    assert len(by_reason["GangBound"]) == 1
+        by_reason.setdefault(e["reason"], []).append(
+            f"{e['involvedObject']['kind']} {e['involvedObject']['name']}"
+        )
+    # on the pod that took the step and on the group object
+    assert by_reason["GangWaiting"] == ["Pod train-0", "PodGroup train"]
+    # once per gang and object, not once per member: the API server is the bottleneck
+    assert by_reason["GangPlanned"] == ["Pod train-0", "PodGroup train"]
+    assert len(by_reason["GangBound"]) == 2 and "PodGroup train" in by_reason["GangBound"]
     bound = next(e for e in svc.cluster.events if e["reason"] == "GangBound")
     assert bound["message"] == "gang default/train: 2 pods bound together"
     status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
@@ -673,9 +676,9 @@ async def test_a_timeout_is_told_on_the_waiting_members_and_the_group(make_servi
     assert "quorum did not reach bind" in await waiting
     await asyncio.sleep(0.05)
     timed_out = [e for e in svc.cluster.events if e["reason"] == "GangTimedOut"]
-    assert [e["involvedObject"]["name"] for e in timed_out] == ["train-0"] and timed_out[0][
-        "type"
-    ] == "Warning"
+    told = [(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in timed_out]
+    assert told == [("Pod", "train-0"), ("PodGroup", "train")]
+    assert {e["type"] for e in timed_out} == {"Warning"}
     status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
     assert status["phase"] == "Pending" and "backing off 2s" in status["lastReason"]
 

@@ -31,6 +31,7 @@ class Script:
         self.answers: dict[tuple[str, str], list[tuple[int, Any]]] = {}
         self.seen: list[tuple[str, str]] = []
         self.queries: list[tuple[str, dict[str, str]]] = []
+        self.bodies: list[tuple[str, bytes]] = []  # (path, body) of every write
 
     def on(self, method: str, path: str, *answers: tuple[int, Any]) -> None:
         self.answers[(method, path)] = list(answers)
@@ -39,6 +40,8 @@ class Script:
         key = (request.method, request.path + ("?watch" if request.query.get("watch") else ""))
         self.seen.append(key)
         self.queries.append((key[1], dict(request.query)))
+        if request.method in ("POST", "PATCH"):
+            self.bodies.append((request.path, await request.read()))
         queue = self.answers.get(key) or [(404, {"kind": "Status", "message": f"{request.path} not found"})]
         status, body = queue.pop(0) if len(queue) > 1 else queue[0]
         if status == -1:  # drop the connection mid-request
@@ -166,6 +169,7 @@ async def test_watch_error_410_relists(fake: tuple[Script, str]) -> None:
     assert source.is_synced()
     assert store.lists.count(("", "Node", ["n1"])) == 2, "the 410 on the node watch made it relist"
     assert store.lists.count(("", "Pod", [])) == 1, "a garbled watch line reconnects from the same version"
+    assert dict(source.watch_restarts) == {"Node": 1, "Pod": 1}, "each restart after an error is counted"
 
 
 async def test_a_watch_broken_mid_stream_resumes_after_the_last_event_applied(
@@ -324,3 +328,123 @@ async def test_a_failing_discovery_is_retried(fake: tuple[Script, str]) -> None:
         await asyncio.sleep(0.01)
     task.cancel()
     assert source.is_synced() and script.seen[:3] == [("GET", "/apis")] * 3
+
+
+FORBIDDEN = (403, {"kind": "Status", "reason": "Forbidden", "message": "events is forbidden"})
+
+
+@pytest.mark.parametrize(
+    ("answers", "pod_node", "counted"),
+    [
+        ([CREATED], None, {}),
+        ([BUSY, SLOW_DOWN, CREATED], None, {}),
+        ([CONFLICT], "n1", {}),
+        ([CONFLICT], "n2", {("bind", "4xx"): 1}),
+        ([BUSY, BUSY, BUSY], None, {("bind", "5xx"): 1}),
+        ([(-1, None)], None, {("bind", "connection"): 1}),
+        ([(400, {"kind": "Status", "message": "bad binding"})], None, {("bind", "4xx"): 1}),
+    ],
+    ids=[
+        "a bind is no error",
+        "retried answers are not errors when the write lands",
+        "a 409 for our own landed bind is no error",
+        "a 409 for a pod on another node is one",
+        "a write that fails every try counts once",
+        "no answer at all is a connection error",
+        "a 400 counts at once",
+    ],
+)
+async def test_failed_binds_are_counted_by_status_class(
+    fake: tuple[Script, str], answers: list[tuple[int, Any]], pod_node: str | None, counted: dict
+) -> None:
+    script, kubeconfig = fake
+    script.on("POST", BIND, *answers)
+    script.on("GET", POD, (200, {"metadata": {"uid": "u"}, "spec": {"nodeName": pod_node}}))
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    try:
+        try:
+            await source.bind_pod(namespace="ns", name="p", uid="u", node="n1")
+        except BindError:
+            pass
+    finally:
+        await source.close()
+    assert dict(source.write_errors) == counted
+
+
+async def test_every_kind_of_write_counts_its_own_errors(fake: tuple[Script, str]) -> None:
+    script, kubeconfig = fake
+    script.on("POST", "/api/v1/namespaces/ns/events", FORBIDDEN)
+    script.on("PATCH", POD + "/status", (422, {"kind": "Status", "message": "invalid condition"}))
+    script.on("PATCH", POD, BUSY)
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    try:
+        await source.emit_event(
+            namespace="ns",
+            name="pg",
+            uid="u1",
+            kind="PodGroup",
+            reason="GangPlanned",
+            message="m",
+            api_version="scheduling.run.ai/v2alpha2",
+        )
+        await source.set_pod_condition(namespace="ns", name="p", condition={"type": "X", "status": "False"})
+        await source.nudge_pod(namespace="ns", name="p", value="v")
+    finally:
+        await source.close()
+    assert dict(source.write_errors) == {("event", "4xx"): 1, ("condition", "4xx"): 1, ("nudge", "5xx"): 1}
+
+
+async def test_an_event_names_the_objects_api_version(fake: tuple[Script, str]) -> None:
+    script, kubeconfig = fake
+    script.on("POST", "/api/v1/namespaces/ns/events", CREATED)
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    try:
+        for api_version, kind in (
+            ("scheduling.k8s.io/v1alpha2", "PodGroup"),
+            ("kubeflow.org/v1", "PyTorchJob"),
+        ):
+            await source.emit_event(
+                namespace="ns",
+                name="x",
+                uid=kind,  # two objects: the limit is per object and reason
+                kind=kind,
+                reason="GangBound",
+                message="m",
+                api_version=api_version,
+            )
+    finally:
+        await source.close()
+    bodies = [orjson.loads(body) for _, body in script.bodies]
+    assert [b["involvedObject"]["apiVersion"] for b in bodies] == [
+        "scheduling.k8s.io/v1alpha2",
+        "kubeflow.org/v1",
+    ]
+    assert source.write_errors == {}
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [
+        ("Pod", "v1"),
+        ("Job", "batch/v1"),
+        ("JobSet", "jobset.x-k8s.io/v1alpha2"),
+        ("PyTorchJob", "kubeflow.org/v1"),
+        ("PodGroup", ""),  # served by two groups: never guessed
+        ("Workload", ""),  # not served here
+    ],
+)
+def test_the_watched_version_of_a_kind_is_its_events_api_version_unless_ambiguous(kind, api_version):
+    from extender.state.kube import ServedKind
+
+    source = KubeClusterSource("unused", settings=FAST)
+    source._served = {
+        (group, k): ServedKind(group, version, plural, k, True)
+        for group, version, plural, k in (
+            ("batch", "v1", "jobs", "Job"),
+            ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+            ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+            ("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup"),
+            ("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup"),
+        )
+    }
+    assert source._api_version_of(kind) == api_version

@@ -166,6 +166,7 @@ async def test_relists_when_the_watched_version_is_gone(plane: ControlPlane) -> 
     finally:
         await source.close()
     assert [op[0] for op in store.ops][:1] == ["replace_all"], "a 410 on watch is followed by a relist"
+    assert source.watch_restarts == {"Topology.kai.scheduler": 1}
 
 
 async def test_bind_succeeds_and_a_repeat_to_the_same_node_is_success(
@@ -199,6 +200,7 @@ async def test_condition_patch_merges_by_type(plane: ControlPlane, namespace: st
         await source.set_pod_condition(namespace=namespace, name="gone", condition=cond)  # logged, not raised
     finally:
         await source.close()
+    assert source.write_errors == {("condition", "4xx"): 1}, "the write to a missing pod is counted"
     conds = plane.api.get(f"/api/v1/namespaces/{namespace}/pods/p")["status"]["conditions"]
     assert {c["type"]: c["reason"] for c in conds} == {
         "gang-extender.io/SubGroup": "InvalidSubGroup",
@@ -241,10 +243,19 @@ async def test_nudge_and_group_status_patches(plane: ControlPlane, namespace: st
         "metadata": {"name": "g", "namespace": namespace},
         "spec": {"minMember": 2},
     }
-    plane.api.create(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups", group)
+    created = plane.api.create(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups", group)
     source = KubeClusterSource(plane.kubeconfig, settings=FAST)
     try:
         source._served = await source._discover()
+        await source.emit_event(
+            namespace=namespace,
+            name="g",
+            uid=created["metadata"]["uid"],
+            kind="PodGroup",
+            reason="GangPlanned",
+            message="gang planned",
+            api_version="scheduling.run.ai/v2alpha2",
+        )
         await source.nudge_pod(namespace=namespace, name="p", value="7")
         status = {"phase": "Waiting", "lastReason": "2 of 2 pods needed, 1 exist"}
         await source.patch_group_status(
@@ -256,3 +267,12 @@ async def test_nudge_and_group_status_patches(plane: ControlPlane, namespace: st
     assert pod["metadata"]["annotations"] == {"gang-extender.io/nudge": "7"}
     got = plane.api.get(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups/g")
     assert got["status"] == status and got["spec"] == {"minMember": 2}
+    (event,) = plane.api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert event["involvedObject"] == {
+        "kind": "PodGroup",
+        "namespace": namespace,
+        "name": "g",
+        "uid": created["metadata"]["uid"],
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+    }
+    assert source.write_errors == {}
