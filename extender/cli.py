@@ -112,6 +112,14 @@ SERVE_FLAGS = (
         "N",
     ),
     Flag("log-level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)", "log_level", "LEVEL"),
+    Flag(
+        "podgrouper",
+        _bool,
+        "create and keep a KAI PodGroup (scheduling.run.ai/v2alpha2) for every gang derived from a Job, "
+        "JobSet or PyTorchJob, owned by it; false where KAI's own podgrouper runs (default true)",
+        "cluster.podgrouper",
+        "BOOL",
+    ),
 )
 
 
