@@ -31,7 +31,7 @@ from extender.grouping import GroupingError, groups_for_workload, kai
 from extender.grouping.owners import controller_ref, kind_of, meta, walk_owners
 from extender.model import labels as keys
 from extender.model.group import Source
-from extender.model.keys import object_key
+from extender.model.keys import GroupKey, object_key
 from extender.scheduling.decisions import Effect
 from extender.state.store import ClusterStore, Kind
 
@@ -156,6 +156,7 @@ class Podgrouper:
         self._everything = True  # the first plan looks at every workload
         self._retry_at: dict[WorkloadRef, float] = {}
         self._told: set[str] = set()
+        self._arrived: set[GroupKey] = set()
         store.add_listener(self._on_change)
 
     def _on_change(self, event: str, kind: Kind, obj: dict[str, Any]) -> None:
@@ -166,7 +167,11 @@ class Podgrouper:
             # at again. Ours appearing is our own create landing (or the first list, which the first
             # plan covers): nothing to look at
             ref = controller_ref(obj)
-            if ref is None or (event == "ADDED" and kai.is_managed(obj)):
+            if event == "ADDED" and kai.is_managed(obj):
+                if not self._everything:  # not the first list: the gang may have moved on already
+                    self._arrived.add(GroupKey(object_key(obj)))
+                return
+            if ref is None:
                 return
             owner_kind = (kai.api_group_of(ref), str(ref.get("kind", "")))
             if owner_kind in WORKLOAD_KINDS:
@@ -195,6 +200,12 @@ class Podgrouper:
             elif step.message:
                 self._tell(step.message)
         return effects
+
+    def take_arrived(self) -> list[GroupKey]:
+        """Gangs whose PodGroup of ours appeared since the last call. Their gang may have been planned
+        or bound before it did (a gang binds in well under a second), so its status is owed."""
+        arrived, self._arrived = sorted(self._arrived), set()
+        return arrived
 
     def write_failed(self, effect: Effect) -> None:
         """A write of `effect` did not land: look at its workload again after RETRY_S."""

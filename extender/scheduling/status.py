@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.gang.entry import Phase
 from extender.grouping import kai
 from extender.model.group import GroupSpec, Source
+from extender.model.keys import GroupKey
 from extender.scheduling.decisions import Effect
+from extender.scheduling.ledger import GangLedger
 from extender.state.store import ClusterStore
 
 RUNNING = "Running"
+PENDING = "Pending"
 UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
 NODE_POOL = "default"  # KAI's name for the pool of a cluster that defines none
 
@@ -73,3 +77,24 @@ def kai_status(store: ClusterStore, group: GroupSpec, phase: str, reason: str) -
             }
         ]
     return status
+
+
+def status_now(store: ClusterStore, ledger: GangLedger, gang: GroupKey) -> Effect | None:
+    """The status write for a gang whose group object appeared after the gang had moved on (the
+    podgrouper's PodGroup lands a moment after the workload; the gang may be bound by then). None
+    when the gang has no members, was never looked at, or the object already says its phase."""
+    members = store.group_members(gang)
+    spec = store.membership(members[0]).group if members else None
+    if spec is None:
+        return None
+    entry = ledger.entry(gang)
+    if ledger.phase(gang, spec) is Phase.BOUND:
+        phase, reason = RUNNING, entry.last_reason if entry else "quorum bound"
+    elif entry is not None and entry.last_reason:
+        phase, reason = PENDING, entry.last_reason
+    else:
+        return None
+    obj = store.get(*kai.KAI_PODGROUP, spec.namespace, spec.name) or {}
+    if (obj.get("status") or {}).get("phase") == phase:
+        return None
+    return group_status(store, spec, phase, reason)

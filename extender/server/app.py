@@ -30,6 +30,7 @@ from extender.scheduling.decisions import BindVerdict, Effect, FilterDecision, U
 from extender.scheduling.ledger import GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.scheduler import Scheduler
+from extender.scheduling.status import status_now
 from extender.server import wire
 from extender.server.metrics import Metrics
 from extender.state.source import BindError, ClusterSource
@@ -537,6 +538,9 @@ def _tick(app: web.Application) -> None:
     podgrouper = app[PODGROUPER]
     if podgrouper is not None and app[SOURCE].is_synced():  # type: ignore[attr-defined]
         _spawn_effects(app, podgrouper.plan())  # type: ignore[attr-defined]
+        for gang in podgrouper.take_arrived():  # type: ignore[attr-defined]
+            owed = status_now(app[STORE], scheduler.ledger, gang)
+            _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
     _answer_dropped(app)
     now = app[CLOCK]()

@@ -412,3 +412,30 @@ def test_the_kai_status_written_has_only_fields_kais_crd_defines(phase: str) -> 
         assert set(cond) <= set(schema["schedulingConditions"]["items"]["properties"])
         assert cond["message"] == "gang default/x waiting for pods"
     assert (status["schedulingConditions"] is None) == (phase == "Running")
+
+
+async def test_a_gang_bound_before_its_podgroup_landed_gets_its_status_once_it_does(
+    make_service, monkeypatch
+) -> None:
+    from tests.scheduling.test_gang_flow import bind_all
+
+    workload = job(parallelism=2)
+    _, pods = expand(workload)
+    svc = await make_service([*rack_cluster(), workload, *pods])
+    real = svc.cluster.create_object
+    refused: list = []
+
+    async def refuse(**kw: Any) -> bool:
+        refused.append(kw)
+        return False
+
+    monkeypatch.setattr(svc.cluster, "create_object", refuse)
+    await settle(svc)
+    assert refused and svc.cluster.list(*KAI_PG) == []
+    assert set((await bind_all(svc, [p["metadata"]["name"] for p in pods])).values()) == {""}
+    await settle(svc)
+    monkeypatch.setattr(svc.cluster, "create_object", real)
+    await svc.expire(podgrouper.RETRY_S)
+    await settle(svc)
+    (pg,) = svc.cluster.list(*KAI_PG)
+    assert pg["status"] == {"phase": "Running", "running": 2, "pending": 0}
