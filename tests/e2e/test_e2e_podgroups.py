@@ -188,3 +188,21 @@ def test_someone_elses_podgroup_of_the_same_name_is_never_written(cluster: Clust
         time.sleep(0.2)
     assert "labels" not in now["metadata"] and now["spec"] == theirs["spec"] and not now.get("status")
     assert len(pods(api, namespace)) == 2
+
+
+def test_ours_is_deleted_when_its_workload_opts_out_of_the_podgrouper(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The one deletion the service makes itself: the workload stays, its derived gang does not."""
+    api = cluster.plane.api
+    workload, _, _ = create_job(api, namespace)
+    name = kai.derived_name(workload)
+    wait_until(lambda: read_podgroup(api, namespace, name), timeout_s=30, what=f"PodGroup {name}")
+    job_path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{workload['metadata']['name']}"
+    api.patch(job_path, {"metadata": {"annotations": {keys.SKIP_PODGROUPER: "true"}}})
+    wait_until(
+        lambda: read_podgroup(api, namespace, name) is None,
+        timeout_s=30,
+        what=f"the service to delete PodGroup {name} of a workload marked {keys.SKIP_PODGROUPER}",
+    )
+    assert api.get(job_path)["metadata"]["uid"] == workload["metadata"]["uid"]
