@@ -48,6 +48,9 @@ MANAGED_SPEC_FIELDS = (
     "subGroups",
 )
 RETRY_S = 5.0
+MAX_PER_PLAN = 500
+"""Workloads looked at per plan (~70 us each): after a start with 10k workloads the first pass is
+spread over ticks, never holding up filter and bind answers for long."""
 """Delay before a workload whose PodGroup write failed is looked at again."""
 _TOLD_MAX = 10_000
 
@@ -157,11 +160,16 @@ class Podgrouper:
         self._retry_at: dict[WorkloadRef, float] = {}
         self._told: set[str] = set()
         self._arrived: set[GroupKey] = set()
+        self._gen_seen = store.grouping_gen
         store.add_listener(self._on_change)
 
     def _on_change(self, event: str, kind: Kind, obj: dict[str, Any]) -> None:
+        gen_before, self._gen_seen = self._gen_seen, self._store.grouping_gen
         if kind in WORKLOAD_KINDS:
-            self._dirty.add((kind, object_key(obj)))
+            # the store bumps grouping_gen when what grouping reads of a workload changed (spec,
+            # labels, annotations, owners); a status write (a Job's, on every pod transition) does not
+            if event != "MODIFIED" or self._store.grouping_gen != gen_before:
+                self._dirty.add((kind, object_key(obj)))
         elif kind == kai.KAI_PODGROUP:
             # a PodGroup edited, deleted by hand, or someone else's appearing: its workload is looked
             # at again. Ours appearing is our own create landing (or the first list, which the first
@@ -191,9 +199,10 @@ class Podgrouper:
                 self._dirty.add(ref)
         if not self._dirty:
             return []
-        dirty, self._dirty = self._dirty, set()
+        batch = sorted(self._dirty)[:MAX_PER_PLAN]
+        self._dirty.difference_update(batch)
         effects: list[Effect] = []
-        for ref in sorted(dirty):
+        for ref in batch:
             step = step_for(ref, self._store)
             if step.effect is not None:
                 effects.append(step.effect)

@@ -283,6 +283,10 @@ def test_only_changed_workloads_are_looked_at(monkeypatch) -> None:
     status_only["status"] = {"active": 4}  # the Job controller's status write on a pod transition
     store.upsert(status_only)
     store.upsert(make_pod("p", owner=workloads[3]))  # not a workload
+    assert grouper.plan() == [] and looked == []  # nothing grouping reads changed
+    relabelled = copy.deepcopy(status_only)
+    relabelled["metadata"]["labels"] = {"team": "a"}
+    store.upsert(relabelled)
     assert grouper.plan() == [] and looked == [(kai.JOB, "default/j7")]
 
 
@@ -439,3 +443,10 @@ async def test_a_gang_bound_before_its_podgroup_landed_gets_its_status_once_it_d
     await settle(svc)
     (pg,) = svc.cluster.list(*KAI_PG)
     assert pg["status"] == {"phase": "Running", "running": 2, "pending": 0}
+
+
+def test_a_large_first_pass_is_spread_over_plans(monkeypatch) -> None:
+    monkeypatch.setattr(podgrouper, "MAX_PER_PLAN", 7)
+    grouper = Podgrouper(store_of([job(f"j{i:02}") for i in range(20)]))
+    sizes = [len(grouper.plan()) for _ in range(4)]
+    assert sizes == [7, 7, 6, 0]
