@@ -48,10 +48,12 @@ MANAGED_SPEC_FIELDS = (
     "subGroups",
 )
 RETRY_S = 5.0
+"""Delay before a workload whose PodGroup write failed is looked at again; doubles per failure (a
+refused write, say a grant missing from the role, does not heal by itself), up to RETRY_MAX_S."""
+RETRY_MAX_S = 300.0
 MAX_PER_PLAN = 500
 """Workloads looked at per plan (~70 us each): after a start with 10k workloads the first pass is
 spread over ticks, never holding up filter and bind answers for long."""
-"""Delay before a workload whose PodGroup write failed is looked at again."""
 _TOLD_MAX = 10_000
 
 WorkloadRef = tuple[Kind, str]  # ((API group, kind), "ns/name")
@@ -158,6 +160,7 @@ class Podgrouper:
         self._dirty: set[WorkloadRef] = set()
         self._everything = True  # the first plan looks at every workload
         self._retry_at: dict[WorkloadRef, float] = {}
+        self._failures: dict[WorkloadRef, int] = {}
         self._told: set[str] = set()
         self._arrived: set[GroupKey] = set()
         self._gen_seen = store.grouping_gen
@@ -216,11 +219,14 @@ class Podgrouper:
         arrived, self._arrived = sorted(self._arrived), set()
         return arrived
 
-    def write_failed(self, effect: Effect) -> None:
-        """A write of `effect` did not land: look at its workload again after RETRY_S."""
+    def write_done(self, effect: Effect, *, ok: bool) -> None:
+        """A write of `effect` finished; one that did not land is looked at again after a backoff."""
         ref = effect.data.get("workload")
-        if ref is not None:
-            self._retry_at[ref] = self._clock() + RETRY_S
+        if ref is not None and ok:
+            self._failures.pop(ref, None)
+        elif ref is not None:
+            failures = self._failures[ref] = self._failures.get(ref, 0) + 1
+            self._retry_at[ref] = self._clock() + min(RETRY_S * 2 ** (failures - 1), RETRY_MAX_S)
 
     def _tell(self, message: str) -> None:
         """Log a reason once: a foreign or invalid object is looked at on every change of its workload."""

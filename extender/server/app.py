@@ -498,8 +498,8 @@ async def _write_podgroup(app: web.Application, e: Effect) -> None:
             )
     finally:
         podgrouper = app[PODGROUPER]
-        if not ok and podgrouper is not None:
-            podgrouper.write_failed(e)  # type: ignore[attr-defined]
+        if podgrouper is not None:
+            podgrouper.write_done(e, ok=ok)  # type: ignore[attr-defined]
 
 
 def _now_rfc3339() -> str:

@@ -306,10 +306,23 @@ def test_a_failed_write_is_tried_again_after_the_retry_delay() -> None:
     store = store_of([job()])
     grouper = Podgrouper(store, clock=lambda: now[0])
     (effect,) = grouper.plan()
-    grouper.write_failed(effect)
+    grouper.write_done(effect, ok=False)
     assert grouper.plan() == []
     now[0] += podgrouper.RETRY_S
-    assert [e.kind for e in grouper.plan()] == ["podgroup-create"]
+    (effect,) = grouper.plan()
+    grouper.write_done(effect, ok=False)  # refused again: the delay doubles
+    now[0] += podgrouper.RETRY_S
+    assert grouper.plan() == []
+    now[0] += podgrouper.RETRY_S
+    (effect,) = grouper.plan()
+    grouper.write_done(effect, ok=True)  # it landed: the next failure starts from RETRY_S again
+    store.upsert(effect.data["object"])
+    assert grouper.plan() == []
+    store.upsert({**job(), "metadata": {**job()["metadata"], "labels": {keys.QUEUE: "q"}}})
+    (effect,) = grouper.plan()
+    grouper.write_done(effect, ok=False)
+    now[0] += podgrouper.RETRY_S
+    assert [e.kind for e in grouper.plan()] == ["podgroup-patch"]
 
 
 # ---------------------------------------------------------------- pods keep their gang
