@@ -119,6 +119,14 @@ SERVE_FLAGS = (
         "log_format",
         "text|json",
     ),
+    Flag(
+        "podgrouper",
+        _bool,
+        "create and keep a KAI PodGroup (scheduling.run.ai/v2alpha2) for every gang derived from a Job, "
+        "JobSet or PyTorchJob, owned by it; false where KAI's own podgrouper runs (default true)",
+        "cluster.podgrouper",
+        "BOOL",
+    ),
 )
 
 

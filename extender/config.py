@@ -67,6 +67,9 @@ class ClusterSettings:
     """A live cluster through the pod's service account."""
     http_timeout_s: float = 10.0
     """kube-scheduler's `httpTimeout` for this extender; the gang wait must end MIN_BIND_MARGIN_S sooner."""
+    podgrouper: bool = True
+    """Create and keep a `scheduling.run.ai/v2alpha2` PodGroup for every gang derived from a Job, JobSet
+    or PyTorchJob (KAI's podgrouper role), owned by the workload. Off where KAI's own podgrouper runs."""
 
 
 @dataclasses.dataclass(frozen=True)

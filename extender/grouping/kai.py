@@ -56,6 +56,11 @@ def is_skip_podgrouper(obj: dict[str, Any]) -> bool:
     return annotations(obj).get(keys.SKIP_PODGROUPER) == "true"
 
 
+def is_managed(pg: dict[str, Any]) -> bool:
+    """A PodGroup this service created and keeps (spec and status); any other is never written."""
+    return labels(pg).get(keys.MANAGED_BY) == keys.MANAGER
+
+
 def template_pod(top: dict[str, Any]) -> dict[str, Any]:
     """The pod template a workload stamps out, for reading queue and priority without a live pod."""
     spec = top.get("spec") if isinstance(top.get("spec"), dict) else {}

@@ -43,3 +43,5 @@ PYTORCH_JOB_NAME = "training.kubeflow.org/job-name"
 
 # ours
 NUDGE = "gang-extender.io/nudge"  # annotation patched on pending siblings so kube-scheduler retries them
+MANAGED_BY = "app.kubernetes.io/managed-by"  # label on the KAI PodGroups this service creates and keeps
+MANAGER = "gang-extender"  # its value: a PodGroup without it is someone else's and never touched

@@ -28,7 +28,9 @@ from extender.model.resources import QuantityError
 from extender.placement import api as placement
 from extender.scheduling.decisions import BindVerdict, Effect, FilterDecision, UnknownNodesError, Verdict
 from extender.scheduling.ledger import GangLedger, Release
+from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.scheduler import Scheduler
+from extender.scheduling.status import status_now
 from extender.server import wire
 from extender.server.metrics import Metrics
 from extender.state.source import BindError, ClusterSource, SourceFatalError
@@ -46,6 +48,7 @@ READY = web.AppKey("ready", dict)
 CLOCK = web.AppKey("clock", object)
 PROBE_PORT = web.AppKey("probe_port", int)  # the bound port of --probe-host; 0: no probe listener
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+PODGROUPER = web.AppKey("podgrouper", object)  # a Podgrouper, or None with --podgrouper=false
 
 Clock = Callable[[], float]
 
@@ -474,7 +477,7 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                 )
             elif e.kind == "group-status":
                 status = e.data["status"]
-                for cond in status.get("conditions", ()):
+                for cond in (*(status.get("conditions") or ()), *(status.get("schedulingConditions") or ())):
                     cond.setdefault("lastTransitionTime", _now_rfc3339())
                 await source.patch_group_status(  # type: ignore[attr-defined]
                     group=e.data["group"],
@@ -483,8 +486,32 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                     name=e.name,
                     status=status,
                 )
+            elif e.kind.startswith("podgroup-"):
+                await _write_podgroup(app, e)
         except Exception:
             log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
+
+
+async def _write_podgroup(app: web.Application, e: Effect) -> None:
+    """One of the podgrouper's writes; one that did not land is planned again a little later."""
+    source = app[SOURCE]
+    target = {"group": e.data["group"], "kind": e.data["kind"]}
+    ok = False
+    try:
+        if e.kind == "podgroup-create":
+            ok = await source.create_object(**target, obj=e.data["object"])  # type: ignore[attr-defined]
+        elif e.kind == "podgroup-patch":
+            ok = await source.patch_object(  # type: ignore[attr-defined]
+                **target, namespace=e.namespace, name=e.name, patch=e.data["patch"]
+            )
+        elif e.kind == "podgroup-delete":
+            ok = await source.delete_object(  # type: ignore[attr-defined]
+                **target, namespace=e.namespace, name=e.name, uid=e.data["uid"]
+            )
+    finally:
+        podgrouper = app[PODGROUPER]
+        if podgrouper is not None:
+            podgrouper.write_done(e, ok=ok)  # type: ignore[attr-defined]
 
 
 def _now_rfc3339() -> str:
@@ -520,6 +547,12 @@ def _tick(app: web.Application) -> None:
         ready["startup_nudged"] = True
         _spawn_effects(app, scheduler.startup_nudges())
     _spawn_effects(app, scheduler.backoffs_over())
+    podgrouper = app[PODGROUPER]
+    if podgrouper is not None and app[SOURCE].is_synced():  # type: ignore[attr-defined]
+        _spawn_effects(app, podgrouper.plan())  # type: ignore[attr-defined]
+        for gang in podgrouper.take_arrived():  # type: ignore[attr-defined]
+            owed = status_now(app[STORE], scheduler.ledger, gang)
+            _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
@@ -632,6 +665,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler
+    app[PODGROUPER] = Podgrouper(store, clock=clock) if settings.cluster.podgrouper else None
     app[METRICS] = Metrics()
     app[METRICS].watch_source(source)
     app[BARRIER] = barrier

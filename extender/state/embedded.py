@@ -244,5 +244,39 @@ class EmbeddedCluster:
     ) -> None:
         obj = self.get(group, kind, namespace, name)
         if obj is not None:
-            obj.setdefault("status", {}).update(status)
+            merge_patch(obj, {"status": status})
             self._touch(obj)
+
+    async def create_object(self, *, group: str, kind: str, obj: dict[str, Any]) -> bool:
+        m = obj.get("metadata") or {}
+        if self.get(group, kind, m.get("namespace"), str(m.get("name", ""))) is None:
+            self.apply(obj)
+        return True  # created, or already there (the API's 409 AlreadyExists)
+
+    async def patch_object(
+        self, *, group: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> bool:
+        obj = self.get(group, kind, namespace, name)
+        if obj is not None:
+            merge_patch(obj, patch)
+            self._touch(obj)
+        return True
+
+    async def delete_object(self, *, group: str, kind: str, namespace: str, name: str, uid: str) -> bool:
+        obj = self.get(group, kind, namespace, name)
+        if obj is not None and (not uid or obj["metadata"].get("uid") == uid):
+            self.delete(group, kind, namespace, name)
+        return True
+
+
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place: None removes a key, mappings merge, the rest replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
+            merge_patch(target[key], value)
+        else:
+            target[key] = orjson.loads(orjson.dumps(value)) if isinstance(value, list) else value

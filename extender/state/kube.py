@@ -820,3 +820,54 @@ class KubeClusterSource:
             log.info("%s: object is gone", what)
             return
         log.warning("%s refused: %s", what, _status_message(status, data))
+
+    # ---- objects this service keeps (the podgrouper's PodGroups) -------------------------------
+
+    def _served_path(self, group: str, kind: str, namespace: str, name: str, what: str) -> str | None:
+        served = self._served.get((group, kind))
+        if served is None:
+            log.warning("cannot %s: the API server does not serve %s.%s", what, kind, group)
+            return None
+        return served.object_path(namespace=namespace, name=name)
+
+    async def create_object(self, *, group: str, kind: str, obj: dict[str, Any]) -> bool:
+        """POST `obj`; True when it exists now (409 AlreadyExists included: whoever made it, the
+        watch shows it and the caller decides), False when it should be tried again later."""
+        m = obj.get("metadata") or {}
+        ns, name = str(m.get("namespace", "")), str(m.get("name", ""))
+        what = f"create {kind}.{group} {ns}/{name}"
+        path = self._served_path(group, kind, ns, name, what)
+        if path is None:
+            return False
+        status, data = await self._write("POST", path.rpartition("/")[0], body=obj, what=what)
+        if status in (200, 201, 409):
+            return True
+        self._report(status, data, what)
+        return False
+
+    async def patch_object(
+        self, *, group: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> bool:
+        """Merge-patch the object; True when patched or already gone (its deletion is watched)."""
+        what = f"update {kind}.{group} {namespace}/{name}"
+        path = self._served_path(group, kind, namespace, name, what)
+        if path is None:
+            return False
+        status, data = await self._write("PATCH", path, body=patch, content_type=_MERGE_PATCH, what=what)
+        self._report(status, data, what)
+        return 200 <= status < 300 or status == 404
+
+    async def delete_object(self, *, group: str, kind: str, namespace: str, name: str, uid: str) -> bool:
+        """DELETE the object of that uid; True when deleted, gone, or replaced by another (409)."""
+        what = f"delete {kind}.{group} {namespace}/{name}"
+        path = self._served_path(group, kind, namespace, name, what)
+        if path is None:
+            return False
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        status, data = await self._write("DELETE", path, body=body, what=what)
+        if status in (404, 409):
+            return True
+        self._report(status, data, what)
+        return 200 <= status < 300

@@ -94,3 +94,14 @@ class ClusterSource(Protocol):
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
     ) -> None: ...
+
+    async def create_object(self, *, group: str, kind: str, obj: dict[str, Any]) -> bool:
+        """Create `obj`; True when it exists now (already existing included), False: try again later."""
+
+    async def patch_object(
+        self, *, group: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> bool:
+        """Merge-patch the object; True when patched or gone, False: try again later."""
+
+    async def delete_object(self, *, group: str, kind: str, namespace: str, name: str, uid: str) -> bool:
+        """Delete the object if it still has `uid`; True when done or moot, False: try again later."""

@@ -250,3 +250,21 @@ def test_a_fatal_configuration_error_exits_non_zero_with_the_reason(tmp_path, ar
     assert proc.returncode == 2, proc.stderr[-500:]
     assert says in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        ([], {}, True),
+        (["--podgrouper", "false"], {}, False),
+        ([], {"GANG_EXTENDER_PODGROUPER": "off"}, False),
+        (["--podgrouper", "true"], {"GANG_EXTENDER_PODGROUPER": "false"}, True),
+    ],
+    ids=["on by default", "the flag turns it off", "so does its twin", "the flag wins"],
+)
+def test_the_podgrouper_flag(monkeypatch, argv, env, expected):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    ns = cli.build_parser().parse_args(["serve", *argv])
+    settings, errors = cli.settings_from(ns, cli.SERVE_FLAGS)
+    assert errors == [] and settings.cluster.podgrouper is expected

@@ -109,7 +109,49 @@ def test_crd_is_structural_with_a_status_subresource(
     assert v["subresources"] == {"status": {}}
     schema = v["schema"]["openAPIV3Schema"]
     assert schema["type"] == "object"
-    assert all(schema["properties"][p]["x-kubernetes-preserve-unknown-fields"] for p in ("spec", "status"))
+    assert schema["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"]
+    status = schema["properties"]["status"]
+    if kind == "PodGroup":
+        # KAI's v2alpha2 PodGroupStatus, field for field: anything else the service wrote is pruned
+        assert "x-kubernetes-preserve-unknown-fields" not in status
+        assert set(status["properties"]) == KAI_PODGROUP_STATUS
+        cond = status["properties"]["schedulingConditions"]["items"]["properties"]
+        assert set(cond) == KAI_SCHEDULING_CONDITION
+    else:
+        assert status["x-kubernetes-preserve-unknown-fields"]
+    columns = [c["name"] for c in v["additionalPrinterColumns"]]
+    assert columns[-1] == "Age" and len(columns) >= 2
+    if kind == "PodGroup":
+        assert [c for c in columns if c != "MinSubGroup"] == [
+            "MinMember",
+            "Queue",
+            "Phase",
+            "Running",
+            "Pending",
+            "Age",
+        ]
+
+
+KAI_PODGROUP_STATUS = {
+    "phase",
+    "conditions",
+    "running",
+    "succeeded",
+    "failed",
+    "pending",
+    "schedulingConditions",
+    "resourcesStatus",
+}
+KAI_SCHEDULING_CONDITION = {
+    "type",
+    "nodePool",
+    "reason",
+    "message",
+    "reasons",
+    "lastTransitionTime",
+    "status",
+    "transitionID",
+}
 
 
 def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:

@@ -557,7 +557,7 @@ async def test_a_gangs_life_is_told_in_events(make_service):
     bound = next(e for e in svc.cluster.events if e["reason"] == "GangBound")
     assert bound["message"] == "gang default/train: 2 pods bound together"
     status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
-    assert status == {"phase": "Running", "lastReason": "gang default/train: 2 pods bound together"}
+    assert status == {"phase": "Running", "running": 2, "pending": 0}
 
 
 @pytest.mark.parametrize(
@@ -680,7 +680,13 @@ async def test_a_timeout_is_told_on_the_waiting_members_and_the_group(make_servi
     assert told == [("Pod", "train-0"), ("PodGroup", "train")]
     assert {e["type"] for e in timed_out} == {"Warning"}
     status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")["status"]
-    assert status["phase"] == "Pending" and "backing off 2s" in status["lastReason"]
+    assert status["phase"] == "Pending" and (status["running"], status["pending"]) == (0, 2)
+    (cond,) = status["schedulingConditions"]
+    assert cond["type"] == "UnschedulableOnNodePool" and cond["reason"] == "Unschedulable"
+    assert "backing off 2s" in cond["message"] and cond["reasons"] == [
+        {"reason": "Unschedulable", "message": cond["message"]}
+    ]
+    assert cond["lastTransitionTime"] and "lastReason" not in status
 
 
 async def test_a_pod_recreated_under_a_planned_name_drops_its_predecessors_plan(make_service, monkeypatch):

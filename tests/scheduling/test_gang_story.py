@@ -47,7 +47,8 @@ async def test_a_derived_gang_is_told_on_its_workload_and_its_podgroup(make_serv
     expansion = expand([yaml.safe_load(PYTORCH)])
     objects = [make_node(f"n{i}", gpu="2") for i in range(2)] + expansion.objects
     derived = podgroup_objects(expansion.objects) if podgrouper else []
-    svc = await make_service(objects + derived)
+    # without a PodGroup: the podgrouper off (on, it would create one)
+    svc = await make_service(objects + derived, cluster_podgrouper=podgrouper)
     pods = sorted(p["metadata"]["name"] for p in expansion.pods)
     assert set((await bind_all(svc, pods)).values()) == {""}
     await asyncio.sleep(0.05)

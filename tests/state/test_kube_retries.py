@@ -448,3 +448,89 @@ def test_the_watched_version_of_a_kind_is_its_events_api_version_unless_ambiguou
         )
     }
     assert source._api_version_of(kind) == api_version
+
+
+PODGROUPS = "/apis/scheduling.run.ai/v2alpha2/namespaces/ns/podgroups"
+FORBIDDEN = (403, {"kind": "Status", "reason": "Forbidden", "message": "podgroups is forbidden"})
+EXISTS = (409, {"kind": "Status", "reason": "AlreadyExists", "message": "podgroups pg exists"})
+GONE = (404, {"kind": "Status", "reason": "NotFound", "message": "podgroups pg not found"})
+PRECONDITION = (409, {"kind": "Status", "reason": "Conflict", "message": "Precondition failed: UID"})
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "answers", "done"),
+    [
+        ("POST", PODGROUPS, [CREATED], True),
+        ("POST", PODGROUPS, [BUSY, CREATED], True),
+        ("POST", PODGROUPS, [EXISTS], True),
+        ("POST", PODGROUPS, [FORBIDDEN], False),
+        ("POST", PODGROUPS, [BUSY, BUSY, BUSY], False),
+        ("PATCH", f"{PODGROUPS}/pg", [(200, {})], True),
+        ("PATCH", f"{PODGROUPS}/pg", [GONE], True),
+        ("PATCH", f"{PODGROUPS}/pg", [FORBIDDEN], False),
+        ("DELETE", f"{PODGROUPS}/pg", [(200, {})], True),
+        ("DELETE", f"{PODGROUPS}/pg", [PRECONDITION], True),
+        ("DELETE", f"{PODGROUPS}/pg", [GONE], True),
+        ("DELETE", f"{PODGROUPS}/pg", [FORBIDDEN], False),
+    ],
+    ids=[
+        "create: 201",
+        "create: a 5xx is retried",
+        "create: 409 AlreadyExists is done (the watch shows whose it is)",
+        "create: 403 is to be tried again later",
+        "create: retries are bounded",
+        "patch: 200",
+        "patch: 404 is done (its deletion is watched)",
+        "patch: 403 is to be tried again later",
+        "delete: 200",
+        "delete: a uid precondition that failed is done (another object has the name now)",
+        "delete: 404 is done",
+        "delete: 403 is to be tried again later",
+    ],
+)
+async def test_object_writes_say_whether_they_are_done(
+    fake: tuple[Script, str], method: str, path: str, answers: list[tuple[int, Any]], done: bool
+) -> None:
+    from extender.state.kube import ServedKind
+
+    script, kubeconfig = fake
+    script.on(method, path, *answers)
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    source._served = {
+        ("scheduling.run.ai", "PodGroup"): ServedKind(
+            "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True
+        )
+    }
+    target = {"group": "scheduling.run.ai", "kind": "PodGroup"}
+    try:
+        if method == "POST":
+            obj = {
+                "apiVersion": "scheduling.run.ai/v2alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": "pg", "namespace": "ns"},
+            }
+            got = await source.create_object(**target, obj=obj)
+        elif method == "PATCH":
+            got = await source.patch_object(
+                **target, namespace="ns", name="pg", patch={"spec": {"minMember": 2}}
+            )
+        else:
+            got = await source.delete_object(**target, namespace="ns", name="pg", uid="u1")
+    finally:
+        await source.close()
+    assert got is done
+    assert script.seen[0] == (method, path)
+
+
+async def test_an_object_write_for_a_kind_the_server_does_not_serve_is_not_done(
+    fake: tuple[Script, str],
+) -> None:
+    script, kubeconfig = fake
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    try:
+        assert not await source.create_object(
+            group="scheduling.run.ai", kind="PodGroup", obj={"metadata": {}}
+        )
+    finally:
+        await source.close()
+    assert script.seen == []

@@ -257,7 +257,7 @@ async def test_nudge_and_group_status_patches(plane: ControlPlane, namespace: st
             api_version="scheduling.run.ai/v2alpha2",
         )
         await source.nudge_pod(namespace=namespace, name="p", value="7")
-        status = {"phase": "Waiting", "lastReason": "2 of 2 pods needed, 1 exist"}
+        status = {"phase": "Pending", "running": 0, "pending": 1}
         await source.patch_group_status(
             group="scheduling.run.ai", kind="PodGroup", namespace=namespace, name="g", status=status
         )
