@@ -112,6 +112,25 @@ SERVE_FLAGS = (
         "N",
     ),
     Flag("log-level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)", "log_level", "LEVEL"),
+    Flag(
+        "tls-cert-file",
+        str,
+        "serve --host/--port over TLS with this PEM certificate (chain); the probe address stays plain HTTP "
+        "(default: plain HTTP)",
+        "server.tls_cert_file",
+        "PATH",
+    ),
+    Flag(
+        "tls-key-file", str, "unencrypted PEM private key of --tls-cert-file", "server.tls_key_file", "PATH"
+    ),
+    Flag(
+        "tls-client-ca-file",
+        str,
+        "require a client certificate signed by a CA in this PEM file (kube-scheduler's tlsConfig.certFile) "
+        "(default: none asked)",
+        "server.tls_client_ca_file",
+        "PATH",
+    ),
 )
 
 
@@ -178,6 +197,7 @@ def _setup_logging(level: str) -> None:
 # ------------------------------------------------------------------ serve
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings, errors = settings_from(ns, SERVE_FLAGS)
+    flags_valid = not errors
     c = settings.cluster
     if not errors and not (c.cluster_file or c.kubeconfig or c.in_cluster):
         errors.append("serve needs a cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")
@@ -197,6 +217,14 @@ def cmd_serve(ns: argparse.Namespace) -> int:
             client_config = load_client_config(None if c.in_cluster else c.kubeconfig)
         except SourceConfigError as exc:
             errors.append(str(exc))
+    ssl_context = None
+    if flags_valid:  # the TLS files' problems are reported with the cluster source's
+        from extender.server.tls import TLSFileError, server_context
+
+        try:
+            ssl_context = server_context(settings.server)
+        except TLSFileError as exc:
+            errors.extend(exc.args)
     if errors:
         return _fail(errors)
     _setup_logging(settings.log_level)
@@ -210,7 +238,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     app = build_app(settings, source=source)
     try:
-        run(app, settings.server, version=__version__)
+        run(app, settings.server, version=__version__, ssl_context=ssl_context)
     except ListenError as exc:
         return _fail([str(exc)])
     return 0
