@@ -5,15 +5,24 @@ It matches kube-scheduler's extender `enableHTTPS: true` with `tlsConfig`: kube-
 certificate against `tlsConfig.caFile` (for the URL's host, or `tlsConfig.serverName`) and presents
 `tlsConfig.certFile`/`keyFile` as its client certificate, which --tls-client-ca-file verifies. Every file
 problem is found before the service listens and reported as one line naming the flag and the file.
+
+The files are followed: the first handshake after they change (a rotated Secret's volume is swapped
+atomically) loads them again, so a renewed certificate is served without a restart. A set that does not
+load then (a rotation half done) is logged and the last good one kept.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import ssl
 from pathlib import Path
+from typing import Any
 
 from extender.config import ServerSettings
+
+log = logging.getLogger(__name__)
 
 
 class TLSFileError(Exception):
@@ -39,9 +48,54 @@ def _read(flag: str, path: str, problems: list[str]) -> str | None:
 
 
 def server_context(server: ServerSettings) -> ssl.SSLContext | None:
-    """The TLS context for --host/--port, None for plain HTTP; TLSFileError when a file will not do."""
+    """The TLS context for --host/--port, None for plain HTTP; TLSFileError when a file will not do.
+    Its handshakes follow changes to the files (see _FollowedFiles)."""
     if not server.tls_cert_file:
         return None
+    return _FollowedFiles(server).context
+
+
+class _FollowedFiles:
+    """Swaps a newer context into each handshake once the files changed (OpenSSL's servername callback
+    runs for every ClientHello, with or without SNI), so the listener's context never needs replacing."""
+
+    def __init__(self, server: ServerSettings) -> None:
+        self.paths = [p for p in (server.tls_cert_file, server.tls_key_file, server.tls_client_ca_file) if p]
+        self.server = server
+        self.stamp = self._stamp()
+        self.context = self.current = _load(server)
+        self.context.sni_callback = self._handshake
+        self.refused: tuple[Any, ...] | None = None  # the stamp of files that did not load, not tried again
+
+    def _stamp(self) -> tuple[Any, ...]:
+        def one(path: str) -> tuple[int, int, int] | None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+        return tuple(one(p) for p in self.paths)
+
+    def _handshake(self, conn: Any, server_name: str | None, context: ssl.SSLContext) -> None:
+        stamp = self._stamp()
+        if stamp != self.stamp and stamp != self.refused:
+            try:
+                self.current = _load(self.server)
+            except (TLSFileError, OSError) as exc:  # OSError: a file gone between reading and loading
+                self.refused = stamp
+                log.error(
+                    "the TLS files changed but do not load; still serving the previous ones: %s",
+                    "; ".join(exc.args) if isinstance(exc, TLSFileError) else exc,
+                )
+            else:
+                self.stamp = stamp
+                log.info("the TLS files changed; new connections get them: %s", ", ".join(self.paths))
+        if self.current is not context:
+            conn.context = self.current
+
+
+def _load(server: ServerSettings) -> ssl.SSLContext:
     cert, key, ca = server.tls_cert_file, server.tls_key_file, server.tls_client_ca_file
     problems: list[str] = []
     cert_text = _read("--tls-cert-file", cert, problems)

@@ -259,3 +259,62 @@ def test_a_lone_tls_flag_exits_2_naming_its_partner(pki):
     )
     assert proc.returncode == 2
     assert "--tls-key-file needs --tls-cert-file" in proc.stderr
+
+
+def test_rotated_files_are_served_from_the_next_handshake_and_a_broken_set_is_not(pki, tmp_path):
+    """A renewed Secret (new CA, server and client certificates) is picked up without a restart; files
+    that stop loading are logged and the last good set kept."""
+    live = {"cert": tmp_path / "tls.crt", "key": tmp_path / "tls.key", "ca": tmp_path / "ca.crt"}
+    for name, src in (("cert", pki.server_cert), ("key", pki.server_key), ("ca", pki.ca)):
+        live[name].write_bytes(src.read_bytes())
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(make_node("n000")))
+    port = free_port()
+    argv = ["serve", "--cluster", str(cluster), "--port", str(port), "--tls-cert-file", str(live["cert"])]
+    argv += ["--tls-key-file", str(live["key"]), "--tls-client-ca-file", str(live["ca"])]
+    proc = subprocess.Popen([sys.executable, "-m", "extender", *argv], stderr=subprocess.PIPE, text=True)
+
+    def served(ctx: ssl.SSLContext) -> tuple[int, bytes]:
+        """One request on a new connection: its status and the server certificate it was served with."""
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+        try:
+            conn.request("POST", "/filter", body=FILTER_BODY, headers={"Content-Type": "application/json"})
+            status = conn.getresponse().status
+            return status, conn.sock.getpeercert(binary_form=True)
+        finally:
+            conn.close()
+
+    def der(path: Path) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+    try:
+        old = client_context(pki, pki.client_cert, pki.client_key)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                assert served(old) == (200, der(pki.server_cert))
+                break
+            except (ConnectionRefusedError, ConnectionResetError):
+                assert proc.poll() is None and time.monotonic() < deadline, "the service did not start"
+                time.sleep(0.2)
+        renewed = make_pki(tmp_path / "renewed")
+        for name, src in (("cert", renewed.server_cert), ("key", renewed.server_key), ("ca", renewed.ca)):
+            staged = live[name].with_suffix(".new")
+            staged.write_bytes(src.read_bytes())
+            os.replace(staged, live[name])  # as a Secret volume swaps its files: atomically
+        new = client_context(renewed, renewed.client_cert, renewed.client_key)
+        assert served(new) == (200, der(renewed.server_cert))
+        # the old client certificate is refused now, though the client would trust either server
+        old_trusting_both = client_context(pki, pki.client_cert, pki.client_key)
+        old_trusting_both.load_verify_locations(cafile=str(renewed.ca))
+        with pytest.raises((OSError, http.client.HTTPException)):
+            served(old_trusting_both)
+        live["cert"].write_text("not a certificate\n")
+        assert served(new) == (200, der(renewed.server_cert))  # the last good set, still
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    log = proc.stderr.read() if proc.stderr else ""
+    assert "the TLS files changed; new connections get them" in log, log[-2000:]
+    assert "the TLS files changed but do not load; still serving the previous ones" in log, log[-2000:]
+    assert f"--tls-cert-file {live['cert']}: no PEM certificate in it" in log
