@@ -317,6 +317,9 @@ def cmd_podgroups(ns: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ explain
+_EXPLAIN_TLS = ("ca_file", "client_cert_file", "client_key_file")
+
+
 def cmd_explain(ns: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
@@ -330,8 +333,23 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail([str(exc)])
     url = (ns.url or os.environ.get(_env_name("url"), "http://127.0.0.1:8888")).rstrip("/")
+    tls = {f: getattr(ns, f) or os.environ.get(_env_name(f.replace("_", "-")), "") for f in _EXPLAIN_TLS}
+    context = None
+    if url.startswith("https://"):  # a service with --tls-cert-file (and maybe --tls-client-ca-file)
+        import ssl
+
+        if tls["client_key_file"] and not tls["client_cert_file"]:
+            return _fail(["--client-key-file needs --client-cert-file: give the key's certificate too"])
+        try:
+            context = ssl.create_default_context(cafile=tls["ca_file"] or None)
+            if tls["client_cert_file"]:
+                context.load_cert_chain(tls["client_cert_file"], tls["client_key_file"] or None)
+        except OSError as exc:  # ssl.SSLError included
+            return _fail([f"cannot use the TLS files {', '.join(v for v in tls.values() if v)}: {exc}"])
     try:
-        with urllib.request.urlopen(f"{url}/debug/gangs/{namespace}/{name}", timeout=5) as resp:
+        with urllib.request.urlopen(
+            f"{url}/debug/gangs/{namespace}/{name}", timeout=5, context=context
+        ) as resp:
             doc = orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return _fail([exc.read().decode().strip() or f"{url} answered {exc.code}"])
@@ -423,6 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"the service's base URL (default http://127.0.0.1:8888) [env {_env_name('url')}]",
     )
+    for flag, what in (
+        ("ca-file", "verify an https --url's certificate with this PEM CA bundle (default: the system's)"),
+        ("client-cert-file", "present this PEM client certificate to an https --url (--tls-client-ca-file)"),
+        ("client-key-file", "the private key of --client-cert-file (default: in the certificate's file)"),
+    ):
+        ex.add_argument(f"--{flag}", default=None, metavar="PATH", help=f"{what} [env {_env_name(flag)}]")
     ex.set_defaults(func=cmd_explain)
     return parser
 

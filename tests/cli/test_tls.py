@@ -318,3 +318,35 @@ def test_rotated_files_are_served_from_the_next_handshake_and_a_broken_set_is_no
     assert "the TLS files changed; new connections get them" in log, log[-2000:]
     assert "the TLS files changed but do not load; still serving the previous ones" in log, log[-2000:]
     assert f"--tls-cert-file {live['cert']}: no PEM certificate in it" in log
+
+
+@pytest.mark.parametrize(
+    ("credentials", "says"),
+    [
+        (
+            ["--ca-file", "{ca}", "--client-cert-file", "{cert}", "--client-key-file", "{key}"],
+            "no gang ml/train",
+        ),
+        (["--ca-file", "{ca}"], "cannot reach the extender at https://127.0.0.1:"),
+        (["--client-cert-file", "{cert}", "--client-key-file", "{key}"], "CERTIFICATE_VERIFY_FAILED"),
+        (["--ca-file", "{ca}", "--client-key-file", "{key}"], "--client-key-file needs --client-cert-file"),
+        (["--ca-file", "{ca}", "--client-cert-file", "/nonexistent.crt"], "cannot use the TLS files"),
+    ],
+    ids=[
+        "trusted client certificate: the service answers (404: no such gang)",
+        "no client certificate",
+        "the service's CA not given",
+        "a key without its certificate",
+        "a certificate file that is not there",
+    ],
+)
+def test_explain_reaches_a_tls_service_with_a_client_certificate(tls_service, pki, credentials, says):
+    port, _ = tls_service
+    files = {"ca": pki.ca, "cert": pki.client_cert, "key": pki.client_key}
+    argv = ["explain", "ml/train", "--url", f"https://127.0.0.1:{port}"]
+    argv += [a.format(**files) for a in credentials]
+    proc = subprocess.run(
+        [sys.executable, "-m", "extender", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
