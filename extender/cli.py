@@ -127,6 +127,25 @@ SERVE_FLAGS = (
         "cluster.podgrouper",
         "BOOL",
     ),
+    Flag(
+        "tls-cert-file",
+        str,
+        "serve --host/--port over TLS with this PEM certificate (chain); the probe address stays plain HTTP "
+        "(default: plain HTTP)",
+        "server.tls_cert_file",
+        "PATH",
+    ),
+    Flag(
+        "tls-key-file", str, "unencrypted PEM private key of --tls-cert-file", "server.tls_key_file", "PATH"
+    ),
+    Flag(
+        "tls-client-ca-file",
+        str,
+        "require a client certificate signed by a CA in this PEM file (kube-scheduler's tlsConfig.certFile) "
+        "(default: none asked)",
+        "server.tls_client_ca_file",
+        "PATH",
+    ),
 )
 
 
@@ -195,6 +214,7 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
 # ------------------------------------------------------------------ serve
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings, errors = settings_from(ns, SERVE_FLAGS)
+    flags_valid = not errors
     c = settings.cluster
     if not errors and not (c.cluster_file or c.kubeconfig or c.in_cluster):
         errors.append("serve needs a cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")
@@ -214,6 +234,14 @@ def cmd_serve(ns: argparse.Namespace) -> int:
             client_config = load_client_config(None if c.in_cluster else c.kubeconfig)
         except SourceConfigError as exc:
             errors.append(str(exc))
+    ssl_context = None
+    if flags_valid:  # the TLS files' problems are reported with the cluster source's
+        from extender.server.tls import TLSFileError, server_context
+
+        try:
+            ssl_context = server_context(settings.server)
+        except TLSFileError as exc:
+            errors.extend(exc.args)
     if errors:
         return _fail(errors)
     _setup_logging(settings.log_level, settings.log_format)
@@ -227,7 +255,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     app = build_app(settings, source=source)
     try:
-        run(app, settings.server, version=__version__)
+        run(app, settings.server, version=__version__, ssl_context=ssl_context)
     except ListenError as exc:
         return _fail([str(exc)])
     fatal = fatal_reason(app)
@@ -307,6 +335,9 @@ def cmd_podgroups(ns: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ explain
+_EXPLAIN_TLS = ("ca_file", "client_cert_file", "client_key_file")
+
+
 def cmd_explain(ns: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
@@ -320,8 +351,23 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail([str(exc)])
     url = (ns.url or os.environ.get(_env_name("url"), "http://127.0.0.1:8888")).rstrip("/")
+    tls = {f: getattr(ns, f) or os.environ.get(_env_name(f.replace("_", "-")), "") for f in _EXPLAIN_TLS}
+    context = None
+    if url.startswith("https://"):  # a service with --tls-cert-file (and maybe --tls-client-ca-file)
+        import ssl
+
+        if tls["client_key_file"] and not tls["client_cert_file"]:
+            return _fail(["--client-key-file needs --client-cert-file: give the key's certificate too"])
+        try:
+            context = ssl.create_default_context(cafile=tls["ca_file"] or None)
+            if tls["client_cert_file"]:
+                context.load_cert_chain(tls["client_cert_file"], tls["client_key_file"] or None)
+        except OSError as exc:  # ssl.SSLError included
+            return _fail([f"cannot use the TLS files {', '.join(v for v in tls.values() if v)}: {exc}"])
     try:
-        with urllib.request.urlopen(f"{url}/debug/gangs/{namespace}/{name}", timeout=5) as resp:
+        with urllib.request.urlopen(
+            f"{url}/debug/gangs/{namespace}/{name}", timeout=5, context=context
+        ) as resp:
             doc = orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return _fail([exc.read().decode().strip() or f"{url} answered {exc.code}"])
@@ -413,6 +459,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"the service's base URL (default http://127.0.0.1:8888) [env {_env_name('url')}]",
     )
+    for flag, what in (
+        ("ca-file", "verify an https --url's certificate with this PEM CA bundle (default: the system's)"),
+        ("client-cert-file", "present this PEM client certificate to an https --url (--tls-client-ca-file)"),
+        ("client-key-file", "the private key of --client-cert-file (default: in the certificate's file)"),
+    ):
+        ex.add_argument(f"--{flag}", default=None, metavar="PATH", help=f"{what} [env {_env_name(flag)}]")
     ex.set_defaults(func=cmd_explain)
     return parser
 

@@ -29,6 +29,15 @@ class ServerSettings:
     probe_port: int = 8889
     max_body_bytes: int = 64 * 2**20
     """Larger request bodies get HTTP 400. 15k node names are ~0.7 MiB; full-Node mode at 5k is ~30 MB."""
+    tls_cert_file: str = ""
+    """PEM certificate (chain) for TLS on --host/--port; empty: plain HTTP. The probe address stays plain HTTP
+    (the kubelet probes it). kube-scheduler reaches it with `enableHTTPS: true` and checks it against
+    `tlsConfig.caFile`, so it must name the URL's host (an IP SAN for 127.0.0.1) or `tlsConfig.serverName`."""
+    tls_key_file: str = ""
+    """The unencrypted PEM private key of tls_cert_file."""
+    tls_client_ca_file: str = ""
+    """PEM CA bundle: when set, every caller must present a certificate it signed (kube-scheduler's
+    `tlsConfig.certFile`/`keyFile`); without one the TLS handshake fails. Empty: none is asked for."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +106,15 @@ def validate(settings: Settings) -> list[str]:
             errors.append(f"--probe-port must differ from --port ({s.port}): the verbs must not be on it")
     if s.max_body_bytes < 1024:
         errors.append(f"--max-body-bytes must be at least 1024, got {s.max_body_bytes}")
+    if s.tls_cert_file and not s.tls_key_file:
+        errors.append("--tls-cert-file needs --tls-key-file: give the certificate's private key too")
+    if s.tls_key_file and not s.tls_cert_file:
+        errors.append("--tls-key-file needs --tls-cert-file: give the key's certificate too")
+    if s.tls_client_ca_file and not s.tls_cert_file:
+        errors.append(
+            "--tls-client-ca-file needs --tls-cert-file and --tls-key-file: client certificates are "
+            "checked only on a TLS port"
+        )
     if g.wait_s <= 0:
         errors.append(f"--gang-wait-s must be positive, got {g.wait_s}")
     if c.http_timeout_s <= 0:

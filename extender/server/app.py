@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import ipaddress
 import logging
+import signal
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -715,11 +718,14 @@ def _listen(host: str, port: int, flags: str) -> socket.socket:
     return sock
 
 
-def run(app: web.Application, server: ServerSettings, *, version: str) -> None:
-    """Serve `app` on --host:--port, and on --probe-host:--probe-port when set (health and metrics
-    only), until SIGTERM or SIGINT; aiohttp's shutdown then answers every waiting bind."""
+def run(
+    app: web.Application, server: ServerSettings, *, version: str, ssl_context: ssl.SSLContext | None = None
+) -> None:
+    """Serve `app` on --host:--port (over TLS with `ssl_context`), and on --probe-host:--probe-port when
+    set (health and metrics only, plain HTTP), until SIGTERM or SIGINT; aiohttp's shutdown then answers
+    every waiting bind."""
     socks = [_listen(server.host, server.port, "--host/--port")]
-    where = f"http://{server.host}:{socks[0].getsockname()[1]}"
+    where = f"{'https' if ssl_context else 'http'}://{server.host}:{socks[0].getsockname()[1]}"
     if server.probe_host:
         try:
             socks.append(_listen(server.probe_host, server.probe_port, "--probe-host/--probe-port"))
@@ -729,4 +735,36 @@ def run(app: web.Application, server: ServerSettings, *, version: str) -> None:
         app[PROBE_PORT] = socks[1].getsockname()[1]
         where += f" (health and metrics also on http://{server.probe_host}:{app[PROBE_PORT]})"
     log.info("gang-extender %s serving on %s", version, where)
-    web.run_app(app, sock=socks, print=None, access_log=None)
+    if not (ssl_context and ssl_context.verify_mode == ssl.CERT_REQUIRED) and not _loopback(server.host):
+        log.warning(
+            "anyone who reaches %s can call the verbs, bind included: set --tls-cert-file, --tls-key-file "
+            "and --tls-client-ca-file, or serve on loopback beside kube-scheduler",
+            where,
+        )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(app, [(socks[0], ssl_context), *((s, None) for s in socks[1:])]))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+async def _serve(app: web.Application, listeners: list[tuple[socket.socket, ssl.SSLContext | None]]) -> None:
+    """web.run_app's serving loop with a TLS setting per socket (run_app gives every socket the same one,
+    and the probe socket must stay plain HTTP for the kubelet). SIGTERM and SIGINT end the wait, so the
+    runner's cleanup answers every waiting bind while their handlers are still alive to send it."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=75.0)  # run_app's keep-alive
+    await runner.setup()
+    try:
+        for sock, ssl_context in listeners:
+            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -683,12 +683,24 @@ class ControlPlane:
         return refused
 
     def start_service(
-        self, *, port: int | None = None, extra_args: Iterable[str] = (), kubeconfig: str | None = None
+        self,
+        *,
+        port: int | None = None,
+        extra_args: Iterable[str] = (),
+        kubeconfig: str | None = None,
+        name: str = "service",
+        readyz_url: str | None = None,
     ) -> str:
         """`python -m extender serve` against this plane (or through `kubeconfig`, e.g. a fault-injecting
-        proxy's); returns its base URL once /readyz answers 200."""
+        proxy's); returns its base URL (https with --tls-cert-file) once /readyz answers 200.
+
+        Another `name` runs a second service beside the shared one: its own process and log, and the
+        shared one's restart settings untouched. `readyz_url`: where /readyz is polled instead, e.g. the
+        plain --probe-host address of a service whose TLS port wants a client certificate."""
         port = port or free_port()
-        self.service_kubeconfig = kubeconfig
+        shared = name == "service"
+        if shared:
+            self.service_kubeconfig = kubeconfig
         python = REPO / ".venv" / "bin" / "python"
         argv = [
             str(python if python.exists() else sys.executable),
@@ -704,20 +716,22 @@ class ControlPlane:
             *extra_args,
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.service_args = list(extra_args)
-        self._spawn("service", argv, env=env)
-        url = f"http://127.0.0.1:{port}"
+        if shared:
+            self.service_args = list(extra_args)
+        self._spawn(name, argv, env=env)
+        url = f"{'https' if '--tls-cert-file' in argv else 'http'}://127.0.0.1:{port}"
 
         def ready() -> bool:
-            self._check_alive("service")
+            self._check_alive(name)
             try:
-                with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
+                with urllib.request.urlopen((readyz_url or url) + "/readyz", timeout=2) as resp:
                     return resp.status == 200
             except OSError:
                 return False
 
-        wait_until(ready, timeout_s=120, interval_s=0.25, what="the service's /readyz")
-        self.service_url = url
+        wait_until(ready, timeout_s=120, interval_s=0.25, what=f"the {name}'s /readyz")
+        if shared:
+            self.service_url = url
         return url
 
     def stop_service(self, *, timeout_s: float = 5.0) -> None:
@@ -757,10 +771,14 @@ class ControlPlane:
         cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{free_port()}"
         return cfg
 
-    def start_scheduler(self, *, url_prefix: str, config: Path | None = None) -> None:
-        """kube-scheduler with the shipped configuration (see scheduler_config)."""
+    def start_scheduler(
+        self, *, url_prefix: str, config: Path | None = None, name: str = "kube-scheduler"
+    ) -> None:
+        """kube-scheduler with the shipped configuration (see scheduler_config). Another `name` runs a
+        second kube-scheduler beside the shared one (give it its own schedulerName and lease, or none)."""
         cfg = self.scheduler_config(url_prefix=url_prefix, config=config)
-        path = self.workdir / f"scheduler-config.{cfg['apiVersion'].rsplit('/', 1)[1]}.yaml"
+        prefix = "scheduler" if name == "kube-scheduler" else name
+        path = self.workdir / f"{prefix}-config.{cfg['apiVersion'].rsplit('/', 1)[1]}.yaml"
         path.write_text(yaml.safe_dump(cfg))
         if self.legacy:
             per_version = ["--port=0"]
@@ -774,7 +792,7 @@ class ControlPlane:
             if self.scheduler_gates:
                 per_version.append(f"--feature-gates={self.scheduler_gates}")
         self._spawn(
-            "kube-scheduler",
+            name,
             [
                 self.bins["kube-scheduler"],
                 f"--config={path}",
@@ -787,14 +805,14 @@ class ControlPlane:
 
         election = cfg.get("leaderElection") or {}
         if not election.get("leaderElect", True):
-            self._check_alive("kube-scheduler")
+            self._check_alive(name)
             return
         ns = election.get("resourceNamespace", "kube-system")
-        name = election.get("resourceName", "kube-scheduler")
-        lease = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}"
+        lease_name = election.get("resourceName", "kube-scheduler")
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{lease_name}"
 
         def leading() -> bool:
-            self._check_alive("kube-scheduler")
+            self._check_alive(name)
             status, doc = self.api.request("GET", lease, ok=(200, 404))
             return status == 200 and bool((doc.get("spec") or {}).get("holderIdentity"))
 
