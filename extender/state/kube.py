@@ -839,7 +839,9 @@ class KubeClusterSource:
         path = self._served_path(group, kind, ns, name, what)
         if path is None:
             return False
-        status, data = await self._write("POST", path.rpartition("/")[0], body=obj, what=what)
+        status, data = await self._write(
+            "POST", path.rpartition("/")[0], body=obj, what=what, write="podgroup", expected=(409,)
+        )
         if status in (200, 201, 409):
             return True
         self._report(status, data, what)
@@ -853,7 +855,9 @@ class KubeClusterSource:
         path = self._served_path(group, kind, namespace, name, what)
         if path is None:
             return False
-        status, data = await self._write("PATCH", path, body=patch, content_type=_MERGE_PATCH, what=what)
+        status, data = await self._write(
+            "PATCH", path, body=patch, content_type=_MERGE_PATCH, what=what, write="podgroup", expected=(404,)
+        )
         self._report(status, data, what)
         return 200 <= status < 300 or status == 404
 
@@ -866,7 +870,9 @@ class KubeClusterSource:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if uid:
             body["preconditions"] = {"uid": uid}
-        status, data = await self._write("DELETE", path, body=body, what=what)
+        status, data = await self._write(
+            "DELETE", path, body=body, what=what, write="podgroup", expected=(404, 409)
+        )
         if status in (404, 409):
             return True
         self._report(status, data, what)
