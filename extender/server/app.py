@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
-from aiohttp import web, web_runner
+from aiohttp import web
 
 from extender.config import ServerSettings, Settings
 from extender.model.keys import GroupKey, PodKey, pod_key
@@ -610,7 +610,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             if isinstance(exc, SourceFatalError):
                 app[READY]["fatal"] = str(exc)
                 log.error("exiting: %s", exc)
-                asyncio.get_running_loop().call_soon(_exit_gracefully)
+                stop = app[READY].get("stop")
+                if stop is not None:  # run() serves this app: end it (its cleanup answers waiting binds)
+                    stop.set()
                 return
             reason = f"{what} stopped: {exc!r}" if exc else f"{what} stopped"
             # a stale cache over-commits and waiting binds hang: stop being ready, say why
@@ -629,11 +631,6 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         for task in (runner, ticker, warmer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-def _exit_gracefully() -> None:
-    # a SystemExit raised from a loop callback ends web.run_app, which then shuts down in order
-    raise web_runner.GracefulExit
 
 
 def fatal_reason(app: web.Application) -> str | None:
@@ -757,6 +754,7 @@ async def _serve(app: web.Application, listeners: list[tuple[socket.socket, ssl.
     and the probe socket must stay plain HTTP for the kubelet). SIGTERM and SIGINT end the wait, so the
     runner's cleanup answers every waiting bind while their handlers are still alive to send it."""
     stop = asyncio.Event()
+    app[READY]["stop"] = stop  # a fatal cluster-source error ends the service too
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -446,6 +446,7 @@ class KubeClusterSource:
                 break
             except ApiStatusError as exc:
                 if exc.status in (401, 403):  # retrying cannot help: a configuration error
+                    await self.close()
                     raise SourceFatalError(_refused_credentials(exc)) from exc
                 log.warning("API discovery failed (%s); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))

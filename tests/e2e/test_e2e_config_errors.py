@@ -37,6 +37,7 @@ def test_credentials_the_api_server_refuses_exit_2_with_the_reason(
     assert done.returncode == 2, done.stderr[-2000:]
     assert "unauthorized (HTTP 401)" in done.stderr, done.stderr[-2000:]
     assert "check the token" in done.stderr
+    assert "Unclosed" not in done.stderr, "the source closed its session before exiting"
 
 
 @pytest.mark.parametrize("flag", ["--gang-wait-s", "--port"])
