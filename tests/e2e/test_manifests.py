@@ -167,6 +167,7 @@ def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:
     reads = [(k.group, k.plural) for k in DEFAULT_KINDS]  # what the cluster source lists and watches
     expected = {(g, r, v) for g, r in reads for v in ("get", "list", "watch")} | {
         ("", "pods/binding", "create"),
+        ("", "pods/eviction", "create"),
         ("", "pods/status", "patch"),
         ("", "pods", "patch"),
         ("", "events", "create"),
