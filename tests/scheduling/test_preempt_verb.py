@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from extender.gang.entry import PlannedPod
 from extender.model.keys import pod_key
+from extender.model.labels import SUBGROUP_NAME
 from extender.scheduling import preemption
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.preemption import Outcome
@@ -85,9 +86,22 @@ def jobset_members(node: str) -> list[dict[str, Any]]:
     return objs
 
 
+def subgroup_gang() -> list[dict[str, Any]]:
+    """KAI subgroups a and b of minMember 2 each, and the root needs one of them (minSubGroup 1):
+    s1 runs a-0 and b-0, s2 runs a-1, b-1 and b-2."""
+    group = make_kai_podgroup("sub", subgroups=[{"name": "a", "minMember": 2}, {"name": "b", "minMember": 2}])
+    group["spec"]["minSubGroup"] = 1
+    placed = {"a-0": "s1", "b-0": "s1", "a-1": "s2", "b-1": "s2", "b-2": "s2"}
+    pods = [
+        prioritized(gang_pod(f"sub-{m}", "sub", cpu="1", node=node, labels={SUBGROUP_NAME: m[0]}), 10)
+        for m, node in placed.items()
+    ]
+    return [group, *pods]
+
+
 def world() -> list[dict[str, Any]]:
     """Nodes of 8 cpu; who runs where is in each comment."""
-    nodes = "a1 a2 b c j k e l l2 h m m2 r".split()
+    nodes = "a1 a2 b c j k e l l2 h m m2 r s1 s2".split()
     return [
         *(make_node(n, cpu="8") for n in nodes),
         *gang("run4", 4, ["a1", "a1", "a2", "a2"], priority=10),  # a running 4-pod gang, minMember 4
@@ -107,6 +121,7 @@ def world() -> list[dict[str, Any]]:
         *gang("hi", 2, ["h", "h"], priority=500),
         *gang("lo2", 2, ["m", "m2"], priority=100),
         *gang("lo3", 2, ["m", "m2"], priority=100),
+        *subgroup_gang(),  # subgroups a (2 of minMember 2) and b (3 of 2), one of them needed
         # r: a plain pod of 4 cpu, and 4 cpu held by gang "held"'s plan (see held_world)
         plain("plain-r0", "r", cpu="4"),
         *gang("held", 2, [None, None], priority=50),
@@ -185,6 +200,18 @@ CASES = [
         {"e": ["elastic-0", "elastic-1", "elastic-2"], "b": ["plain-b0"]},
         {"e": BREAKS, "b": KEPT},
         id="the same gang taken to 1 of 2 breaks",
+    ),
+    pytest.param(
+        "small",
+        {"s1": ["sub-a-0", "sub-b-0"], "c": ["plain-c0"]},
+        {"s1": KEPT, "c": KEPT},
+        id="subgroups: a falls below its minMember, b still holds the root's minSubGroup 1",
+    ),
+    pytest.param(
+        "small",
+        {"s2": ["sub-a-1", "sub-b-1", "sub-b-2"], "c": ["plain-c0"]},
+        {"s2": BREAKS, "c": KEPT},
+        id="subgroups: both below their minMember takes the root below its minSubGroup",
     ),
     pytest.param(
         "small",
@@ -315,7 +342,7 @@ def _oracle_breaks(w: World, names: list[str]) -> bool:
 
 BOUND_ON: dict[str, list[str]] = {}
 for _o in world():
-    if _o["kind"] == "Pod" and _o["spec"].get("nodeName") and _o["spec"]["nodeName"] != "r":
+    if _o["kind"] == "Pod" and _o["spec"].get("nodeName") not in (None, "r", "s1", "s2"):
         BOUND_ON.setdefault(_o["spec"]["nodeName"], []).append(_o["metadata"]["name"])
 
 candidates_strategy = st.dictionaries(
