@@ -121,7 +121,7 @@ def choose(
     judged: dict[str, Candidate] = {}
     for node, meta in victims.items():
         uids = [str(p.get("UID", "")) for p in meta.get("Pods") or ()]
-        recs = [rec for u in uids if (rec := by_uid.get(u)) is not None]
+        recs = list({u: rec for u in uids if (rec := by_uid.get(u)) is not None}.values())  # once each
         prio = sum(pod_priority(r.obj) for r in recs)
         if not uids:
             judged[node] = Candidate(node, Outcome.DROPPED_NO_VICTIM, 0, 0, why="no victim")

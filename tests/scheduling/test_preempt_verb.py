@@ -299,6 +299,23 @@ def test_each_veto_says_why(the_world):
     )
 
 
+def test_a_bind_in_flight_holds_room_too_and_is_named():
+    w = World(world())
+    rec = w.store.pods[pod_key("default", "small")]
+    w.ledger.hold(rec.key, "b", {"cpu": 4000})  # a plain pod's own bind, in flight on b
+    decision = w.choose("big", {"b": ["plain-b0"], "c": ["plain-c0"]})
+    assert decision.candidates["b"].outcome is RESERVED
+    assert decision.candidates["b"].why.startswith(
+        "the room its victims would free is held for pod default/small"
+    )
+    assert decision.candidates["c"].outcome is KEPT
+
+
+def test_a_victim_named_twice_counts_once(the_world):
+    decision = the_world.choose("small", {"e": ["elastic-0", "elastic-0", "elastic-1"], "b": ["plain-b0"]})
+    assert decision.candidates["e"].outcome is KEPT  # 2 of the 4 go, quorum 2 holds
+
+
 def test_an_unknown_victim_is_a_plain_pod_that_frees_nothing(the_world):
     store, ledger = the_world.store, the_world.ledger
     rec = store.pods[pod_key("default", "small")]
