@@ -36,7 +36,7 @@ from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
-from extender.scheduling import messages, planning, topology
+from extender.scheduling import messages, planning, preemption, topology
 from extender.scheduling.decisions import (
     ARRIVAL_VERDICT,
     BindDecision,
@@ -745,12 +745,22 @@ class Scheduler:
         ]
 
     # ================================================================= preempt
-    def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> dict[str, Any]:
-        """Candidates pass through unchanged; a node this service does not know is refused, as in
-        filter (UnknownNodesError: the request is answered 400 with the names), and a candidate with
-        no victim is never returned (kube-scheduler rejects such a reply)."""
+    def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> preemption.PreemptDecision:
+        """The candidates whose victims break no gang and free room no one else holds (the order is
+        preemption.py's). A node this service does not know is refused, as in filter
+        (UnknownNodesError: the request is answered 400 with the names)."""
         self.rows_of(list(victims))
-        return {n: v for n, v in victims.items() if v.get("Pods")}
+        key, uid = _pod_identity(pod)
+        decision = preemption.choose(self.store, self.ledger, pod, self._requests(pod, key, uid), victims)
+        if len(decision.victims) < len(victims):
+            log.info(
+                "preempt %s: %d of %d candidate nodes kept",
+                key,
+                len(decision.victims),
+                len(victims),
+                extra={"pod": key, "reason": decision.summary()},
+            )
+        return decision
 
     # ================================================================= debug
     def describe(self, gang: GroupKey) -> dict[str, Any] | None:

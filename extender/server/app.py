@@ -374,7 +374,10 @@ async def handle_preempt(request: web.Request) -> web.Response:
 
     async def work(body: bytes) -> web.Response:
         args = wire.parse_preemption_args(body)
-        return _json(wire.preemption_result(app[SCHEDULER].preempt(args.pod, args.victims)))
+        decision = app[SCHEDULER].preempt(args.pod, args.victims)
+        for outcome, n in decision.counts().items():
+            app[METRICS].preempt_candidates.labels(outcome.value).inc(n)
+        return _json(wire.preemption_result(decision.victims))
 
     return await _handle(request, "preempt", work)
 

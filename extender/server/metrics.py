@@ -126,6 +126,13 @@ class Metrics:
         )
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
+        self.preempt_candidates = Counter(
+            "gang_extender_preempt_candidates",
+            "Candidate nodes of kube-scheduler's preempt calls by what the verb did with them: kept, "
+            "vetoed-breaks-gang, vetoed-reservation (others hold the room freed), dropped-no-victim",
+            ["outcome"],
+            registry=r,
+        )
 
     def watch_source(self, source: Any) -> None:
         """Report `source`'s own counters (see SourceCounts) from here on."""
