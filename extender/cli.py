@@ -146,6 +146,13 @@ SERVE_FLAGS = (
         "server.tls_client_ca_file",
         "PATH",
     ),
+    Flag(
+        "preemption-hold-s",
+        float,
+        "how long the room a preempting gang freed is held for it alone (default 60)",
+        "gang.preemption_hold_s",
+        "S",
+    ),
 )
 
 

@@ -419,6 +419,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
     )
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
+    take_preemption_metrics(request.app)
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -491,6 +492,10 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                 )
             elif e.kind.startswith("podgroup-"):
                 await _write_podgroup(app, e)
+            elif e.kind == "evict":
+                await source.evict_pod(  # type: ignore[attr-defined]
+                    namespace=e.namespace, name=e.name, uid=e.data["uid"], reason=e.data["reason"]
+                )
         except Exception:
             log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
 
@@ -515,6 +520,15 @@ async def _write_podgroup(app: web.Application, e: Effect) -> None:
         podgrouper = app[PODGROUPER]
         if podgrouper is not None:
             podgrouper.write_done(e, ok=ok)  # type: ignore[attr-defined]
+
+
+def take_preemption_metrics(app: web.Application) -> None:
+    """Count what the preemptors did since the last look (the scheduler keeps no metrics itself)."""
+    outcomes, victims = app[SCHEDULER].take_preemption_counts()
+    for outcome, n in outcomes.items():
+        app[METRICS].preemptions.labels(outcome).inc(n)
+    for kind, n in victims.items():
+        app[METRICS].preemption_victims.labels(kind).inc(n)
 
 
 def _now_rfc3339() -> str:
@@ -557,6 +571,7 @@ def _tick(app: web.Application) -> None:
             owed = status_now(app[STORE], scheduler.ledger, gang)
             _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
+    _spawn_effects(app, scheduler.preemptions_tick())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()
@@ -662,6 +677,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         ledger,
         reason_nodes=settings.gang.reason_nodes,
         native_gang_scheduling=settings.gang.native_gang_scheduling,
+        preemption_hold_s=settings.gang.preemption_hold_s,
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler
