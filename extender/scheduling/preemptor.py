@@ -145,7 +145,8 @@ def plan_preemption(
     me: planning.Member,
     priority: int,
 ) -> PreemptionPlan | None:
-    """The cheapest preemption that lets the gang's quorum fit in one domain, or None."""
+    """The cheapest preemption that lets the gang's quorum fit in one domain, or None. A plan with no
+    victims means the gang fits somewhere as things are: there is nothing to preempt."""
     arrays = store.arrays
     levels = planning.constraint_levels(store, group, None)
     level = levels[0] if levels else -1
@@ -153,7 +154,7 @@ def plan_preemption(
     eligible = store.eligible_mask(me.rec.obj)
     offered = rows_in_use if eligible is None else rows_in_use[eligible[rows_in_use]]
     units = candidate_units(store, ledger, group.key, priority)
-    if not units or not len(offered):
+    if not len(offered):
         return None
     if level >= 0:
         ids = arrays.domains[level, rows_in_use]
@@ -191,12 +192,15 @@ def plan_preemption(
             local = [u for u in units if any(row in in_domain for row, _ in u.freed)]
         else:
             local = list(units)
+        name = f"{messages.level_name(store, level)} {arrays.domain_name(level, d)}" if d >= 0 else ""
+        fits = trial([], d)
+        if fits is not None:
+            # room without evicting anyone: nothing to preempt (kube-scheduler did not offer it)
+            return PreemptionPlan(name, (), {pk: p.node for pk, (p, _) in fits.assignment.items()})
         if not local:
             continue
         local.sort(key=lambda u: (u.priority, len(u.victims), u.name))
         local = local[:MAX_UNITS_PER_DOMAIN]
-        if trial([], d) is not None:
-            continue  # room without evicting anyone here: not a preemption's to take
         chosen: list[Unit] | None = None
         for ceiling in sorted({u.priority for u in local}):
             below = [u for u in local if u.priority <= ceiling]
@@ -212,7 +216,6 @@ def plan_preemption(
         placed = trial(chosen, d)
         if placed is None:  # pragma: no cover - the last accepted trial fitted
             continue
-        name = f"{messages.level_name(store, level)} {arrays.domain_name(level, d)}" if d >= 0 else ""
         where = {pk: p.node for pk, (p, _) in placed.assignment.items()}
         candidate = PreemptionPlan(name, tuple(sorted(chosen, key=lambda u: u.name)), where)
         if best is None or candidate.cost() < best.cost():

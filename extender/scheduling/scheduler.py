@@ -120,6 +120,8 @@ class Scheduler:
         """Preemptions by outcome (planned, no-domain, completed, expired), for the server to take."""
         self.preemption_victims: collections.Counter[str] = collections.Counter()
         """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
+        self.preempt_effects: list[Effect] = []
+        """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -378,10 +380,15 @@ class Scheduler:
             )
         if result.reason:
             reason = result.reason
-            if preempted is None:
-                started, reason = self._preempt(call, members, leaves, reason)
-                if started is not None:
-                    return started
+            if preempted is not None:
+                # the victims are gone but the gang does not fit yet (kube-scheduler has not offered the
+                # freed nodes, say): the room stays held for it until the hold ends; never preempt again
+                preempted.held.clear()
+                ledger.start_preemption(preempted)
+                return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, preempted.reason))
+            started, reason = self._preempt(call, members, leaves, reason)
+            if started is not None:
+                return started
             ledger.remember_no_fit(group.key, signature, reason)
             return FilterDecision(Verdict.NO_FIT, [], reason)
         ledger.plan(group, result.assignment, domain=result.domain)
@@ -429,6 +436,8 @@ class Scheduler:
             )
         except topology.TopologyError:
             return None, no_fit
+        if plan is not None and not plan.units:
+            return None, no_fit  # it fits without evicting anyone, on nodes kube-scheduler did not offer
         if plan is None:
             self.preemption_outcomes["no-domain"] += 1
             levels = planning.constraint_levels(self.store, group, None)
@@ -481,6 +490,23 @@ class Scheduler:
                 p.nudged = True
                 effects += self._nudge_turned_away(gang, "preempted")
         return effects
+
+    def preempt_as_gang(self, pod: dict[str, Any]) -> list[Effect] | None:
+        """kube-scheduler found no node for a member of a gang that may preempt (its own filters
+        passed none, so this service's filter was never asked) and asks the preempt verb. The gang
+        preempts as a whole, through the filter's own path over every node: a plan, a preemption
+        started or waited on, or the reason none can be. The effects to run; None when the pod is
+        not such a gang member (kube-scheduler's per-pod candidates then stand)."""
+        if self._gang_of_pod(pod) is None or pod_priority(pod) <= 0 or not may_preempt(pod):
+            return None
+        arrays = self.store.arrays
+        names = [n for r, n in sorted(self.store.row_names.items()) if arrays.schedulable[r]]
+        decision = self.filter(pod, names)
+        if decision.verdict is Verdict.PASS:
+            # planned: kube-scheduler parks the pod after an empty answer, so bring it back now
+            key = _pod_identity(pod)[0]
+            decision.effects.append(Effect("nudge", *pod_ref(key), {"value": "planned"}))
+        return decision.effects
 
     def take_preemption_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         out = (dict(self.preemption_outcomes), dict(self.preemption_victims))
@@ -854,6 +880,11 @@ class Scheduler:
         filter (UnknownNodesError: the request is answered 400 with the names), and a candidate with
         no victim is never returned (kube-scheduler rejects such a reply)."""
         self.rows_of(list(victims))
+        gang_effects = self.preempt_as_gang(pod)
+        if gang_effects is not None:
+            # a gang preempts whole, in one domain, by this service's plan: never one pod's candidates
+            self.preempt_effects += gang_effects
+            return {}
         return {n: v for n, v in victims.items() if v.get("Pods")}
 
     # ================================================================= debug

@@ -374,7 +374,10 @@ async def handle_preempt(request: web.Request) -> web.Response:
 
     async def work(body: bytes) -> web.Response:
         args = wire.parse_preemption_args(body)
-        return _json(wire.preemption_result(app[SCHEDULER].preempt(args.pod, args.victims)))
+        reply = _json(wire.preemption_result(app[SCHEDULER].preempt(args.pod, args.victims)))
+        effects, app[SCHEDULER].preempt_effects = app[SCHEDULER].preempt_effects, []
+        _spawn_effects(app, effects)
+        return reply
 
     return await _handle(request, "preempt", work)
 

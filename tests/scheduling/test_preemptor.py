@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from extender.sim.cluster import topology
@@ -249,3 +250,32 @@ async def test_the_hold_expires_and_the_room_is_free_again(make_service):
     assert svc.store.reservations == {}
     assert svc.scheduler.preemption_outcomes["expired"] == 1
     assert sorted((await svc.filter("intruder"))["NodeNames"]) == ["n000", "n001"]
+
+
+async def test_the_preempt_verb_hands_a_gang_member_to_the_gangs_own_preemption(make_service):
+    # every node full: kube-scheduler's own filters pass none, so only its preempt verb asks the service
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    lo0 = svc.pod("lo-0")
+    doc = {
+        "Pod": svc.pod("hi-0"),
+        "NodeNameToMetaVictims": {"n000": {"Pods": [{"UID": lo0["metadata"]["uid"]}], "NumPDBViolations": 0}},
+    }
+    resp = await svc.client.post("/preempt", data=orjson.dumps(doc))
+    assert resp.status == 200
+    assert not (await resp.json()).get("NodeNameToMetaVictims")  # kube-scheduler evicts nothing itself
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == ["default/lo-0", "default/lo-1"]  # the gang, whole
+    assert svc.scheduler.ledger.preemption("default/hi").domain == "rack r00"
+
+
+async def test_the_preempt_verb_leaves_plain_pods_to_kube_scheduler(make_service):
+    svc = await make_service(cluster(FULL_R01, [running(make_pod("solo", cpu="8"), "n000", 0)]))
+    pod = make_pod("urgent", cpu="8")
+    pod["spec"]["priority"] = HIGH
+    svc.cluster.apply(pod)
+    victims = {"n010": {"Pods": [{"UID": svc.pod("x")["metadata"]["uid"]}], "NumPDBViolations": 0}}
+    doc = {"Pod": svc.pod("urgent"), "NodeNameToMetaVictims": victims}
+    resp = await svc.client.post("/preempt", data=orjson.dumps(doc))
+    assert (await resp.json())["NodeNameToMetaVictims"] == victims
