@@ -218,6 +218,32 @@ def test_explain_renders_a_gang_for_a_person():
     assert "ml/b  bound to n2 [w]" in text
 
 
+def test_explain_shows_a_preemptors_plan():
+    text = cli.render_gang(
+        {
+            "gang": "ml/urgent",
+            "phase": "Pending",
+            "policy": "gang",
+            "quorum": 2,
+            "lastReason": "gang ml/urgent: preempting 1 gang (ml/batch) in rack r1",
+            "members": [],
+            "preemption": {
+                "domain": "rack r1",
+                "priority": 1000,
+                "victimPriority": 100,
+                "holdLeftS": 42.5,
+                "victims": [
+                    {"pod": "ml/batch-0", "node": "n1", "gang": "ml/batch", "gone": True},
+                    {"pod": "ml/batch-1", "node": "n2", "gang": "ml/batch", "gone": False},
+                ],
+            },
+        }
+    )
+    assert "Preempting:  rack r1 for priority 1000 (victims <= 100); room held 42.5s more" in text
+    assert "ml/batch-0 on n1, with its gang ml/batch: gone" in text
+    assert "ml/batch-1 on n2, with its gang ml/batch: being evicted" in text
+
+
 def test_simulate_runs_a_file_and_prints_json(tmp_path):
     res = run("simulate", f"{SEED}/gang-training.yaml", "--format", "json", "--gang-wait-s", "3")
     assert res.returncode == 0, res.stderr
