@@ -213,6 +213,8 @@ async def test_the_freed_rack_is_held_for_the_preemptor_until_it_is_planned_ther
     assert svc.pod("lo-0") is None and svc.pod("lo-1") is None
     assert svc.scheduler.ledger.victims_gone("default/hi")
     svc.check_invariants()
+    await svc.expire(0.0)  # the ticker brings back the member turned away while the victims went
+    assert "preempted" in svc.pod("hi-0")["metadata"]["annotations"]["gang-extender.io/nudge"]
     # a plain pod and another gang find rack r00 empty in the cluster, but held
     svc.cluster.apply(make_pod("intruder", cpu="8"))
     doc = await svc.filter("intruder")
