@@ -185,24 +185,43 @@ def plan_preemption(
         return plan if plan is not None and not plan.reason else None
 
     scale = np.maximum(arrays.allocatable[: arrays.n_rows].max(axis=0, initial=0), 1)
-    best: PreemptionPlan | None = None
+    floor = _demand_floor(store, ledger, group, members, leaves)
+    usable = arrays.schedulable[: arrays.n_rows]
+    by_domain: dict[int, list[Unit]] = {d: [] for d in domains}
+    for u in units:
+        touched = {int(arrays.domains[level, row]) for row, _ in u.freed} if level >= 0 else {-1}
+        for d in touched & by_domain.keys():
+            by_domain[d].append(u)
+    # first, what each domain could free at best, in sum: a cheap bound that rules most out
+    candidates: list[tuple[int, str, int, np.ndarray, list[Unit]]] = []
     for d in domains:
-        if d >= 0:
-            in_domain = set(np.flatnonzero(arrays.domains[level, : arrays.n_rows] == d).tolist())
-            local = [u for u in units if any(row in in_domain for row, _ in u.freed)]
-        else:
-            local = list(units)
+        inside = usable & (arrays.domains[level, : arrays.n_rows] == d) if d >= 0 else usable
         name = f"{messages.level_name(store, level)} {arrays.domain_name(level, d)}" if d >= 0 else ""
-        fits = trial([], d)
-        if fits is not None:
-            # room without evicting anyone: nothing to preempt (kube-scheduler did not offer it)
-            return PreemptionPlan(name, (), {pk: p.node for pk, (p, _) in fits.assignment.items()})
-        if not local:
-            continue
-        local.sort(key=lambda u: (u.priority, len(u.victims), u.name))
-        local = local[:MAX_UNITS_PER_DOMAIN]
+        room = arrays.free[: arrays.n_rows][inside].sum(axis=0)
+        if not np.any(room < floor):
+            fits = trial([], d)
+            if fits is not None:
+                # room without evicting anyone: nothing to preempt (kube-scheduler did not offer it)
+                return PreemptionPlan(name, (), {pk: p.node for pk, (p, _) in fits.assignment.items()})
+        local = sorted(by_domain[d], key=lambda u: (u.priority, len(u.victims), u.name))[
+            :MAX_UNITS_PER_DOMAIN
+        ]
+        lowest = None  # the lowest priority ceiling whose victims could free enough, in sum
+        for u in local:
+            for row, vec in u.freed:
+                if inside[row]:
+                    room = room + vec
+            if not np.any(room < floor):
+                lowest = u.priority
+                break
+        if lowest is not None:
+            candidates.append((lowest, name, d, inside, local))
+    best: PreemptionPlan | None = None
+    for lowest, name, d, _inside, local in sorted(candidates, key=lambda c: (c[0], c[1])):
+        if best is not None and lowest > best.victim_priority:
+            break  # every domain left needs a higher priority evicted than the best one found
         chosen: list[Unit] | None = None
-        for ceiling in sorted({u.priority for u in local}):
+        for ceiling in sorted({u.priority for u in local if u.priority >= lowest}):
             below = [u for u in local if u.priority <= ceiling]
             if trial(below, d) is not None:
                 chosen = below
@@ -221,6 +240,26 @@ def plan_preemption(
         if best is None or candidate.cost() < best.cost():
             best = candidate
     return best
+
+
+def _demand_floor(
+    store: ClusterStore,
+    ledger: GangLedger,
+    group: GroupSpec,
+    members: Sequence[planning.Member],
+    leaves: Sequence[str | None],
+) -> np.ndarray:
+    """A lower bound of what the gang still needs: the unbound quorum of the leaves being placed
+    times its smallest member."""
+    pending = [m for m in members if not (m.rec.node_name or m.key in ledger.assumed)]
+    if not pending:
+        return np.zeros(store.arrays.n_res, dtype=np.int64)
+    smallest = np.min(np.stack([store.vector(m.rec.requests) for m in pending]), axis=0)
+    count = 0
+    for leaf in leaves:
+        bound = sum(1 for m in members if m.leaf == leaf and m not in pending)
+        count += max(0, group.leaf_quorum(leaf) - bound)
+    return smallest * count
 
 
 def _drop_order(u: Unit, scale: np.ndarray) -> tuple[bool, int, float, str]:
