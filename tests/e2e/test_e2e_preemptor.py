@@ -44,12 +44,12 @@ def priority_class(name: str, value: int) -> dict[str, Any]:
     }
 
 
-def rack_gang(api: Api, namespace: str, name: str, *, pods_n: int, cpu: str, priority_class_name: str) -> None:
+def rack_gang(api: Api, namespace: str, name: str, *, pods_n: int, cpu: str, pc: str) -> None:
     pg = make_kai_podgroup(name, namespace=namespace, min_member=pods_n, topology=RACK_CONSTRAINT)
     api.create(PODGROUPS.format(ns=namespace), pg)
     for i in range(pods_n):
         pod = member(namespace, f"{name}-{i}", name, cpu=cpu, labels={"app": name})
-        pod["spec"]["priorityClassName"] = priority_class_name
+        pod["spec"]["priorityClassName"] = pc
         create_pod(api, pod)
 
 
@@ -68,18 +68,18 @@ def test_a_high_priority_rack_gang_evicts_whole_gangs_in_one_rack_and_binds_ther
     # every rack full: one low-priority gang per rack, a 3-cpu pod on each of its 4-cpu nodes
     low = [f"low-{i}" for i in range(len(racks))]
     for name in low:
-        rack_gang(api, namespace, name, pods_n=per_rack, cpu="3", priority_class_name="e2e-low")
+        rack_gang(api, namespace, name, pods_n=per_rack, cpu="3", pc="e2e-low")
     for name in low:
         items = wait_until(
-            lambda name=name: (got := pods(api, namespace, f"app={name}"))
-            and len(bound_nodes(got)) == per_rack
-            and got,
+            lambda name=name: (
+                (got := pods(api, namespace, f"app={name}")) and len(bound_nodes(got)) == per_rack and got
+            ),
             timeout_s=TIMEOUT_S,
             what=f"{name} bound",
         )
         assert len(racks_of(api, items)) == 1
     # no node has 3 cpus left: the urgent gang needs a whole rack's worth
-    rack_gang(api, namespace, "urgent", pods_n=per_rack, cpu="3", priority_class_name="e2e-high")
+    rack_gang(api, namespace, "urgent", pods_n=per_rack, cpu="3", pc="e2e-high")
     urgent = wait_until(
         lambda: (got := pods(api, namespace, "app=urgent")) and len(bound_nodes(got)) == per_rack and got,
         timeout_s=TIMEOUT_S,
