@@ -19,7 +19,7 @@ from controlplane.start import Api, wait_until
 from test_e2e_gangs import bound_nodes, pods, rack_of
 from test_e2e_ledger import PODGROUPS, RACK_CONSTRAINT, create_pod, member, overcommitted
 
-from extender.state.kube import KubeSource
+from extender.state.kube import KubeClusterSource
 from tests.builders import make_kai_podgroup
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ LOW, HIGH = 100, 1000
 TIMEOUT_S = 60.0
 
 pytestmark = pytest.mark.skipif(
-    not hasattr(KubeSource, "evict_pod"), reason="the live source has no Eviction API write yet"
+    not hasattr(KubeClusterSource, "evict_pod"), reason="the live source has no Eviction API write yet"
 )
 
 
