@@ -66,6 +66,12 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
             ],
             id="a gang wait with no margin before httpTimeout",
         ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml", "--preemption-hold-s", "0"],
+            {},
+            ["--preemption-hold-s must be positive, got 0.0"],
+            id="a preemption hold of no time",
+        ),
         pytest.param(["serve"], {}, ["serve needs a cluster source"], id="serve without a cluster source"),
         pytest.param(
             ["serve", "--cluster", "/nonexistent/cluster.yaml"],
