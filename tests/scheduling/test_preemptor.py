@@ -281,3 +281,20 @@ async def test_the_preempt_verb_leaves_plain_pods_to_kube_scheduler(make_service
     doc = {"Pod": svc.pod("urgent"), "NodeNameToMetaVictims": victims}
     resp = await svc.client.post("/preempt", data=orjson.dumps(doc))
     assert (await resp.json())["NodeNameToMetaVictims"] == victims
+
+
+async def test_victims_gone_but_the_rack_not_offered_yet_keeps_the_hold_and_preempts_nobody_else(
+    make_service,
+):
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    await svc.filter("hi-0")
+    await settle()
+    assert svc.pod("lo-0") is None and svc.pod("lo-1") is None
+    held = dict(svc.store.reservations)
+    # kube-scheduler's view lags: it offers only the full rack
+    doc = await svc.filter("hi-0", ["n010", "n011"])
+    assert next(iter(doc["FailedAndUnresolvableNodes"].values())).endswith("waiting for them to go")
+    assert svc.store.reservations == held and svc.pod("x") is not None and svc.pod("y") is not None
+    assert svc.scheduler.preemption_outcomes["planned"] == 1
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
