@@ -424,11 +424,14 @@ class Scheduler:
         domain and hold that room for it (the decision), or say why no domain can be freed (the
         reason). Pods of priority 0 or below, and preemptionPolicy Never, never preempt."""
         group = call.group
-        priority = pod_priority(call.pod)
-        if priority <= 0 or not may_preempt(call.pod):
-            return None, no_fit
         me = next((m for m in members if m.key == call.key), None)
-        if me is None:
+        if me is None or not may_preempt(call.pod):
+            return None, no_fit
+        # the gang's lowest member priority: no victim may be equal to or above any of its members
+        priority = min(
+            pod_priority(m.rec.obj) if m.key != call.key else pod_priority(call.pod) for m in members
+        )
+        if priority <= 0:
             return None, no_fit
         try:
             plan = preemptor.plan_preemption(
