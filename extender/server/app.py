@@ -422,7 +422,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
     )
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
-    take_preemption_metrics(request.app)
+    _take_preemption_metrics(request.app)
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -525,7 +525,7 @@ async def _write_podgroup(app: web.Application, e: Effect) -> None:
             podgrouper.write_done(e, ok=ok)  # type: ignore[attr-defined]
 
 
-def take_preemption_metrics(app: web.Application) -> None:
+def _take_preemption_metrics(app: web.Application) -> None:
     """Count what the preemptors did since the last look (the scheduler keeps no metrics itself)."""
     outcomes, victims = app[SCHEDULER].take_preemption_counts()
     for outcome, n in outcomes.items():
