@@ -146,6 +146,13 @@ SERVE_FLAGS = (
         "server.tls_client_ca_file",
         "PATH",
     ),
+    Flag(
+        "preemption-hold-s",
+        float,
+        "how long the room a preempting gang freed is held for it alone (default 60)",
+        "gang.preemption_hold_s",
+        "S",
+    ),
 )
 
 
@@ -388,6 +395,16 @@ def render_gang(doc: dict[str, Any]) -> str:
     lines.append(f"Last reason: {doc.get('lastReason') or '-'}")
     if doc.get("failures"):
         lines.append(f"Failures:    {doc['failures']}")
+    pre = doc.get("preemption")
+    if pre:
+        lines.append(
+            f"Preempting:  {pre.get('domain') or 'the cluster'} for priority {pre.get('priority')} "
+            f"(victims <= {pre.get('victimPriority')}); room held {pre.get('holdLeftS', 0):g}s more"
+        )
+        for v in pre.get("victims") or []:
+            whole = f", with its gang {v['gang']}" if v.get("gang") else ""
+            state = "gone" if v.get("gone") else "being evicted"
+            lines.append(f"  {v['pod']} on {v.get('node') or '-'}{whole}: {state}")
     members = doc.get("members") or []
     lines.append(f"Members ({len(members)}):")
     width = max((len(m["pod"]) for m in members), default=3)

@@ -64,6 +64,10 @@ class GangSettings:
     reason_nodes: int = 16
     """How many rejected nodes carry the reason. kube-scheduler 1.20 reads only FailedNodes, and a map of
     every node costs it ~6.6 ms to decode at 5k nodes, so a bounded sample carries the message."""
+    preemption_hold_s: float = 60.0
+    """How long the room a preempting gang freed (its victims' capacity, as each victim goes) is held
+    for it alone. The gang is planned into it as soon as every victim is gone; past this, the room
+    is free to everyone again. Long enough for the victims' graceful termination."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +151,8 @@ def validate(settings: Settings) -> list[str]:
         )
     if g.reason_nodes < 1:
         errors.append(f"--reason-nodes must be at least 1, got {g.reason_nodes}")
+    if not g.preemption_hold_s > 0:
+        errors.append(f"--preemption-hold-s must be positive, got {g.preemption_hold_s}")
     sources = sum(bool(x) for x in (c.cluster_file, c.kubeconfig, c.in_cluster))
     if sources > 1:
         errors.append("choose one cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")

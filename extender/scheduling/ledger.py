@@ -70,6 +70,44 @@ class Settled:
     waited_s: float | None = None  # quorum bound now: seconds since the gang was first seen
 
 
+@dataclasses.dataclass(frozen=True)
+class Victim:
+    """A pod a preemptor evicts: where its capacity is, and the gang it is evicted with ("" = alone)."""
+
+    pod: PodKey
+    uid: str
+    node: str  # "" when it is not bound (a pending member of a victim gang): it frees nothing
+    requests: dict[str, int]
+    priority: int
+    gang: GroupKey | None
+
+
+@dataclasses.dataclass
+class Preemption:
+    """A gang preempting: the victims being evicted for it in one domain, whose capacity is held for
+    it as each one goes, until the gang is planned or `hold_until`."""
+
+    gang: GroupKey
+    domain: str  # "rack r1"; "" when the gang has no required level (the whole cluster)
+    victims: dict[PodKey, Victim]
+    gangs: tuple[GroupKey, ...]  # victim gangs, evicted whole
+    priority: int  # the preemptor's
+    hold_until: float
+    where: dict[PodKey, str]  # the placement the plan found for the preemptor's members
+    reason: str
+    held: set[PodKey] = dataclasses.field(default_factory=set)  # victims gone whose room is held
+    nudged: bool = False  # the members were brought back once every victim was gone
+
+    @property
+    def victim_priority(self) -> int:
+        return max((v.priority for v in self.victims.values()), default=0)
+
+    @staticmethod
+    def hold_key(gang: GroupKey, victim: PodKey) -> PodKey:
+        """The reservation's key: never a real pod's ('#' is not valid in a pod name)."""
+        return PodKey(f"{victim}#held-for:{gang}")
+
+
 class GangLedger:
     def __init__(
         self,
@@ -104,6 +142,9 @@ class GangLedger:
         """Pods whose last filter passed no node: they sit in kube-scheduler's backoff or
         unschedulable queue, so they are the ones worth nudging."""
         self._answers: list[Answer] = []
+        self.preemptions: dict[GroupKey, Preemption] = {}
+        """gang -> its preemption in progress: one at a time, never repeated while it runs."""
+        self._victim_of: dict[PodKey, GroupKey] = {}
         store.add_listener(self._on_change)
 
     # ================================================================= reads
@@ -169,6 +210,7 @@ class GangLedger:
         """The next barrier deadline or backoff end, for the server's ticker."""
         times = [t for e in self.gangs.values() for t in (e.answer_at, e.hold_until) if t is not None]
         times += [e.backoff_until for e in self.gangs.values() if not e.backoff_told]
+        times += [p.hold_until for p in self.preemptions.values()]
         return min(times, default=None)
 
     def backoffs_over(self) -> list[GroupKey]:
@@ -412,6 +454,69 @@ class GangLedger:
                 out.append(Expiry(e.key, e.spec, arrived, msg, dropped=False, domain=e.domain))
         return out
 
+    # ----------------------------------------------------------------- preemption
+    def preemption(self, gang: GroupKey) -> Preemption | None:
+        return self.preemptions.get(gang)
+
+    def victim_of(self, pod: PodKey) -> GroupKey | None:
+        """The preemptor a pod is being evicted for, if any: no other preemptor counts on it."""
+        return self._victim_of.get(pod)
+
+    def start_preemption(self, p: Preemption) -> None:
+        """Record a preemption: from now on each victim's capacity is held for the gang as it goes."""
+        if p.gang in self.preemptions:
+            raise RuntimeError(f"gang {p.gang} is already preempting in {self.preemptions[p.gang].domain}")
+        self.preemptions[p.gang] = p
+        for pk in p.victims:
+            self._victim_of[pk] = p.gang
+        self._entry(p.gang).last_reason = p.reason
+        for pk, v in p.victims.items():
+            rec = self.store.pods.get(pk)
+            if rec is None or (v.uid and rec.uid != v.uid) or is_terminal(rec.obj):
+                self._hold_freed(p, v)  # gone already (the cache saw it before the plan was carried out)
+
+    def victims_gone(self, gang: GroupKey) -> bool:
+        p = self.preemptions.get(gang)
+        return p is not None and len(p.held) == len(p.victims)
+
+    def end_preemption(self, gang: GroupKey) -> Preemption | None:
+        """Give the held room back (the gang is about to plan into it, or gives up) and forget it."""
+        p = self.preemptions.pop(gang, None)
+        if p is None:
+            return None
+        for pk in p.victims:
+            if self._victim_of.get(pk) == gang:
+                del self._victim_of[pk]
+            self.store.unhold(Preemption.hold_key(gang, pk))
+        return p
+
+    def expire_preemptions(self) -> list[Preemption]:
+        """Preemptions whose hold ended before the gang was planned: the room goes back to everyone."""
+        now = self.clock()
+        out = []
+        for gang, p in list(self.preemptions.items()):
+            if now >= p.hold_until:
+                self.end_preemption(gang)
+                gone = len(p.held)
+                e = self._entry(gang)
+                e.last_reason = (
+                    f"preemption in {p.domain or 'the cluster'} expired after holding it "
+                    f"({gone} of {len(p.victims)} victims gone); the room is free to all again"
+                )
+                e.no_fit = None
+                out.append(p)
+        return out
+
+    def preemption_hold_keys(self) -> set[PodKey]:
+        return {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}
+
+    def _hold_freed(self, p: Preemption, v: Victim) -> None:
+        if v.pod in p.held:
+            return
+        p.held.add(v.pod)
+        if v.node and v.node in self.store.node_rows:
+            self.store.hold(Preemption.hold_key(p.gang, v.pod), v.node, v.requests)
+
     # ----------------------------------------------------------------- single pods in bind
     def hold(self, pod: PodKey, node: str, requests: dict[str, int]) -> None:
         """Hold a pod's capacity while its own (non-gang) bind is in flight."""
@@ -507,6 +612,14 @@ class GangLedger:
     def _on_pod(self, event: str, pk: PodKey, obj: dict[str, Any]) -> None:
         gone = event == "DELETED" or is_terminal(obj)
         node = (obj.get("spec") or {}).get("nodeName")
+        preemptor = self._victim_of.get(pk)
+        if preemptor is not None:
+            p = self.preemptions[preemptor]
+            v = p.victims[pk]
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            if gone or (v.uid and uid and uid != v.uid):
+                # the same instant the store gave its capacity back: nobody else can take it
+                self._hold_freed(p, v)
         key = self._pod_gang.get(pk)
         e = self.gangs.get(key) if key is not None else None
         if gone or node:

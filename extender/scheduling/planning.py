@@ -17,6 +17,7 @@ from extender.model import podaffinity
 from extender.model.group import GroupSpec
 from extender.model.keys import PodKey
 from extender.placement import api as placement
+from extender.placement.layout import ClusterArrays
 from extender.scheduling import messages, topology
 from extender.scheduling.ledger import GangLedger
 from extender.state.store import ClusterStore, PodRecord
@@ -129,6 +130,7 @@ def plan_members(
     me: PodKey,
     offered_rows: np.ndarray,
     avoid_refused: bool = True,
+    arrays: ClusterArrays | None = None,
 ) -> GangPlan | None:
     """Place, for each leaf in `leaves`, the members still needed for its quorum.
 
@@ -137,9 +139,10 @@ def plan_members(
     affinity admit them, minus nodes kube-scheduler refused them before (`avoid_refused`: a hint
     for convergence, dropped by the caller when it is what stands in the way). Members whose required
     anti-affinity keeps them apart get one node each. None when `me` is not needed (its leaf's
-    quorum is bound already).
+    quorum is bound already). `arrays` replaces the store's for the fit only (a preemptor's trial
+    with its victims' capacity given back); names, labels and eligibility are the store's.
     """
-    arrays = store.arrays
+    arrays = store.arrays if arrays is None else arrays
     index: dict[str | None, int] = {None: 0}
     for i, sg in enumerate(group.subgroups):
         index[sg.name] = i + 1
@@ -230,7 +233,7 @@ def plan_members(
         return GangPlan({}, reason=reason)
     request = placement.GangRequest(tree=tuple(tree), leaves=tuple(demands))
     if slot is not None and any(d.request[slot] for d in demands):
-        plan = _plan_one_per_node(store, request, slot, spread_rows)
+        plan = _plan_one_per_node(arrays, request, slot, spread_rows)
     else:
         plan = placement.plan_gang(arrays, request)
     if plan.outcome is not placement.Outcome.PLACED:
@@ -244,19 +247,19 @@ def plan_members(
 
 
 def _plan_one_per_node(
-    store: ClusterStore, request: placement.GangRequest, slot: int, taken_rows: list[int]
+    arrays: ClusterArrays, request: placement.GangRequest, slot: int, taken_rows: list[int]
 ) -> placement.Plan:
     """Plan with one free 'slot' per node for members that must be alone, restored afterwards.
 
     The slot column is zero outside this call, so nothing else ever sees it.
     """
-    free = store.arrays.free
-    n = store.arrays.n_rows
+    free = arrays.free
+    n = arrays.n_rows
     try:
         free[:n, slot] = 1
         if taken_rows:
             free[np.array(taken_rows, dtype=np.int64), slot] = 0
-        return placement.plan_gang(store.arrays, request)
+        return placement.plan_gang(arrays, request)
     finally:
         free[:, slot] = 0
 

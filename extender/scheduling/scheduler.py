@@ -22,6 +22,7 @@ a decision's `effects`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -35,8 +36,9 @@ from extender.grouping.owners import walk_owners
 from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.model.priority import may_preempt, pod_priority
 from extender.placement import api as placement
-from extender.scheduling import messages, planning, preemption, topology
+from extender.scheduling import messages, planning, preemption, preemptor, topology
 from extender.scheduling.decisions import (
     ARRIVAL_VERDICT,
     BindDecision,
@@ -47,7 +49,7 @@ from extender.scheduling.decisions import (
     Verdict,
     pod_ref,
 )
-from extender.scheduling.ledger import Expiry, GangLedger
+from extender.scheduling.ledger import Expiry, GangLedger, Preemption
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.status import group_status
 from extender.state.store import POD, ClusterStore, PodRecord, is_live, kind_of
@@ -103,6 +105,7 @@ class Scheduler:
         *,
         reason_nodes: int = 16,
         native_gang_scheduling: bool = False,
+        preemption_hold_s: float = 60.0,
     ) -> None:
         self.store = store
         self.ledger = ledger
@@ -112,6 +115,13 @@ class Scheduler:
         self.told = ReasonsTold()
         self.bind_times_s: list[float] = []
         """Seconds from each gang's first member seen to its quorum bound, for the server to take."""
+        self.preemption_hold_s = preemption_hold_s
+        self.preemption_outcomes: collections.Counter[str] = collections.Counter()
+        """Preemptions by outcome (planned, no-domain, completed, expired), for the server to take."""
+        self.preemption_victims: collections.Counter[str] = collections.Counter()
+        """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
+        self.preempt_effects: list[Effect] = []
+        """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -323,6 +333,12 @@ class Scheduler:
                 )
                 return FilterDecision(Verdict.WAITING, [], reason)
             leaves = ready
+        preempted = None
+        pending = ledger.preemption(group.key)
+        if pending is not None:
+            if not ledger.victims_gone(group.key):
+                return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, pending.reason))
+            preempted = ledger.end_preemption(group.key)  # its room is the gang's to plan into now
         signature = (
             self.store.release_gen,
             self.store.grouping_gen,
@@ -363,9 +379,21 @@ class Scheduler:
                 Verdict.WAITING, [], f"gang {group.key}: waiting for its quorum to bind before placing {key}"
             )
         if result.reason:
-            ledger.remember_no_fit(group.key, signature, result.reason)
-            return FilterDecision(Verdict.NO_FIT, [], result.reason)
+            reason = result.reason
+            if preempted is not None:
+                # the victims are gone but the gang does not fit yet (kube-scheduler has not offered the
+                # freed nodes, say): the room stays held for it until the hold ends; never preempt again
+                preempted.held.clear()
+                ledger.start_preemption(preempted)
+                return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, preempted.reason))
+            started, reason = self._preempt(call, members, leaves, reason)
+            if started is not None:
+                return started
+            ledger.remember_no_fit(group.key, signature, reason)
+            return FilterDecision(Verdict.NO_FIT, [], reason)
         ledger.plan(group, result.assignment, domain=result.domain)
+        if preempted is not None:
+            self.preemption_outcomes["completed"] += 1
         effects = []
         for pk, (planned, _) in result.assignment.items():
             if pk != key and self._turned_away(pk):
@@ -383,6 +411,111 @@ class Scheduler:
         )
         effects += self._story(group, key, "GangPlanned", message)
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
+
+    # ----------------------------------------------------------------- a gang as preemptor
+    def _preempt(
+        self,
+        call: FilterCall,
+        members: Sequence[planning.Member],
+        leaves: Sequence[str | None],
+        no_fit: str,
+    ) -> tuple[FilterDecision | None, str]:
+        """A gang that fits nowhere and may preempt: evict the cheapest lower-priority victims in one
+        domain and hold that room for it (the decision), or say why no domain can be freed (the
+        reason). Pods of priority 0 or below, and preemptionPolicy Never, never preempt."""
+        group = call.group
+        me = next((m for m in members if m.key == call.key), None)
+        if me is None or not may_preempt(call.pod):
+            return None, no_fit
+        # the gang's lowest member priority: no victim may be equal to or above any of its members
+        priority = min(
+            pod_priority(m.rec.obj) if m.key != call.key else pod_priority(call.pod) for m in members
+        )
+        if priority <= 0:
+            return None, no_fit
+        try:
+            plan = preemptor.plan_preemption(
+                self.store, self.ledger, group, members, leaves, me=me, priority=priority
+            )
+        except topology.TopologyError:
+            return None, no_fit
+        if plan is not None and not plan.units:
+            return None, no_fit  # it fits without evicting anyone, on nodes kube-scheduler did not offer
+        if plan is None:
+            self.preemption_outcomes["no-domain"] += 1
+            levels = planning.constraint_levels(self.store, group, None)
+            scope = f"no {messages.level_name(self.store, levels[0])}" if levels else "not the cluster"
+            return None, (
+                f"{no_fit}; {scope} can be freed enough by evicting pods of priority below {priority}: "
+                "waiting, nothing evicted"
+            )
+        reason = preemptor.reason_text(group.key, plan)
+        record = Preemption(
+            gang=group.key,
+            domain=plan.domain,
+            victims={v.pod: v for v in plan.victims},
+            gangs=plan.gangs,
+            priority=priority,
+            hold_until=self.ledger.clock() + self.preemption_hold_s,
+            where=plan.where,
+            reason=reason,
+        )
+        self.ledger.start_preemption(record)
+        self.preemption_outcomes["planned"] += 1
+        self.preemption_victims["gang"] += len(plan.gangs)
+        self.preemption_victims["pod"] += len(plan.plain_pods)
+        where = f" in {plan.domain}" if plan.domain else ""
+        effects = []
+        for v in plan.victims:
+            why = f"preempted by gang {group.key} (priority {priority}) to make room{where}"
+            if v.gang is not None:
+                why += f"; evicted with its whole gang {v.gang}, never part of it"
+            data = {"uid": v.uid, "reason": why, "gang": v.gang or ""}
+            effects.append(Effect("evict", *pod_ref(v.pod), data))
+        log.info(
+            "%s",
+            reason,
+            extra={"pod": call.key, "gang": group.key, "domain": plan.domain, "members": len(plan.victims)},
+        )
+        effects += self._story(group, call.key, "GangPreempting", reason)
+        return FilterDecision(Verdict.WAITING, [], reason, effects=effects), reason
+
+    def preemptions_tick(self) -> list[Effect]:
+        """Give up preemptions whose hold ended, and bring back the members of a preemptor whose
+        victims are all gone (kube-scheduler does not retry a pod because others were deleted)."""
+        effects: list[Effect] = []
+        for p in self.ledger.expire_preemptions():
+            self.preemption_outcomes["expired"] += 1
+            log.warning("gang %s: preemption hold in %s expired", p.gang, p.domain or "the cluster")
+            effects += self._tell_gang(p.gang)
+        for gang, p in list(self.ledger.preemptions.items()):
+            if not p.nudged and self.ledger.victims_gone(gang):
+                p.nudged = True
+                effects += self._nudge_turned_away(gang, "preempted")
+        return effects
+
+    def preempt_as_gang(self, pod: dict[str, Any]) -> list[Effect] | None:
+        """kube-scheduler found no node for a member of a gang that may preempt (its own filters
+        passed none, so this service's filter was never asked) and asks the preempt verb. The gang
+        preempts as a whole, through the filter's own path over every node: a plan, a preemption
+        started or waited on, or the reason none can be. The effects to run; None when the pod is
+        not such a gang member (kube-scheduler's per-pod candidates then stand)."""
+        if self._gang_of_pod(pod) is None or pod_priority(pod) <= 0 or not may_preempt(pod):
+            return None
+        arrays = self.store.arrays
+        names = [n for r, n in sorted(self.store.row_names.items()) if arrays.schedulable[r]]
+        decision = self.filter(pod, names)
+        if decision.verdict is Verdict.PASS:
+            # planned: kube-scheduler parks the pod after an empty answer, so bring it back now
+            key = _pod_identity(pod)[0]
+            decision.effects.append(Effect("nudge", *pod_ref(key), {"value": "planned"}))
+        return decision.effects
+
+    def take_preemption_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        out = (dict(self.preemption_outcomes), dict(self.preemption_victims))
+        self.preemption_outcomes.clear()
+        self.preemption_victims.clear()
+        return out
 
     # ================================================================= prioritize
     def prioritize(self, pod: dict[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
@@ -750,6 +883,11 @@ class Scheduler:
         preemption.py's). A node this service does not know is refused, as in filter
         (UnknownNodesError: the request is answered 400 with the names)."""
         self.rows_of(list(victims))
+        gang_effects = self.preempt_as_gang(pod)
+        if gang_effects is not None:
+            # a gang preempts whole, in one domain, by this service's plan: never one pod's candidates
+            self.preempt_effects += gang_effects
+            return preemption.PreemptDecision(victims={}, candidates={})
         key, uid = _pod_identity(pod)
         decision = preemption.choose(self.store, self.ledger, pod, self._requests(pod, key, uid), victims)
         if len(decision.victims) < len(victims):
@@ -794,6 +932,32 @@ class Scheduler:
             },
             "failures": entry.failures if entry else 0,
             "lastReason": entry.last_reason if entry else "",
+            "preemption": self._describe_preemption(gang),
+        }
+
+    def _describe_preemption(self, gang: GroupKey) -> dict[str, Any] | None:
+        p = self.ledger.preemption(gang)
+        if p is None:
+            return None
+        return {
+            "domain": p.domain,
+            "priority": p.priority,
+            "victimPriority": p.victim_priority,
+            "gangs": list(p.gangs),
+            "victims": [
+                {
+                    "pod": v.pod,
+                    "node": v.node,
+                    "priority": v.priority,
+                    "gang": v.gang,
+                    "gone": v.pod in p.held,
+                }
+                for v in p.victims.values()
+            ],
+            "where": dict(p.where),
+            "holdDeadline": p.hold_until,
+            "holdLeftS": round(max(0.0, p.hold_until - self.ledger.clock()), 3),
+            "reason": p.reason,
         }
 
     def describe_all(self) -> list[dict[str, Any]]:

@@ -377,6 +377,8 @@ async def handle_preempt(request: web.Request) -> web.Response:
         decision = app[SCHEDULER].preempt(args.pod, args.victims)
         for outcome, n in decision.counts().items():
             app[METRICS].preempt_candidates.labels(outcome.value).inc(n)
+        effects, app[SCHEDULER].preempt_effects = app[SCHEDULER].preempt_effects, []
+        _spawn_effects(app, effects)
         return _json(wire.preemption_result(decision.victims))
 
     return await _handle(request, "preempt", work)
@@ -422,6 +424,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
     )
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
+    _take_preemption_metrics(request.app)
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -494,6 +497,10 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                 )
             elif e.kind.startswith("podgroup-"):
                 await _write_podgroup(app, e)
+            elif e.kind == "evict":
+                await source.evict_pod(  # type: ignore[attr-defined]
+                    namespace=e.namespace, name=e.name, uid=e.data["uid"], reason=e.data["reason"]
+                )
         except Exception:
             log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
 
@@ -518,6 +525,15 @@ async def _write_podgroup(app: web.Application, e: Effect) -> None:
         podgrouper = app[PODGROUPER]
         if podgrouper is not None:
             podgrouper.write_done(e, ok=ok)  # type: ignore[attr-defined]
+
+
+def _take_preemption_metrics(app: web.Application) -> None:
+    """Count what the preemptors did since the last look (the scheduler keeps no metrics itself)."""
+    outcomes, victims = app[SCHEDULER].take_preemption_counts()
+    for outcome, n in outcomes.items():
+        app[METRICS].preemptions.labels(outcome).inc(n)
+    for kind, n in victims.items():
+        app[METRICS].preemption_victims.labels(kind).inc(n)
 
 
 def _now_rfc3339() -> str:
@@ -560,6 +576,7 @@ def _tick(app: web.Application) -> None:
             owed = status_now(app[STORE], scheduler.ledger, gang)
             _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
+    _spawn_effects(app, scheduler.preemptions_tick())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()
@@ -665,6 +682,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         ledger,
         reason_nodes=settings.gang.reason_nodes,
         native_gang_scheduling=settings.gang.native_gang_scheduling,
+        preemption_hold_s=settings.gang.preemption_hold_s,
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler

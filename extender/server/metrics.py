@@ -133,6 +133,19 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.preemptions = Counter(
+            "gang_extender_preemptions",
+            "Gang preemptions by outcome: planned (victims evicted, room held), no-domain (nothing "
+            "evicted), completed (planned into the freed room), expired (the hold ended first)",
+            ["outcome"],
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "gang_extender_preemption_victims",
+            "Victims evicted by preempting gangs, by kind: gang (evicted whole) or pod",
+            ["kind"],
+            registry=r,
+        )
 
     def watch_source(self, source: Any) -> None:
         """Report `source`'s own counters (see SourceCounts) from here on."""

@@ -49,6 +49,7 @@ class PodOutcome(enum.Enum):
     NOT_OURS = "not-ours"  # another scheduler's pod: never sent to the extender
     INVALID = "invalid"  # the pod itself is malformed (e.g. a bad quantity)
     DELETED = "deleted"
+    EVICTED = "evicted"  # bound, then deleted (a preemptor's victim): its node has the room back
 
 
 class StopReason(enum.Enum):
@@ -298,10 +299,16 @@ class Driver:
         if key in self.records:
             return
         wl = self._expansion.workload_of.get(key)
+        label = wl.label if wl else f"Pod {key}"
+        group = str((meta.get("annotations") or {}).get("pod-group-name") or "")
+        if group and label == f"Pod {key}":
+            label = (
+                f"PodGroup {meta.get('namespace', '')}/{group}"  # bare pods of one gang, reported together
+            )
         rec = PodRecord(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            workload=wl.label if wl else f"Pod {key}",
+            workload=label,
             scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
             created_s=self.clock.now(),
         )
@@ -360,6 +367,13 @@ class Driver:
                 self.queue.forget(key)
                 if rec.outcome is PodOutcome.PENDING:
                     rec.outcome = PodOutcome.DELETED
+                elif rec.outcome is PodOutcome.BOUND and rec.node:
+                    # no kubelet here: the deletion completes at once and the node has the room back
+                    self._account(rec.node, pod, sign=-1)
+                    self._assumed.pop(key, None)
+                    rec.outcome = PodOutcome.EVICTED
+                    rec.last_message = "evicted"
+                    self._touch()
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
             if node and rec.outcome is not PodOutcome.BOUND:
@@ -610,6 +624,7 @@ async def simulate(
         for o in expansion.objects
         if o.get("kind") == "PriorityClass" and isinstance(o.get("value", 0), int)
     }
+    _admit_priorities(cluster, expansion.objects)
     clock = SimClock()
     app = app_factory(cluster) if app_factory else _service_app(cluster, settings, clock)
     runner = web.AppRunner(app, access_log=None)
@@ -651,6 +666,24 @@ async def simulate(
         stop_reason=driver.stop_reason,
         requests=dict(client.calls),
     )
+
+
+def _admit_priorities(cluster: Any, objects: list[dict[str, Any]]) -> None:
+    """What the Priority admission plugin does on pod creation: spec.priority (and preemptionPolicy)
+    from the pod's PriorityClass, which is what the service reads."""
+    classes = {
+        str((o.get("metadata") or {}).get("name")): o
+        for o in objects
+        if o.get("kind") == "PriorityClass" and isinstance(o.get("value", 0), int)
+    }
+    for pod in cluster.list("", "Pod"):
+        spec = pod.get("spec") or {}
+        pc = classes.get(str(spec.get("priorityClassName") or ""))
+        if pc is None or "priority" in spec:
+            continue
+        spec["priority"] = int(pc.get("value", 0))
+        spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy") or "PreemptLowerPriority")
+        cluster.apply(pod)
 
 
 async def _wait_ready(session: aiohttp.ClientSession, url: str, *, timeout_s: float) -> None:

@@ -258,3 +258,39 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*header).rstrip(), *(fmt.format(*r).rstrip() for r in rows)]
+
+
+def preemption_summary(result: SimulationResult) -> dict[str, Any]:
+    """Who was evicted (and whether whole), who was left alone, and where the newcomers landed."""
+    evicted, untouched, landed = [], [], []
+    for label in dict.fromkeys(p.workload for p in result.pods):
+        pods = result.pods_of(label)
+        racks = sorted({result.node_labels.get(p.node or "", {}).get(RACK) or "?" for p in pods if p.node})
+        gone = sum(p.outcome is PodOutcome.EVICTED for p in pods)
+        bound = sum(p.outcome is PodOutcome.BOUND for p in pods)
+        entry = {"workload": label, "pods": len(pods), "evicted": gone, "bound": bound, "racks": racks}
+        if gone:
+            entry["whole"] = gone == len(pods)
+            evicted.append(entry)
+        elif all(p.last_message == "already bound in the input" for p in pods):
+            untouched.append(entry)
+        else:
+            landed.append(entry)
+    return {"evicted": evicted, "untouched": untouched, "arrived": landed}
+
+
+def preemption_text(result: SimulationResult, title: str) -> str:
+    rep = preemption_summary(result)
+
+    def where(e: dict[str, Any]) -> str:
+        return f"rack {', '.join(e['racks'])}" if e["racks"] else "nowhere"
+
+    lines = [title]
+    for e in rep["arrived"]:
+        lines.append(f"  arrived  {e['workload']}: {e['bound']}/{e['pods']} bound in {where(e)}")
+    for e in rep["evicted"]:
+        state = "whole" if e["whole"] else "!!! ONLY PART OF IT"
+        lines.append(f"  evicted  {e['workload']}: {e['evicted']}/{e['pods']} pods ({state}) from {where(e)}")
+    for e in rep["untouched"]:
+        lines.append(f"  kept     {e['workload']}: {e['bound']}/{e['pods']} running in {where(e)}")
+    return "\n".join(lines)

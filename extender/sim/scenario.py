@@ -4,6 +4,10 @@ The built-in scenario is the built-in cluster, every manifest in extender/scenar
 (in file-name order), and the contention scenario: two rack-constrained gangs that each need five
 whole a100 nodes. Ten a100 nodes exist, but only rack b0-r3 has five of them, so exactly one gang
 can be placed; the other must wait whole, never half-bound.
+
+The preemption scenario runs on its own small cluster (two racks of four 8-GPU nodes, every node
+half taken by low-priority gangs already running): a priority-1000 JobSet that needs a whole rack
+arrives, evicts the cheapest gangs whole and lands in the rack they freed.
 """
 
 from __future__ import annotations
@@ -14,11 +18,24 @@ from typing import Any
 
 import yaml
 
-from extender.sim.cluster import GPU, POOL, RACK, build_cluster
+from extender.sim.cluster import BLOCK, GPU, HOSTNAME, POOL, RACK, build_cluster, node
+from extender.sim.expand import DEFAULT_SCHEDULER
 
 SEED_DIR = pathlib.Path(__file__).resolve().parent.parent / "scenarios" / "seed"
 CONTENTION_PODS = 5
 CONTENTION_GPUS = 8
+PREEMPTION_NS = "preemption"
+PREEMPTION_RACKS = ("p-r0", "p-r1")
+PREEMPTION_NODES_PER_RACK = 4
+PREEMPTION_PODS = 8  # of the high-priority JobSet, 4 GPUs each: a whole rack once half of it is freed
+# low-priority gangs already running, each pod on its own node with 4 of its 8 GPUs:
+# (name, priority class, rack, first node index, pods)
+PREEMPTION_VICTIMS = (
+    ("batch-a", "low", "p-r0", 0, 2),
+    ("batch-b", "low", "p-r0", 2, 2),
+    ("research", "medium", "p-r1", 0, 4),
+)
+PRIORITY_CLASSES = (("low", 100), ("medium", 500), ("urgent", 1000))
 
 
 class ScenarioError(ValueError):
@@ -128,3 +145,77 @@ def _contention_jobset(name: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def preemption_scenario() -> list[dict[str, Any]]:
+    """Its own cluster, the PriorityClasses, the running low-priority gangs and the urgent JobSet."""
+    objects: list[dict[str, Any]] = []
+    for rack in PREEMPTION_RACKS:
+        for i in range(PREEMPTION_NODES_PER_RACK):
+            name = f"{rack}-n{i}"
+            labels = {BLOCK: "p", RACK: rack, HOSTNAME: name}
+            alloc = {"cpu": "16", "memory": "64Gi", "pods": "110", GPU: "8"}
+            objects.append(node(name, labels=labels, allocatable=alloc))
+    values = dict(PRIORITY_CLASSES)
+    for pc, value in PRIORITY_CLASSES:
+        objects.append(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": pc},
+                "value": value,
+                "preemptionPolicy": "PreemptLowerPriority",
+            }
+        )
+    for name, pc, rack, first, pods in PREEMPTION_VICTIMS:
+        objects.append(
+            {
+                "apiVersion": "scheduling.run.ai/v2alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": PREEMPTION_NS},
+                "spec": {"minMember": pods, "queue": "default-queue"},
+            }
+        )
+        for i in range(pods):
+            objects.append(_running_member(name, i, f"{rack}-n{first + i}", pc, values[pc]))
+    objects.append(_urgent_jobset())
+    return objects
+
+
+def _running_member(group: str, i: int, node_name: str, priority_class: str, priority: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{group}-{i}",
+            "namespace": PREEMPTION_NS,
+            "annotations": {"pod-group-name": group},
+        },
+        "spec": {
+            "schedulerName": DEFAULT_SCHEDULER,
+            "nodeName": node_name,
+            "priorityClassName": priority_class,
+            "priority": priority,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "sleep:v0.1.0",
+                    "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU: "4"}},
+                }
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def _urgent_jobset() -> dict[str, Any]:
+    js = _contention_jobset("urgent")
+    js["metadata"]["namespace"] = PREEMPTION_NS
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod["parallelism"] = pod["completions"] = PREEMPTION_PODS
+    spec = pod["template"]["spec"]
+    spec.pop("nodeSelector")
+    spec.pop("tolerations")
+    spec["priorityClassName"] = "urgent"
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU: "4"}}
+    return js

@@ -268,6 +268,24 @@ class EmbeddedCluster:
             self.delete(group, kind, namespace, name)
         return True
 
+    async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> None:
+        """Evict a pod: no kubelet here, so it is deleted at once (the grace period is zero), with an
+        event saying why. A pod already gone or recreated (another uid) is left alone."""
+        pod = self.get("", "Pod", namespace, name)
+        if pod is None or (uid and pod["metadata"].get("uid") != uid):
+            return
+        await self.emit_event(
+            namespace=namespace,
+            name=name,
+            uid=str(pod["metadata"].get("uid", "")),
+            kind="Pod",
+            reason="Preempted",
+            message=reason,
+            event_type="Warning",
+            api_version="v1",
+        )
+        self.delete("", "Pod", namespace, name)
+
 
 def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
     """RFC 7386 JSON merge patch, in place: None removes a key, mappings merge, the rest replaces."""

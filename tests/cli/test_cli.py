@@ -66,6 +66,12 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
             ],
             id="a gang wait with no margin before httpTimeout",
         ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml", "--preemption-hold-s", "0"],
+            {},
+            ["--preemption-hold-s must be positive, got 0.0"],
+            id="a preemption hold of no time",
+        ),
         pytest.param(["serve"], {}, ["serve needs a cluster source"], id="serve without a cluster source"),
         pytest.param(
             ["serve", "--cluster", "/nonexistent/cluster.yaml"],
@@ -216,6 +222,32 @@ def test_explain_renders_a_gang_for_a_person():
     assert "Phase:       Binding" in text and "Domain:      rack r1" in text
     assert "ml/a  planned on n1, waiting at bind" in text
     assert "ml/b  bound to n2 [w]" in text
+
+
+def test_explain_shows_a_preemptors_plan():
+    text = cli.render_gang(
+        {
+            "gang": "ml/urgent",
+            "phase": "Pending",
+            "policy": "gang",
+            "quorum": 2,
+            "lastReason": "gang ml/urgent: preempting 1 gang (ml/batch) in rack r1",
+            "members": [],
+            "preemption": {
+                "domain": "rack r1",
+                "priority": 1000,
+                "victimPriority": 100,
+                "holdLeftS": 42.5,
+                "victims": [
+                    {"pod": "ml/batch-0", "node": "n1", "gang": "ml/batch", "gone": True},
+                    {"pod": "ml/batch-1", "node": "n2", "gang": "ml/batch", "gone": False},
+                ],
+            },
+        }
+    )
+    assert "Preempting:  rack r1 for priority 1000 (victims <= 100); room held 42.5s more" in text
+    assert "ml/batch-0 on n1, with its gang ml/batch: gone" in text
+    assert "ml/batch-1 on n2, with its gang ml/batch: being evicted" in text
 
 
 def test_simulate_runs_a_file_and_prints_json(tmp_path):

@@ -109,7 +109,10 @@ class Service:
                 assert members, f"gang {key} is remembered with no member left (a leaked entry)"
         planned = {pk for e in ledger.gangs.values() for pk in e.plan}
         held_by = set(self.app[BARRIER].in_flight) | set(ledger.assumed) | set(ledger.binding)
+        preempted = ledger.preemption_hold_keys()  # room freed by victims, held for a preemptor
         for pk in self.store.reservations:
+            if pk in preempted:
+                continue
             rec = self.store.pods.get(pk)
             assert rec is not None, f"reservation for {pk} left behind: the pod is gone"
             assert not rec.node_name, f"reservation for {pk} left behind: the pod is bound"

@@ -9,8 +9,14 @@ import pytest
 
 from extender.sim.cluster import BLOCK, RACK, TPU_SLICE, build_cluster
 from extender.sim.driver import DriverOptions, PodOutcome, SimulationResult, simulate
-from extender.sim.report import build_report
-from extender.sim.scenario import SEED_DIR, builtin_scenario, contention_scenario, load_objects
+from extender.sim.report import build_report, preemption_summary
+from extender.sim.scenario import (
+    SEED_DIR,
+    builtin_scenario,
+    contention_scenario,
+    load_objects,
+    preemption_scenario,
+)
 
 pytest.importorskip("extender.server.app")
 
@@ -81,3 +87,18 @@ async def test_the_builtin_scenario_places_every_seed_workload_and_only_the_cont
     assert result.problems == [] and result.held == []
     waiting = {w["workload"] for w in report["workloads"] if w["pods_bound"] < w["pods_total"]}
     assert len(waiting) == 1 and next(iter(waiting)).startswith("JobSet contention/")
+
+
+async def test_an_urgent_jobset_evicts_the_cheapest_gangs_whole_and_lands_in_the_rack_they_freed() -> None:
+    result = await simulate(preemption_scenario(), options=OPTIONS)
+    assert result.overcommit == [] and build_report(result)["summary"]["gangs_partial"] == 0
+    rep = preemption_summary(result)
+    assert [(e["workload"], e["bound"], e["pods"], e["racks"]) for e in rep["arrived"]] == [
+        ("JobSet preemption/urgent", 8, 8, ["p-r0"])
+    ]
+    # the two priority-100 gangs of rack p-r0, whole; the priority-500 gang of p-r1 is left alone
+    assert [(e["workload"], e["evicted"], e["pods"], e["whole"]) for e in rep["evicted"]] == [
+        ("PodGroup preemption/batch-a", 2, 2, True),
+        ("PodGroup preemption/batch-b", 2, 2, True),
+    ]
+    assert [(e["workload"], e["bound"]) for e in rep["untouched"]] == [("PodGroup preemption/research", 4)]

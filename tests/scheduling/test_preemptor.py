@@ -1,0 +1,300 @@
+"""A gang that fits nowhere preempts lower-priority victims in one rack and holds that rack for itself.
+
+Two racks (r00: n000, n001; r01: n010, n011) of 8-cpu nodes, filled with lower-priority work; the
+preemptor is a rack-constrained gang of priority 1000 whose members each need a whole node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from extender.sim.cluster import topology
+from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
+
+RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
+HIGH = 1000
+
+
+def running(pod: dict, node: str, priority: int) -> dict:
+    pod["spec"]["nodeName"] = node
+    pod["spec"]["priority"] = priority
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def plain(name: str, node: str, priority: int, cpu: str = "8") -> dict:
+    return running(make_pod(name, cpu=cpu), node, priority)
+
+
+def victim_gang(name: str, nodes: list[str], priority: int, cpu: str = "8") -> list[dict]:
+    pods = [running(gang_pod(f"{name}-{i}", name, cpu=cpu), n, priority) for i, n in enumerate(nodes)]
+    return [make_kai_podgroup(name, min_member=len(nodes)), *pods]
+
+
+def preemptor(name: str = "hi", n: int = 2, cpu: str = "8", priority: int = HIGH, **spec) -> list[dict]:
+    pods = []
+    for i in range(n):
+        pod = gang_pod(f"{name}-{i}", name, cpu=cpu)
+        pod["spec"]["priority"] = priority
+        pod["spec"].update(spec)
+        pods.append(pod)
+    return [make_kai_podgroup(name, min_member=n, topology=RACK), *pods]
+
+
+FULL_R01 = [plain("x", "n010", 50), plain("y", "n011", 50)]  # dearer than a gang of priority 10
+
+
+def cluster(*work: list[dict]) -> list[dict]:
+    return [topology("dc"), *rack_cluster(racks=2, nodes_per_rack=2), *(o for w in work for o in w)]
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+class Evictions:
+    """Stands in for the embedded source's evict_pod: records, evicts nothing (the victims stay)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> None:
+        self.calls.append((f"{namespace}/{name}", uid, reason))
+
+
+CASES = [
+    pytest.param(
+        [victim_gang("lo-a", ["n000", "n001"], 10), victim_gang("lo-b", ["n010", "n011"], 50)],
+        "rack r00",
+        ["default/lo-a"],
+        ["default/lo-a-0", "default/lo-a-1"],
+        id="the rack whose victims have the lowest priority",
+    ),
+    pytest.param(
+        [
+            victim_gang("lo-a", ["n000", "n001"], 10),
+            [plain("p0", "n010", 10), plain("p1", "n011", 10)],
+        ],
+        "rack r01",
+        [],
+        ["default/p0", "default/p1"],
+        id="same priority: the rack that breaks no gang",
+    ),
+    pytest.param(
+        [
+            victim_gang("lo-a", ["n000", "n010"], 10),
+            [plain("p0", "n001", 20), plain("p1", "n011", 30)],
+        ],
+        "rack r00",
+        ["default/lo-a"],
+        ["default/lo-a-0", "default/lo-a-1", "default/p0"],
+        id="a gang spanning racks is evicted whole, its member in the other rack too",
+    ),
+    pytest.param(
+        [
+            [plain("a", "n000", 10), plain("b", "n001", 10, cpu="4"), plain("c", "n001", 10, cpu="4")],
+            [plain("x", "n010", 10), plain("y", "n011", 10)],
+        ],
+        "rack r00",
+        [],
+        ["default/a"],
+        id="fewest victims: one pod freeing a node rather than two halves",
+    ),
+    pytest.param(
+        [
+            [plain("a", "n000", 900), plain("b", "n001", 5)],
+            [plain("x", "n010", 1000), plain("y", "n011", 5)],
+        ],
+        "rack r00",
+        [],
+        ["default/a", "default/b"],
+        id="equal priority is never evicted: the rack with a pod of priority 1000 is out",
+    ),
+]
+
+
+@pytest.mark.parametrize(("work", "domain", "gangs", "victims"), CASES)
+async def test_which_rack_and_which_victims(make_service, work, domain, gangs, victims):
+    # the preemptor needs half a node each here when `a`/`b`/`c` are the victims, a node otherwise
+    cpu = "4" if any(p.get("metadata", {}).get("name") == "c" for w in work for p in w) else "8"
+    svc = await make_service(cluster(*work, preemptor(cpu=cpu)))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    doc = await svc.filter("hi-0")
+    assert not doc["NodeNames"]
+    reason = next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    p = svc.scheduler.ledger.preemption("default/hi")
+    assert p is not None, reason
+    assert (p.domain, list(p.gangs), sorted(p.victims)) == (domain, gangs, victims)
+    assert f"in {domain}" in reason and reason.endswith("waiting for them to go")
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == victims
+    assert all("preempted by gang default/hi (priority 1000)" in why for _, _, why in evict.calls)
+
+
+@pytest.mark.parametrize(
+    ("work", "hi", "says"),
+    [
+        pytest.param(
+            [victim_gang("eq", ["n000", "n001"], HIGH), [plain("x", "n010", HIGH), plain("y", "n011", 2000)]],
+            {},
+            "no rack can be freed enough by evicting pods of priority below 1000",
+            id="only equal or higher priority pods: nothing is evicted",
+        ),
+        pytest.param(
+            [victim_gang("lo", ["n000", "n001"], 10), [plain("x", "n010", 10), plain("y", "n011", 10)]],
+            {"n": 3},
+            "no rack can be freed enough",
+            id="no rack is big enough, whatever is evicted",
+        ),
+        pytest.param(
+            [victim_gang("lo", ["n000", "n001"], 10), [plain("x", "n010", 10), plain("y", "n011", 10)]],
+            {"preemptionPolicy": "Never"},
+            "best rack",
+            id="preemptionPolicy Never waits like any gang",
+        ),
+        pytest.param(
+            [victim_gang("lo", ["n000", "n001"], 10), [plain("x", "n010", 10), plain("y", "n011", 10)]],
+            {"priority": 0},
+            "best rack",
+            id="priority 0 never preempts",
+        ),
+    ],
+)
+async def test_nothing_is_evicted_when_no_rack_can_be_freed(make_service, work, hi, says):
+    svc = await make_service(cluster(*work, preemptor(**hi)))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    doc = await svc.filter("hi-0")
+    reason = next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    assert says in reason
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    await settle()
+    assert evict.calls == []
+
+
+async def test_a_pending_preemption_is_not_repeated(make_service):
+    svc = await make_service(
+        cluster(
+            victim_gang("lo", ["n000", "n001"], 10),
+            [plain("x", "n010", 50), plain("y", "n011", 50)],
+            preemptor(),
+        )
+    )
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    first = await svc.filter("hi-0")
+    second = await svc.filter("hi-1")
+    await settle()
+    assert len(evict.calls) == 2  # lo-0 and lo-1, once
+    assert first["FailedAndUnresolvableNodes"] == {
+        n: "gang default/hi: preempting 1 gang (default/lo) in rack r00 (priority <= 10); "
+        "waiting for them to go"
+        for n in svc.node_names
+    }
+    assert second["FailedAndUnresolvableNodes"] == first["FailedAndUnresolvableNodes"]
+    assert svc.scheduler.preemption_outcomes["planned"] == 1
+    described = (await (await svc.client.get("/debug/gangs/default/hi")).json())["preemption"]
+    assert described["domain"] == "rack r00"
+    assert [v["pod"] for v in described["victims"]] == ["default/lo-0", "default/lo-1"]
+    assert described["holdLeftS"] == 60.0
+
+
+async def test_the_freed_rack_is_held_for_the_preemptor_until_it_is_planned_there(make_service):
+    others = [plain("x", "n010", 50), plain("y", "n011", 50)]
+    rival = preemptor("rival", priority=0)  # another gang that would like rack r00 too
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), others, preemptor(), rival))
+    await svc.filter("hi-0")
+    await settle()  # the embedded cluster evicts (deletes) lo-0 and lo-1
+    assert svc.pod("lo-0") is None and svc.pod("lo-1") is None
+    assert svc.scheduler.ledger.victims_gone("default/hi")
+    svc.check_invariants()
+    await svc.expire(0.0)  # the ticker brings back the member turned away while the victims went
+    assert "preempted" in svc.pod("hi-0")["metadata"]["annotations"]["gang-extender.io/nudge"]
+    # a plain pod and another gang find rack r00 empty in the cluster, but held
+    svc.cluster.apply(make_pod("intruder", cpu="8"))
+    doc = await svc.filter("intruder")
+    assert doc["NodeNames"] == []
+    rival_doc = await svc.filter("rival-0")
+    assert rival_doc["NodeNames"] == [] and svc.plan("default/rival") == {}
+    # the preemptor is planned into it
+    node, reason = await svc.schedule("hi-1")
+    assert node in ("n000", "n001"), reason
+    assert sorted(svc.plan("default/hi").values()) == ["n000", "n001"]
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    assert svc.scheduler.preemption_outcomes["completed"] == 1
+    svc.check_invariants()
+    metrics = await (await svc.client.get("/metrics")).text()
+    assert 'gang_extender_preemptions_total{outcome="completed"} 1.0' in metrics
+    assert 'gang_extender_preemption_victims_total{kind="gang"} 1.0' in metrics
+
+
+async def test_the_hold_expires_and_the_room_is_free_again(make_service):
+    svc = await make_service(
+        cluster(
+            victim_gang("lo", ["n000", "n001"], 10),
+            [plain("x", "n010", 50), plain("y", "n011", 50)],
+            preemptor(),
+        )
+    )
+    await svc.filter("hi-0")
+    await settle()
+    svc.cluster.apply(make_pod("intruder", cpu="8"))
+    assert (await svc.filter("intruder"))["NodeNames"] == []
+    await svc.expire(59.0)
+    assert svc.scheduler.ledger.preemption("default/hi") is not None
+    await svc.expire(1.5)
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    assert svc.store.reservations == {}
+    assert svc.scheduler.preemption_outcomes["expired"] == 1
+    assert sorted((await svc.filter("intruder"))["NodeNames"]) == ["n000", "n001"]
+
+
+async def test_the_preempt_verb_hands_a_gang_member_to_the_gangs_own_preemption(make_service):
+    # every node full: kube-scheduler's own filters pass none, so only its preempt verb asks the service
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    lo0 = svc.pod("lo-0")
+    doc = {
+        "Pod": svc.pod("hi-0"),
+        "NodeNameToMetaVictims": {"n000": {"Pods": [{"UID": lo0["metadata"]["uid"]}], "NumPDBViolations": 0}},
+    }
+    resp = await svc.client.post("/preempt", data=orjson.dumps(doc))
+    assert resp.status == 200
+    assert not (await resp.json()).get("NodeNameToMetaVictims")  # kube-scheduler evicts nothing itself
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == ["default/lo-0", "default/lo-1"]  # the gang, whole
+    assert svc.scheduler.ledger.preemption("default/hi").domain == "rack r00"
+
+
+async def test_the_preempt_verb_leaves_plain_pods_to_kube_scheduler(make_service):
+    svc = await make_service(cluster(FULL_R01, [running(make_pod("solo", cpu="8"), "n000", 0)]))
+    pod = make_pod("urgent", cpu="8")
+    pod["spec"]["priority"] = HIGH
+    svc.cluster.apply(pod)
+    victims = {"n010": {"Pods": [{"UID": svc.pod("x")["metadata"]["uid"]}], "NumPDBViolations": 0}}
+    doc = {"Pod": svc.pod("urgent"), "NodeNameToMetaVictims": victims}
+    resp = await svc.client.post("/preempt", data=orjson.dumps(doc))
+    assert (await resp.json())["NodeNameToMetaVictims"] == victims
+
+
+async def test_victims_gone_but_the_rack_not_offered_yet_keeps_the_hold_and_preempts_nobody_else(
+    make_service,
+):
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    await svc.filter("hi-0")
+    await settle()
+    assert svc.pod("lo-0") is None and svc.pod("lo-1") is None
+    held = dict(svc.store.reservations)
+    # kube-scheduler's view lags: it offers only the full rack
+    doc = await svc.filter("hi-0", ["n010", "n011"])
+    assert next(iter(doc["FailedAndUnresolvableNodes"].values())).endswith("waiting for them to go")
+    assert svc.store.reservations == held and svc.pod("x") is not None and svc.pod("y") is not None
+    assert svc.scheduler.preemption_outcomes["planned"] == 1
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
