@@ -146,6 +146,13 @@ SERVE_FLAGS = (
         "server.tls_client_ca_file",
         "PATH",
     ),
+    Flag(
+        "stale-gang-grace-s",
+        float,
+        "evict a gang that was bound whole once it has run below its quorum this long; 0: never (default 60)",
+        "gang.stale_grace_s",
+        "S",
+    ),
 )
 
 
@@ -388,6 +395,15 @@ def render_gang(doc: dict[str, Any]) -> str:
     lines.append(f"Last reason: {doc.get('lastReason') or '-'}")
     if doc.get("failures"):
         lines.append(f"Failures:    {doc['failures']}")
+    disruption = doc.get("disruption") or {}
+    if disruption:
+        grace = disruption.get("staleGraceS")
+        below = disruption.get("belowQuorumForS")
+        lines.append(
+            f"Disruption:  {disruption.get('decision') or '-'}"
+            + (f"   below quorum for {below:g}s" if below is not None else "")
+            + (f"   stale after {grace:g}s" if grace else "   stale-gang eviction off")
+        )
     members = doc.get("members") or []
     lines.append(f"Members ({len(members)}):")
     width = max((len(m["pod"]) for m in members), default=3)

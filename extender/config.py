@@ -64,6 +64,9 @@ class GangSettings:
     reason_nodes: int = 16
     """How many rejected nodes carry the reason. kube-scheduler 1.20 reads only FailedNodes, and a map of
     every node costs it ~6.6 ms to decode at 5k nodes, so a bounded sample carries the message."""
+    stale_grace_s: float = 60.0
+    """How long a gang that was bound whole may run below its quorum (members failed or went) before
+    the rest are evicted, so a broken gang does not hold its nodes forever. 0: never."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +150,8 @@ def validate(settings: Settings) -> list[str]:
         )
     if g.reason_nodes < 1:
         errors.append(f"--reason-nodes must be at least 1, got {g.reason_nodes}")
+    if not g.stale_grace_s >= 0:  # NaN too
+        errors.append(f"--stale-gang-grace-s must be 0 (off) or positive, got {g.stale_grace_s}")
     sources = sum(bool(x) for x in (c.cluster_file, c.kubeconfig, c.in_cluster))
     if sources > 1:
         errors.append("choose one cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")

@@ -30,6 +30,7 @@ from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.resources import QuantityError
 from extender.placement import api as placement
 from extender.scheduling.decisions import BindVerdict, Effect, FilterDecision, UnknownNodesError, Verdict
+from extender.scheduling.disruption import DISRUPTION_TARGET, PREEMPTED_BY_GANG, GangDisruption
 from extender.scheduling.ledger import GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.scheduler import Scheduler
@@ -52,6 +53,7 @@ CLOCK = web.AppKey("clock", object)
 PROBE_PORT = web.AppKey("probe_port", int)  # the bound port of --probe-host; 0: no probe listener
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 PODGROUPER = web.AppKey("podgrouper", object)  # a Podgrouper, or None with --podgrouper=false
+DISRUPTION = web.AppKey("disruption", GangDisruption)
 
 Clock = Callable[[], float]
 
@@ -432,6 +434,7 @@ async def handle_debug_gang(request: web.Request) -> web.Response:
     found = request.app[SCHEDULER].describe(key)
     if found is None:
         return web.Response(status=404, text=f"no gang {key} is known to the extender\n")
+    found["disruption"] = request.app[DISRUPTION].describe(key)
     return _json(orjson.dumps(found))
 
 
@@ -491,6 +494,8 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                 )
             elif e.kind.startswith("podgroup-"):
                 await _write_podgroup(app, e)
+            elif e.kind == "evict":
+                await _evict(app, e)
         except Exception:
             log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
 
@@ -515,6 +520,32 @@ async def _write_podgroup(app: web.Application, e: Effect) -> None:
         podgrouper = app[PODGROUPER]
         if podgrouper is not None:
             podgrouper.write_done(e, ok=ok)  # type: ignore[attr-defined]
+
+
+async def _evict(app: web.Application, e: Effect) -> None:
+    """Say why on the pod (a DisruptionTarget condition and an Event), then evict it. The condition comes
+    first: it is what a restarted service reads to know the eviction is under way."""
+    source = app[SOURCE]
+    reason = str(e.data.get("reason", ""))
+    uid = str(e.data.get("uid", ""))
+    condition = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": e.data.get("conditionReason") or PREEMPTED_BY_GANG,
+        "message": reason,
+    }
+    await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=condition)  # type: ignore[attr-defined]
+    await source.emit_event(  # type: ignore[attr-defined]
+        namespace=e.namespace,
+        name=e.name,
+        uid=uid,
+        kind="Pod",
+        reason=str(condition["reason"]),
+        message=reason,
+        event_type="Warning",
+    )
+    if await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason):  # type: ignore[attr-defined]
+        app[METRICS].evicted_pods.inc()
 
 
 def _now_rfc3339() -> str:
@@ -557,6 +588,17 @@ def _tick(app: web.Application) -> None:
             owed = status_now(app[STORE], scheduler.ledger, gang)
             _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
+    if app[SOURCE].is_synced():  # type: ignore[attr-defined]
+        for eviction in app[DISRUPTION].decide():
+            if eviction.fresh:
+                app[METRICS].gang_evictions.labels(eviction.why.value).inc()
+                log.warning("%s", eviction.reason)
+            if eviction.fresh:
+                _spawn_effects(
+                    app, scheduler.gang_events(eviction.spec, None, "GangEvicted", eviction.reason, "Warning")
+                )
+            for evict in eviction.effects():  # each on its own: the whole gang goes at once
+                _spawn_effects(app, [evict])
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()
@@ -666,6 +708,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     barrier = Barrier()
     app[SCHEDULER] = scheduler
     app[PODGROUPER] = Podgrouper(store, clock=clock) if settings.cluster.podgrouper else None
+    app[DISRUPTION] = GangDisruption(store, ledger, stale_grace_s=settings.gang.stale_grace_s, clock=clock)
     app[METRICS] = Metrics()
     app[METRICS].watch_source(source)
     app[BARRIER] = barrier

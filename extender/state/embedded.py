@@ -268,6 +268,13 @@ class EmbeddedCluster:
             self.delete(group, kind, namespace, name)
         return True
 
+    async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        """No kubelet and no budgets here: an eviction removes the pod at once."""
+        pod = self.get("", "Pod", namespace, name)
+        if pod is not None and (not uid or pod["metadata"].get("uid") == uid):
+            self.delete("", "Pod", namespace, name)
+        return True
+
 
 def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
     """RFC 7386 JSON merge patch, in place: None removes a key, mappings merge, the rest replaces."""
