@@ -115,6 +115,17 @@ def parse_time_s(value: Any) -> float | None:
         return None
 
 
+def _deleted_at(meta: dict[str, Any]) -> float | None:
+    """When the deletion was asked for: the API server sets deletionTimestamp that many seconds of grace
+    ahead, and the controllers replace the pod at once, so the timestamp itself would take the
+    replacements for survivors."""
+    at = parse_time_s(meta.get("deletionTimestamp"))
+    if at is None:
+        return None
+    grace = meta.get("deletionGracePeriodSeconds")
+    return at - grace if isinstance(grace, int) and not isinstance(grace, bool) and grace > 0 else at
+
+
 def _disruption_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
     for c in (pod.get("status") or {}).get("conditions") or ():
         if isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("status") == "True":
@@ -176,7 +187,7 @@ class GangDisruption:
         if event == "DELETED":
             self._terminal.get(key, {}).pop(pk, None)
             if bound and not is_terminal(obj):
-                at = parse_time_s(meta.get("deletionTimestamp")) or self.wall_clock()
+                at = _deleted_at(meta) or self.wall_clock()
                 gone = self._gone.setdefault(key, collections.deque(maxlen=_GONE_PER_GANG))
                 gone.append(
                     (_Signal(pk, at, _how(obj) if _disruption_condition(obj) else "deleted"), m.subgroup)
@@ -242,9 +253,7 @@ class GangDisruption:
             meta = rec.obj.get("metadata") or {}
             cond = _disruption_condition(rec.obj)
             if meta.get("deletionTimestamp") or cond is not None:
-                at = parse_time_s(meta.get("deletionTimestamp")) or parse_time_s(
-                    (cond or {}).get("lastTransitionTime")
-                )
+                at = _deleted_at(meta) or parse_time_s((cond or {}).get("lastTransitionTime"))
                 signals.append(_Signal(rec.key, at if at is not None else wall, _how(rec.obj)))
             if is_live(rec.obj):
                 running.append(rec)
@@ -350,6 +359,7 @@ class GangDisruption:
         """No member runs: the incident (if any) is over."""
         self._whole.discard(key)
         self._counted.pop(key, None)
+        self._gone.pop(key, None)
         self._below_since.pop(key, None)
         self.decisions.pop(key, None)
         if not self.store.group_members(key):

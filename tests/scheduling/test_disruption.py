@@ -92,9 +92,15 @@ class World:
         fn(pod)
         self.cluster.apply(pod)
 
-    def delete(self, name: str) -> None:
-        """kubectl delete: a deletionTimestamp now (the kubelet would finish it later)."""
-        self.change(name, lambda p: p["metadata"].__setitem__("deletionTimestamp", stamp(self.clocks.wall)))
+    def delete(self, name: str, grace_s: int = 30) -> None:
+        """kubectl delete, as the API server marks it: deletionTimestamp `grace_s` ahead (the kubelet
+        would finish it then)."""
+
+        def mark(pod: dict) -> None:
+            pod["metadata"]["deletionTimestamp"] = stamp(self.clocks.wall + grace_s)
+            pod["metadata"]["deletionGracePeriodSeconds"] = grace_s
+
+        self.change(name, mark)
 
     def preempt(self, name: str) -> None:
         cond = {
@@ -130,6 +136,13 @@ class World:
         )
 
 
+def _replacement_in_grace(w: World) -> None:
+    """A member deleted with 30 s of grace, its replacement bound while it terminates."""
+    w.delete("x-3")
+    w.clocks.advance(2)
+    w.cluster.apply(running("x-3b", group="x", kind="all", node="n5", created=w.clocks.wall))
+
+
 def _replacement(w: World) -> None:
     """A member replaced after the incident (the Job controller's new pod), then bound."""
     w.remove("x-3")
@@ -151,6 +164,8 @@ CASES = [
      lambda w: w.finish("x-3", "Succeeded"), [], None, ""),
     ("all: the replacement of a gone member is not a survivor", "all", 4, 4, _replacement,
      ["x-0", "x-1", "x-2"], Why.DISRUPTION_ALL, ""),
+    ("all: a replacement bound while the member it replaces terminates", "all", 4, 4,
+     _replacement_in_grace, ["x-0", "x-1", "x-2"], Why.DISRUPTION_ALL, ""),
     ("kai: a member deleted below quorum", "kai", 4, 4, lambda w: w.delete("x-0"), ["x-1", "x-2", "x-3"],
      Why.BELOW_QUORUM, "leaving 3 of the 4 pods its quorum needs"),
     ("kai: a member preempted below quorum", "kai", 4, 4, lambda w: w.preempt("x-0"),
