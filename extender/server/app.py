@@ -565,6 +565,26 @@ def _answer_dropped(app: web.Application) -> None:
             barrier.resolve(pk, answer.message)
 
 
+def _disrupt(app: web.Application) -> None:
+    """Evict the gangs a disruption broke (scheduling.disruption), each member on its own task; a fault
+    here is logged and must not reach the ticker, which would answer every waiting bind with it."""
+    scheduler = app[SCHEDULER]
+    try:
+        evictions = app[DISRUPTION].decide()
+    except Exception:
+        log.exception("deciding whole-gang evictions failed")
+        return
+    for eviction in evictions:
+        if eviction.fresh:
+            app[METRICS].gang_evictions.labels(eviction.why.value).inc()
+            log.warning("%s", eviction.reason)
+            _spawn_effects(
+                app, scheduler.gang_events(eviction.spec, None, "GangEvicted", eviction.reason, "Warning")
+            )
+        for evict in eviction.effects():  # each on its own: the whole gang goes at once
+            _spawn_effects(app, [evict])
+
+
 def _tick(app: web.Application) -> None:
     """One pass: expire gang barriers, answer dropped plans and overdue waiters, nudge members whose
     backoff ended or whose missing pods arrived."""
@@ -589,16 +609,7 @@ def _tick(app: web.Application) -> None:
             _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
     if app[SOURCE].is_synced():  # type: ignore[attr-defined]
-        for eviction in app[DISRUPTION].decide():
-            if eviction.fresh:
-                app[METRICS].gang_evictions.labels(eviction.why.value).inc()
-                log.warning("%s", eviction.reason)
-            if eviction.fresh:
-                _spawn_effects(
-                    app, scheduler.gang_events(eviction.spec, None, "GangEvicted", eviction.reason, "Warning")
-                )
-            for evict in eviction.effects():  # each on its own: the whole gang goes at once
-                _spawn_effects(app, [evict])
+        _disrupt(app)
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()

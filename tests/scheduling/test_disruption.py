@@ -461,3 +461,18 @@ def test_explain_shows_the_disruption_decision(disruption, line):
         "disruption": disruption,
     }
     assert line in cli.render_gang(doc).splitlines()
+
+
+async def test_a_fault_in_the_disruption_logic_stays_out_of_the_ticker(make_service, monkeypatch, caplog):
+    """The ticker answers every waiting bind with an internal error when a pass raises: a fault deciding
+    evictions is logged and the pass goes on."""
+    from extender.server.app import _tick
+
+    svc = await make_service([make_node("n0")])
+
+    def broken() -> list:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(svc.app[DISRUPTION], "decide", broken)
+    _tick(svc.app)
+    assert "deciding whole-gang evictions failed" in caplog.text
