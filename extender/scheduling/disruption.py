@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import datetime
 import enum
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -89,11 +90,13 @@ class GangEviction:
 
 @dataclasses.dataclass(frozen=True)
 class _Signal:
-    """A member disrupted at `at_s` (wall clock, seconds), in words: "was preempted"."""
+    """A member disrupted at `at_s` (wall clock, seconds), in words: "was preempted"; `own`: by this
+    service's own eviction (the incident's end, not a new incident)."""
 
     pod: PodKey
     at_s: float
     how: str
+    own: bool = False
 
 
 @dataclasses.dataclass
@@ -168,6 +171,14 @@ class GangDisruption:
         self._below_since: dict[GroupKey, float] = {}
         self._sent: dict[str, float] = {}  # pod uid -> when its eviction was asked for
         self._counted: dict[GroupKey, float] = {}  # gang -> its incident last reported as fresh
+        self._survivors: dict[GroupKey, set[str]] = {}
+        """gang -> uids of the members bound and live when a disruption of one of them was first seen:
+        exactly the survivors (its replacements cannot be bound yet). Timestamps, whole seconds, cannot
+        tell a survivor from a replacement created in the same second; they serve after a restart."""
+        self._signalled: set[str] = set()  # uids whose disruption was seen (the survivors noted once)
+        self._evicting: set[str] = set()
+        """uids this process asked to evict, until seen deleted: their going is this incident's end, not
+        a new one (on 1.26+ the Eviction API replaces our DisruptionTarget reason with its own)."""
         self.decisions: dict[GroupKey, str] = {}
         """The newest decision per gang, in words, for explain."""
         store.add_listener(self._on_change)
@@ -184,14 +195,26 @@ class GangDisruption:
         key = m.group.key
         self._dirty.add(key)
         bound = bool((obj.get("spec") or {}).get("nodeName"))
+        uid = str(meta.get("uid") or "")
+        disrupted = event == "DELETED" or meta.get("deletionTimestamp") or _disruption_condition(obj)
+        ours = uid in self._evicting or _ours(obj)
+        if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
+            self._signalled.add(uid)
+            if not ours:
+                self._survivors.setdefault(key, set()).update(
+                    r.uid
+                    for r in self.store.group_members(key)
+                    if r.node_name and is_live(r.obj) and r.uid != uid
+                )
         if event == "DELETED":
+            self._signalled.discard(uid)
+            self._evicting.discard(uid)
             self._terminal.get(key, {}).pop(pk, None)
             if bound and not is_terminal(obj):
                 at = _deleted_at(meta) or self.wall_clock()
                 gone = self._gone.setdefault(key, collections.deque(maxlen=_GONE_PER_GANG))
-                gone.append(
-                    (_Signal(pk, at, _how(obj) if _disruption_condition(obj) else "deleted"), m.subgroup)
-                )
+                how = _how(obj) if _disruption_condition(obj) else "deleted"
+                gone.append((_Signal(pk, at, how, own=ours), m.subgroup))
         elif is_terminal(obj) and bound:
             self._terminal.setdefault(key, {})[pk] = obj
 
@@ -204,6 +227,10 @@ class GangDisruption:
                 self._dirty.add(m.group.key)
                 if is_terminal(rec.obj) and rec.node_name:
                     self._terminal.setdefault(m.group.key, {})[rec.key] = rec.obj
+                meta = rec.obj.get("metadata") or {}
+                if meta.get("deletionTimestamp") or _disruption_condition(rec.obj):
+                    # disrupted before this process: its survivors are told by timestamps alone
+                    self._signalled.add(rec.uid)
 
     # ----------------------------------------------------------------- deciding
     def decide(self) -> list[GangEviction]:
@@ -254,7 +281,8 @@ class GangDisruption:
             cond = _disruption_condition(rec.obj)
             if meta.get("deletionTimestamp") or cond is not None:
                 at = _deleted_at(meta) or parse_time_s((cond or {}).get("lastTransitionTime"))
-                signals.append(_Signal(rec.key, at if at is not None else wall, _how(rec.obj)))
+                own = rec.uid in self._evicting or _ours(rec.obj)
+                signals.append(_Signal(rec.key, at if at is not None else wall, _how(rec.obj), own=own))
             if is_live(rec.obj):
                 running.append(rec)
                 if cond is None:
@@ -264,7 +292,10 @@ class GangDisruption:
             ever[leaf] = ever.get(leaf, 0) + 1
             if (obj.get("status") or {}).get("phase") == "Succeeded":
                 healthy[leaf] = healthy.get(leaf, 0) + 1
-        return _View(spec, running, signals, healthy, ever)
+        # this service's own evictions are an incident's end; alone (a restart after the member that
+        # started it is gone) they are all there is to go on
+        foreign = [sig for sig in signals if not sig.own]
+        return _View(spec, running, foreign or signals, healthy, ever)
 
     def _decide_one(self, key: GroupKey, now: float) -> GangEviction | None:
         view = self._view(key)
@@ -283,7 +314,9 @@ class GangDisruption:
         candidates = [r for r in view.running if _evictable(r)]
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
             last = max(reversed(view.signals), key=lambda s: s.at_s)  # a tie: the newest seen
-            targets = [r for r in candidates if _created_s(r) < last.at_s]
+            survivors = self._survivors.get(key, set())
+            before = math.floor(last.at_s)
+            targets = [r for r in candidates if r.uid in survivors or _created_s(r) < before]
             if targets:
                 if spec.disruption is Disruption.ALL:
                     why = Why.DISRUPTION_ALL
@@ -353,6 +386,7 @@ class GangDisruption:
         self._counted[spec.key] = incident
         for r in due:
             self._sent[r.uid] = now
+            self._evicting.add(r.uid)
         return GangEviction(spec, why, reason, tuple(Victim(r.key, r.uid) for r in due), fresh)
 
     def _forget(self, key: GroupKey) -> None:
@@ -360,6 +394,7 @@ class GangDisruption:
         self._whole.discard(key)
         self._counted.pop(key, None)
         self._gone.pop(key, None)
+        self._survivors.pop(key, None)
         self._below_since.pop(key, None)
         self.decisions.pop(key, None)
         if not self.store.group_members(key):

@@ -476,3 +476,21 @@ async def test_a_fault_in_the_disruption_logic_stays_out_of_the_ticker(make_serv
     monkeypatch.setattr(svc.app[DISRUPTION], "decide", broken)
     _tick(svc.app)
     assert "deciding whole-gang evictions failed" in caplog.text
+
+
+def test_survivors_and_replacements_within_one_second_are_told_apart():
+    """Timestamps are whole seconds: a gang disrupted in the second it was created, and replaced in that
+    second too. The members bound when the disruption was seen are the survivors, exactly."""
+    objects = [
+        all_group("x", 3),
+        *(running(f"x-{i}", group="x", kind="all", node=f"n{i}", created=T0) for i in range(3)),
+    ]
+    w = World(objects)
+    w.decide()
+    w.remove("x-2")  # gone within its first second
+    w.cluster.apply(running("x-2b", group="x", kind="all", node="n5", created=T0))  # replaced, same second
+    (ev,) = w.decide()
+    assert sorted(v.pod for v in ev.pods) == ["default/x-0", "default/x-1"]
+    w.clocks.advance(RETRY_S + 1)
+    assert w.decide() == []  # our own evictions start no incident of their own
+    assert w.running("x") == ["x-2b"]
