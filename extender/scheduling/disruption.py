@@ -11,10 +11,11 @@ leave a gang being bound alone):
 
 The incident is read from the pods (deletionTimestamp, a DisruptionTarget condition, and pods seen
 deleted), so a restarted service finishes an eviction a previous one began: a member already evicted
-carries our DisruptionTarget condition or a deletionTimestamp and is not asked again. Only members
-created before the incident are evicted, so the gang's replacements (created after its members went)
-are never taken for survivors of the incident they replace. Suppression of repeats in flight is the
-one thing held in memory, with a retry after RETRY_S (a PodDisruptionBudget answering 429).
+carries our DisruptionTarget condition or a deletionTimestamp and is not asked again. Only the
+survivors of an incident are evicted, never the gang's replacements (created after its members went):
+the members bound when the disruption was seen, or, for an incident older than this process, the
+members created before it. Held in memory besides: evictions in flight (retried after RETRY_S, as a
+PodDisruptionBudget answering 429 asks), members seen deleted, and how long a gang has been below quorum.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ class GangDisruption:
         ours = uid in self._evicting or _ours(obj)
         if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
             self._signalled.add(uid)
-            if not ours:
+            if not ours and self._scanned:  # in the initial list, replacements may be in the store already
                 self._survivors.setdefault(key, set()).update(
                     r.uid
                     for r in self.store.group_members(key)
@@ -314,9 +315,11 @@ class GangDisruption:
         candidates = [r for r in view.running if _evictable(r)]
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
             last = max(reversed(view.signals), key=lambda s: s.at_s)  # a tie: the newest seen
-            survivors = self._survivors.get(key, set())
-            before = math.floor(last.at_s)
-            targets = [r for r in candidates if r.uid in survivors or _created_s(r) < before]
+            survivors = self._survivors.get(key)
+            if survivors is not None:  # seen as it happened: exactly who was bound then
+                targets = [r for r in candidates if r.uid in survivors]
+            else:  # before this process (a restart): members created before the incident's second
+                targets = [r for r in candidates if _created_s(r) < math.floor(last.at_s)]
             if targets:
                 if spec.disruption is Disruption.ALL:
                     why = Why.DISRUPTION_ALL
