@@ -153,6 +153,13 @@ SERVE_FLAGS = (
         "gang.preemption_hold_s",
         "S",
     ),
+    Flag(
+        "stale-gang-grace-s",
+        float,
+        "evict a gang that was bound whole once it has run below its quorum this long; 0: never (default 60)",
+        "gang.stale_grace_s",
+        "S",
+    ),
 )
 
 
@@ -405,6 +412,15 @@ def render_gang(doc: dict[str, Any]) -> str:
             whole = f", with its gang {v['gang']}" if v.get("gang") else ""
             state = "gone" if v.get("gone") else "being evicted"
             lines.append(f"  {v['pod']} on {v.get('node') or '-'}{whole}: {state}")
+    disruption = doc.get("disruption") or {}
+    if disruption:
+        grace = disruption.get("staleGraceS")
+        below = disruption.get("belowQuorumForS")
+        lines.append(
+            f"Disruption:  {disruption.get('decision') or '-'}"
+            + (f"   below quorum for {below:g}s" if below is not None else "")
+            + (f"   stale after {grace:g}s" if grace else "   stale-gang eviction off")
+        )
     members = doc.get("members") or []
     lines.append(f"Members ({len(members)}):")
     width = max((len(m["pod"]) for m in members), default=3)

@@ -68,6 +68,9 @@ class GangSettings:
     """How long the room a preempting gang freed (its victims' capacity, as each victim goes) is held
     for it alone. The gang is planned into it as soon as every victim is gone; past this, the room
     is free to everyone again. Long enough for the victims' graceful termination."""
+    stale_grace_s: float = 60.0
+    """How long a gang that was bound whole may run below its quorum (members failed or went) before
+    the rest are evicted, so a broken gang does not hold its nodes forever. 0: never."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +156,8 @@ def validate(settings: Settings) -> list[str]:
         errors.append(f"--reason-nodes must be at least 1, got {g.reason_nodes}")
     if not g.preemption_hold_s > 0:
         errors.append(f"--preemption-hold-s must be positive, got {g.preemption_hold_s}")
+    if not g.stale_grace_s >= 0:  # NaN too
+        errors.append(f"--stale-gang-grace-s must be 0 (off) or positive, got {g.stale_grace_s}")
     sources = sum(bool(x) for x in (c.cluster_file, c.kubeconfig, c.in_cluster))
     if sources > 1:
         errors.append("choose one cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")

@@ -778,6 +778,12 @@ class Scheduler:
             effects.append(Effect("event", ns, str(meta.get("name", "")), {**data, **target}))
         return effects
 
+    def gang_events(
+        self, spec: GroupSpec, pod: PodKey | None, reason: str, message: str, event_type: str = "Normal"
+    ) -> list[Effect]:
+        """The gang's story for a step taken outside the verbs (a whole-gang eviction): see `_story`."""
+        return self._story(spec, pod, reason, message, event_type)
+
     def _story_objects(self, spec: GroupSpec, pod: PodKey | None) -> list[dict[str, Any]]:
         out = []
         for group, kind in _GROUP_OBJECTS.get(spec.source, ()):

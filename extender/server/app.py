@@ -30,6 +30,7 @@ from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.resources import QuantityError
 from extender.placement import api as placement
 from extender.scheduling.decisions import BindVerdict, Effect, FilterDecision, UnknownNodesError, Verdict
+from extender.scheduling.disruption import DISRUPTION_TARGET, PREEMPTED_BY_GANG, GangDisruption
 from extender.scheduling.ledger import GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.scheduler import Scheduler
@@ -52,6 +53,7 @@ CLOCK = web.AppKey("clock", object)
 PROBE_PORT = web.AppKey("probe_port", int)  # the bound port of --probe-host; 0: no probe listener
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 PODGROUPER = web.AppKey("podgrouper", object)  # a Podgrouper, or None with --podgrouper=false
+DISRUPTION = web.AppKey("disruption", GangDisruption)
 
 Clock = Callable[[], float]
 
@@ -438,6 +440,7 @@ async def handle_debug_gang(request: web.Request) -> web.Response:
     found = request.app[SCHEDULER].describe(key)
     if found is None:
         return web.Response(status=404, text=f"no gang {key} is known to the extender\n")
+    found["disruption"] = request.app[DISRUPTION].describe(key)
     return _json(orjson.dumps(found))
 
 
@@ -498,9 +501,7 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
             elif e.kind.startswith("podgroup-"):
                 await _write_podgroup(app, e)
             elif e.kind == "evict":
-                await source.evict_pod(  # type: ignore[attr-defined]
-                    namespace=e.namespace, name=e.name, uid=e.data["uid"], reason=e.data["reason"]
-                )
+                await _evict(app, e)
         except Exception:
             log.exception("writing %s for %s/%s failed", e.kind, e.namespace, e.name)
 
@@ -536,6 +537,32 @@ def _take_preemption_metrics(app: web.Application) -> None:
         app[METRICS].preemption_victims.labels(kind).inc(n)
 
 
+async def _evict(app: web.Application, e: Effect) -> None:
+    """Say why on the pod (a DisruptionTarget condition and an Event), then evict it. The condition comes
+    first: it is what a restarted service reads to know the eviction is under way."""
+    source = app[SOURCE]
+    reason = str(e.data.get("reason", ""))
+    uid = str(e.data.get("uid", ""))
+    condition = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": e.data.get("conditionReason") or PREEMPTED_BY_GANG,
+        "message": reason,
+    }
+    await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=condition)  # type: ignore[attr-defined]
+    await source.emit_event(  # type: ignore[attr-defined]
+        namespace=e.namespace,
+        name=e.name,
+        uid=uid,
+        kind="Pod",
+        reason=str(condition["reason"]),
+        message=reason,
+        event_type="Warning",
+    )
+    if await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason):  # type: ignore[attr-defined]
+        app[METRICS].evicted_pods.inc()
+
+
 def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -551,6 +578,26 @@ def _answer_dropped(app: web.Application) -> None:
     for answer in app[SCHEDULER].ledger.take_answers():
         for pk in answer.pods:
             barrier.resolve(pk, answer.message)
+
+
+def _disrupt(app: web.Application) -> None:
+    """Evict the gangs a disruption broke (scheduling.disruption), each member on its own task; a fault
+    here is logged and must not reach the ticker, which would answer every waiting bind with it."""
+    scheduler = app[SCHEDULER]
+    try:
+        evictions = app[DISRUPTION].decide()
+    except Exception:
+        log.exception("deciding whole-gang evictions failed")
+        return
+    for eviction in evictions:
+        if eviction.fresh:
+            app[METRICS].gang_evictions.labels(eviction.why.value).inc()
+            log.warning("%s", eviction.reason)
+            _spawn_effects(
+                app, scheduler.gang_events(eviction.spec, None, "GangEvicted", eviction.reason, "Warning")
+            )
+        for evict in eviction.effects():  # each on its own: the whole gang goes at once
+            _spawn_effects(app, [evict])
 
 
 def _tick(app: web.Application) -> None:
@@ -577,6 +624,8 @@ def _tick(app: web.Application) -> None:
             _spawn_effects(app, [owed] if owed is not None else [])
     _spawn_effects(app, scheduler.quorum_arrived())
     _spawn_effects(app, scheduler.preemptions_tick())
+    if app[SOURCE].is_synced():  # type: ignore[attr-defined]
+        _disrupt(app)
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()
@@ -687,6 +736,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     barrier = Barrier()
     app[SCHEDULER] = scheduler
     app[PODGROUPER] = Podgrouper(store, clock=clock) if settings.cluster.podgrouper else None
+    app[DISRUPTION] = GangDisruption(store, ledger, stale_grace_s=settings.gang.stale_grace_s, clock=clock)
     app[METRICS] = Metrics()
     app[METRICS].watch_source(source)
     app[BARRIER] = barrier

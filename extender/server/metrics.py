@@ -146,6 +146,19 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.gang_evictions = Counter(
+            "gang_extender_gang_evictions_total",
+            "Running gangs evicted whole, once per incident, by why: disruption-all (a member of a "
+            "disruptionMode all group went), below-quorum (a disruption left the gang below its quorum), "
+            "stale (below its quorum longer than --stale-gang-grace-s)",
+            ["why"],
+            registry=r,
+        )
+        self.evicted_pods = Counter(
+            "gang_extender_evicted_pods_total",
+            "Pods the service evicted through the Eviction API (or removed, in an embedded cluster)",
+            registry=r,
+        )
 
     def watch_source(self, source: Any) -> None:
         """Report `source`'s own counters (see SourceCounts) from here on."""

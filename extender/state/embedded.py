@@ -268,23 +268,12 @@ class EmbeddedCluster:
             self.delete(group, kind, namespace, name)
         return True
 
-    async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> None:
-        """Evict a pod: no kubelet here, so it is deleted at once (the grace period is zero), with an
-        event saying why. A pod already gone or recreated (another uid) is left alone."""
+    async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        """No kubelet and no budgets here: an eviction removes the pod at once."""
         pod = self.get("", "Pod", namespace, name)
-        if pod is None or (uid and pod["metadata"].get("uid") != uid):
-            return
-        await self.emit_event(
-            namespace=namespace,
-            name=name,
-            uid=str(pod["metadata"].get("uid", "")),
-            kind="Pod",
-            reason="Preempted",
-            message=reason,
-            event_type="Warning",
-            api_version="v1",
-        )
-        self.delete("", "Pod", namespace, name)
+        if pod is not None and (not uid or pod["metadata"].get("uid") == uid):
+            self.delete("", "Pod", namespace, name)
+        return True
 
 
 def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:

@@ -275,6 +275,7 @@ class KubeClusterSource:
         self._api: _Connection | None = None
         self._api_lock = asyncio.Lock()
         self._served: dict[tuple[str, str], ServedKind] = {}
+        self._eviction_version: str | None = None  # "v1", or "v1beta1" where v1 is not served (1.20)
         self._pending_sync: set[tuple[str, str]] | None = None
         self._synced = False
         self._last_event_s: dict[tuple[str, str], float] = {}
@@ -878,3 +879,59 @@ class KubeClusterSource:
             return True
         self._report(status, data, what)
         return 200 <= status < 300
+
+    # ---- evictions ---------------------------------------------------------------------------
+
+    async def _eviction_api_version(self) -> str:
+        """policy/v1 where the server serves it (1.22 on), else policy/v1beta1; asked once."""
+        if self._eviction_version is None:
+            status, data = await self._request("GET", "/apis/policy")
+            versions: list[str] = []
+            if status == 200:
+                versions = [v.get("version", "") for v in orjson.loads(data).get("versions") or []]
+            elif status != 404:
+                raise _status_message(status, data)
+            self._eviction_version = "v1" if "v1" in versions or not versions else "v1beta1"
+        return f"policy/{self._eviction_version}"
+
+    async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        """POST pods/{name}/eviction for the pod of that uid. 404 (gone) and 409 (replaced by another
+        pod of that name) are moot: True. 429 is a PodDisruptionBudget refusing for now: False, the
+        caller asks again on a later pass."""
+        what = f"evict pod {namespace}/{name}"
+        try:
+            api_version = await self._eviction_api_version()
+        except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError) as exc:
+            self._count_write_error("evict", getattr(exc, "status", 0))
+            log.warning("cannot %s: API discovery of policy failed: %s", what, exc)
+            return False
+        body: dict[str, Any] = {
+            "apiVersion": api_version,
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        status, data = await self._write(
+            "POST",
+            self._pod_path(namespace, name, "eviction"),
+            body=body,
+            what=f"{what} ({reason})",
+            write="evict",
+            expected=(404, 409),
+        )
+        if 200 <= status < 300:
+            log.info("evicted pod %s: %s", f"{namespace}/{name}", reason)
+            return True
+        if status in (404, 409):
+            return True
+        if status == 429:
+            log.warning(
+                "%s refused for now (%s); asked again on a later pass: %s",
+                what,
+                _status_message(status, data).message or "too many requests",
+                reason,
+            )
+            return False
+        self._report(status, data, what)
+        return False

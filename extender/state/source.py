@@ -105,3 +105,7 @@ class ClusterSource(Protocol):
 
     async def delete_object(self, *, group: str, kind: str, namespace: str, name: str, uid: str) -> bool:
         """Delete the object if it still has `uid`; True when done or moot, False: try again later."""
+
+    async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        """Evict the pod if it still has `uid` (the Eviction API: PodDisruptionBudgets hold); True when
+        evicted or already gone, False: refused for now (a budget), the caller asks again later."""

@@ -534,3 +534,79 @@ async def test_an_object_write_for_a_kind_the_server_does_not_serve_is_not_done(
     finally:
         await source.close()
     assert script.seen == []
+
+
+EVICT = "/api/v1/namespaces/ns/pods/p/eviction"
+POLICY_V1 = (
+    200,
+    {"kind": "APIGroup", "name": "policy", "versions": [{"version": "v1"}, {"version": "v1beta1"}]},
+)
+POLICY_V1BETA1 = (200, {"kind": "APIGroup", "name": "policy", "versions": [{"version": "v1beta1"}]})
+BUDGET = (
+    429,
+    {"kind": "Status", "message": "Cannot evict pod as it would violate the pod's disruption budget."},
+)
+
+
+@pytest.mark.parametrize(
+    ("policy", "answers", "done", "api_version", "counted"),
+    [
+        (POLICY_V1, [CREATED], True, "policy/v1", {}),
+        (POLICY_V1BETA1, [CREATED], True, "policy/v1beta1", {}),
+        (POLICY_V1, [(404, {"kind": "Status", "message": "pods p not found"})], True, "policy/v1", {}),
+        (
+            POLICY_V1,
+            [(409, {"kind": "Status", "message": "Precondition failed: UID"})],
+            True,
+            "policy/v1",
+            {},
+        ),
+        (POLICY_V1, [BUSY, CREATED], True, "policy/v1", {}),
+        (POLICY_V1, [BUDGET], False, "policy/v1", {("evict", "4xx"): 1}),
+        (
+            POLICY_V1,
+            [(403, {"kind": "Status", "message": "forbidden"})],
+            False,
+            "policy/v1",
+            {("evict", "4xx"): 1},
+        ),
+    ],
+    ids=[
+        "policy/v1 where served",
+        "policy/v1beta1 where v1 is not served (1.20)",
+        "404: already gone is done",
+        "409: the uid precondition failed (another pod has the name) is done",
+        "5xx is retried",
+        "429 from a PodDisruptionBudget: not done, asked again later, counted",
+        "403: not done, counted",
+    ],
+)
+async def test_evictions(
+    fake: tuple[Script, str],
+    policy: tuple[int, Any],
+    answers: list[tuple[int, Any]],
+    done: bool,
+    api_version: str,
+    counted: dict,
+) -> None:
+    script, kubeconfig = fake
+    script.on("GET", "/apis/policy", policy)
+    script.on("POST", EVICT, *answers)
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    try:
+        got = await source.evict_pod(
+            namespace="ns", name="p", uid="u1", reason="gang ns/x: member ns/x-3 went"
+        )
+        await source.evict_pod(namespace="ns", name="p", uid="u1", reason="again")
+    finally:
+        await source.close()
+    assert got is done
+    assert script.seen.count(("GET", "/apis/policy")) == 1  # discovered once
+    body = orjson.loads(next(b for p, b in script.bodies if p == EVICT))
+    assert body == {
+        "apiVersion": api_version,
+        "kind": "Eviction",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "deleteOptions": {"preconditions": {"uid": "u1"}},
+    }
+    assert {k: v for k, v in source.write_errors.items()} == {k: 2 * v for k, v in counted.items()}

@@ -403,6 +403,7 @@ class ControlPlane:
         self.extender_token: str | None = None
         self.argv: dict[str, tuple[list[str], dict[str, str] | None]] = {}
         self.etcd_url = ""
+        self.kubelet: Any = None  # a KubeletStandIn once start_kubelet_standin() ran
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -818,9 +819,21 @@ class ControlPlane:
 
         wait_until(leading, timeout_s=60, what=f"kube-scheduler to hold lease {lease}")
 
+    def start_kubelet_standin(self) -> None:
+        """Complete the deletion of terminating pods on the fake nodes, as their kubelets would
+        (tests/e2e/controlplane/kubelet.py); stopped with the plane."""
+        from controlplane.kubelet import (
+            KubeletStandIn,
+        )  # the e2e tier is not a package: tests/e2e on sys.path
+
+        if self.kubelet is None:
+            self.kubelet = KubeletStandIn(self.server, self.api.token).start()
+
     def stop(self) -> None:
         """Stop every child; etcd last, since kube-apiserver 1.36 does not finish shutting down while it
         retries a vanished etcd. Idempotent."""
+        if self.kubelet is not None:
+            self.kubelet.stop(wait_s=0)  # its watch ends with kube-apiserver, below
         last = [n for n in ("etcd",) if n in self.procs]
         for batch in ([n for n in reversed(list(self.procs)) if n not in last], last):
             for name in batch:
@@ -837,6 +850,9 @@ class ControlPlane:
                         os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=5)
         self.procs.clear()
+        if self.kubelet is not None:
+            self.kubelet.stop(wait_s=5)
+            self.kubelet = None
         shutil.rmtree(self.etcd_dir, ignore_errors=True)
 
     # -- cluster content -------------------------------------------------------------------------
@@ -924,6 +940,7 @@ def shared_plane(version: str = LEGACY_VERSION) -> ControlPlane:
         plane.start()
         plane.apply_crds()
         plane.install_rbac()
+        plane.start_kubelet_standin()
     except BaseException as exc:
         plane.stop()
         _shared_error[version] = f"control plane {version} failed to start: {exc}"

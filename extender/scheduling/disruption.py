@@ -1,0 +1,443 @@
+"""Whole-gang disruption: which running gangs to evict whole, and why.
+
+A gang is all or nothing while it runs too. Three rules, decided over the store (and the ledger, to
+leave a gang being bound alone):
+- disruption-all: a member of a group whose disruption mode is ALL (JobSet `disruptionMode: {all: {}}`)
+  was preempted, evicted, deleted or is gone while others run: the others are evicted at once;
+- below-quorum: a gang (minMember) that was bound whole loses members to a disruption and is left
+  below its quorum: the rest are evicted (an elastic gang still at its quorum is not broken);
+- stale: a gang that was bound whole stays below its quorum (members failed or went) for longer than
+  the grace period: the rest are evicted.
+
+The incident is read from the pods (deletionTimestamp, a DisruptionTarget condition, and pods seen
+deleted), so a restarted service finishes an eviction a previous one began: a member already evicted
+carries our DisruptionTarget condition or a deletionTimestamp and is not asked again. Only the
+survivors of an incident are evicted, never the gang's replacements (created after its members went):
+the members bound when the disruption was seen, or, for an incident older than this process, the
+members created before it. Held in memory besides: evictions in flight (retried after RETRY_S, as a
+PodDisruptionBudget answering 429 asks), members seen deleted, and how long a gang has been below quorum.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import enum
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from extender.model.group import Disruption, GroupSpec, MembershipState
+from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.scheduling.decisions import Effect, pod_ref
+from extender.scheduling.ledger import GangLedger
+from extender.state.store import POD, ClusterStore, PodRecord, is_live, is_terminal
+
+DISRUPTION_TARGET = "DisruptionTarget"
+GANG_DISRUPTED = "GangDisrupted"
+PREEMPTED_BY_GANG = "PreemptionByGangScheduler"
+OUR_REASONS = frozenset({GANG_DISRUPTED, PREEMPTED_BY_GANG})
+RETRY_S = 10.0
+"""An eviction asked for and not yet seen in the cache is not asked again before this."""
+GONE_KEEP_S = 600.0
+"""How long (wall clock) a member seen deleted counts as an incident of its gang."""
+_GONE_PER_GANG = 256
+
+
+class Why(enum.Enum):
+    DISRUPTION_ALL = "disruption-all"
+    BELOW_QUORUM = "below-quorum"
+    STALE = "stale"
+
+
+@dataclasses.dataclass(frozen=True)
+class Victim:
+    pod: PodKey
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GangEviction:
+    """Evict `pods` of `spec`'s gang, for `why`; `fresh` is False when it repeats an incident in
+    progress (an eviction retried), so an incident is counted once."""
+
+    spec: GroupSpec
+    why: Why
+    reason: str
+    pods: tuple[Victim, ...]
+    fresh: bool
+
+    @property
+    def gang(self) -> GroupKey:
+        return self.spec.key
+
+    def effects(self) -> list[Effect]:
+        return [
+            Effect(
+                "evict",
+                *pod_ref(v.pod),
+                {
+                    "uid": v.uid,
+                    "reason": self.reason,
+                    "gang": str(self.gang),
+                    "conditionReason": GANG_DISRUPTED,
+                },
+            )
+            for v in self.pods
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Signal:
+    """A member disrupted at `at_s` (wall clock, seconds), in words: "was preempted"; `own`: by this
+    service's own eviction (the incident's end, not a new incident)."""
+
+    pod: PodKey
+    at_s: float
+    how: str
+    own: bool = False
+
+
+@dataclasses.dataclass
+class _View:
+    spec: GroupSpec
+    running: list[PodRecord]  # bound, live
+    signals: list[_Signal]
+    healthy: dict[str | None, int]  # per leaf: running and not disrupted, or Succeeded
+    ever_bound: dict[str | None, int]  # per leaf: every member known to have been bound
+
+
+def parse_time_s(value: Any) -> float | None:
+    """An RFC 3339 timestamp as Unix seconds; None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _deleted_at(meta: dict[str, Any]) -> float | None:
+    """When the deletion was asked for: the API server sets deletionTimestamp that many seconds of grace
+    ahead, and the controllers replace the pod at once, so the timestamp itself would take the
+    replacements for survivors."""
+    at = parse_time_s(meta.get("deletionTimestamp"))
+    if at is None:
+        return None
+    grace = meta.get("deletionGracePeriodSeconds")
+    return at - grace if isinstance(grace, int) and not isinstance(grace, bool) and grace > 0 else at
+
+
+def _disruption_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("status") == "True":
+            return c
+    return None
+
+
+def _how(pod: dict[str, Any]) -> str:
+    cond = _disruption_condition(pod)
+    reason = str((cond or {}).get("reason") or "")
+    if "Preemption" in reason:
+        return "preempted"
+    if cond is not None:
+        return "evicted"
+    return "deleted"
+
+
+class GangDisruption:
+    """Decides whole-gang evictions; the server runs `decide()` from its tick and carries them out."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        ledger: GangLedger | None = None,
+        *,
+        stale_grace_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.stale_grace_s = stale_grace_s
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self._dirty: set[GroupKey] = set()
+        self._scanned = False
+        self._terminal: dict[GroupKey, dict[PodKey, dict[str, Any]]] = {}
+        self._gone: dict[GroupKey, collections.deque[tuple[_Signal, str | None]]] = {}
+        self._whole: set[GroupKey] = set()
+        self._below_since: dict[GroupKey, float] = {}
+        self._sent: dict[str, float] = {}  # pod uid -> when its eviction was asked for
+        self._counted: dict[GroupKey, float] = {}  # gang -> its incident last reported as fresh
+        self._survivors: dict[GroupKey, set[str]] = {}
+        """gang -> uids of the members bound and live when a disruption of one of them was first seen:
+        exactly the survivors (its replacements cannot be bound yet). Timestamps, whole seconds, cannot
+        tell a survivor from a replacement created in the same second; they serve after a restart."""
+        self._signalled: set[str] = set()  # uids whose disruption was seen (the survivors noted once)
+        self._evicting: set[str] = set()
+        """uids this process asked to evict, until seen deleted: their going is this incident's end, not
+        a new one (on 1.26+ the Eviction API replaces our DisruptionTarget reason with its own)."""
+        self.decisions: dict[GroupKey, str] = {}
+        """The newest decision per gang, in words, for explain."""
+        store.add_listener(self._on_change)
+
+    # ----------------------------------------------------------------- watching
+    def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        if kind != POD:
+            return
+        meta = obj.get("metadata") or {}
+        pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        m = self.store.membership_of(obj)
+        if m.state is not MembershipState.MEMBER or m.group is None or not _watched(m.group):
+            return
+        key = m.group.key
+        self._dirty.add(key)
+        bound = bool((obj.get("spec") or {}).get("nodeName"))
+        uid = str(meta.get("uid") or "")
+        disrupted = event == "DELETED" or meta.get("deletionTimestamp") or _disruption_condition(obj)
+        ours = uid in self._evicting or _ours(obj)
+        if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
+            self._signalled.add(uid)
+            if not ours and self._scanned:  # in the initial list, replacements may be in the store already
+                self._survivors.setdefault(key, set()).update(
+                    r.uid
+                    for r in self.store.group_members(key)
+                    if r.node_name and is_live(r.obj) and r.uid != uid
+                )
+        if event == "DELETED":
+            self._signalled.discard(uid)
+            self._evicting.discard(uid)
+            self._terminal.get(key, {}).pop(pk, None)
+            if bound and not is_terminal(obj):
+                at = _deleted_at(meta) or self.wall_clock()
+                gone = self._gone.setdefault(key, collections.deque(maxlen=_GONE_PER_GANG))
+                how = _how(obj) if _disruption_condition(obj) else "deleted"
+                gone.append((_Signal(pk, at, how, own=ours), m.subgroup))
+        elif is_terminal(obj) and bound:
+            self._terminal.setdefault(key, {})[pk] = obj
+
+    def _scan(self) -> None:
+        """Once, after the cache is synced: every gang is looked at (a restart finishes the job)."""
+        self._scanned = True
+        for rec in self.store.pods.values():
+            m = self.store.membership(rec)
+            if m.state is MembershipState.MEMBER and m.group is not None and _watched(m.group):
+                self._dirty.add(m.group.key)
+                if is_terminal(rec.obj) and rec.node_name:
+                    self._terminal.setdefault(m.group.key, {})[rec.key] = rec.obj
+                meta = rec.obj.get("metadata") or {}
+                if meta.get("deletionTimestamp") or _disruption_condition(rec.obj):
+                    # disrupted before this process: its survivors are told by timestamps alone
+                    self._signalled.add(rec.uid)
+
+    # ----------------------------------------------------------------- deciding
+    def decide(self) -> list[GangEviction]:
+        """The gangs to evict now. Cheap when no member changed and no gang is below quorum."""
+        if not self._scanned:
+            self._scan()
+        now = self.clock()
+        self._sent = {uid: t for uid, t in self._sent.items() if now - t < RETRY_S}
+        keys = self._dirty | set(self._below_since) | self._retrying()
+        self._dirty = set()
+        out = []
+        for key in sorted(keys):
+            found = self._decide_one(key, now)
+            if found is not None:
+                out.append(found)
+        return out
+
+    def _retrying(self) -> set[GroupKey]:
+        """Gangs whose incident is open (members still to evict once the retry delay is over)."""
+        return {k for k, d in self.decisions.items() if d.startswith("evicting")}
+
+    def _view(self, key: GroupKey) -> _View | None:
+        members = self.store.group_members(key)
+        terminal = list(self._terminal.get(key, {}).values())
+        spec = None
+        if members:
+            spec = self.store.membership(members[0]).group
+        elif terminal:
+            spec = self.store.membership_of(terminal[0]).group
+        if spec is None or not _watched(spec):
+            return None
+        wall = self.wall_clock()
+        gone = self._gone.get(key)
+        while gone and wall - gone[0][0].at_s > GONE_KEEP_S:
+            gone.popleft()
+        signals: list[_Signal] = [s for s, _ in gone or ()]
+        running: list[PodRecord] = []
+        healthy: dict[str | None, int] = {}
+        ever: dict[str | None, int] = {}
+        for _, leaf in gone or ():
+            ever[leaf] = ever.get(leaf, 0) + 1
+        for rec in members:
+            if not rec.node_name:
+                continue
+            leaf = self.store.membership(rec).subgroup
+            ever[leaf] = ever.get(leaf, 0) + 1
+            meta = rec.obj.get("metadata") or {}
+            cond = _disruption_condition(rec.obj)
+            if meta.get("deletionTimestamp") or cond is not None:
+                at = _deleted_at(meta) or parse_time_s((cond or {}).get("lastTransitionTime"))
+                own = rec.uid in self._evicting or _ours(rec.obj)
+                signals.append(_Signal(rec.key, at if at is not None else wall, _how(rec.obj), own=own))
+            if is_live(rec.obj):
+                running.append(rec)
+                if cond is None:
+                    healthy[leaf] = healthy.get(leaf, 0) + 1
+        for obj in terminal:
+            leaf = self.store.membership_of(obj).subgroup
+            ever[leaf] = ever.get(leaf, 0) + 1
+            if (obj.get("status") or {}).get("phase") == "Succeeded":
+                healthy[leaf] = healthy.get(leaf, 0) + 1
+        # this service's own evictions are an incident's end; alone (a restart after the member that
+        # started it is gone) they are all there is to go on
+        foreign = [sig for sig in signals if not sig.own]
+        return _View(spec, running, foreign or signals, healthy, ever)
+
+    def _decide_one(self, key: GroupKey, now: float) -> GangEviction | None:
+        view = self._view(key)
+        if view is None or not view.running:
+            self._forget(key)
+            return None
+        spec = view.spec
+        below = spec.ready_leaves(view.healthy) is None
+        if not below:
+            self._whole.add(key)
+            self._below_since.pop(key, None)
+            if not view.signals or spec.disruption is not Disruption.ALL:
+                self.decisions[key] = "healthy: at its quorum"
+                return None
+        whole = key in self._whole or spec.ready_leaves(view.ever_bound) is not None
+        candidates = [r for r in view.running if _evictable(r)]
+        if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
+            last = max(reversed(view.signals), key=lambda s: s.at_s)  # a tie: the newest seen
+            survivors = self._survivors.get(key)
+            if survivors is not None:  # seen as it happened: exactly who was bound then
+                targets = [r for r in candidates if r.uid in survivors]
+            else:  # before this process (a restart): members created before the incident's second
+                targets = [r for r in candidates if _created_s(r) < math.floor(last.at_s)]
+            if targets:
+                if spec.disruption is Disruption.ALL:
+                    why = Why.DISRUPTION_ALL
+                    reason = (
+                        f"gang {key}: member {last.pod} {_was(last.how)}; "
+                        "disruptionMode all evicts the whole gang"
+                    )
+                else:
+                    why = Why.BELOW_QUORUM
+                    reason = (
+                        f"gang {key}: member {last.pod} {_was(last.how)}, leaving {_total(view.healthy)} of "
+                        f"the {spec.quorum_upper_bound()} pods its quorum needs; a gang below its quorum is "
+                        "evicted whole"
+                    )
+                return self._evict(spec, why, reason, targets, now, incident=last.at_s)
+        if not below:
+            self.decisions[key] = "healthy: at its quorum"
+            return None
+        return self._stale(view, whole, candidates, now)
+
+    def _stale(
+        self, view: _View, whole: bool, candidates: list[PodRecord], now: float
+    ) -> GangEviction | None:
+        key = view.spec.key
+        have, need = _total(view.healthy), view.spec.quorum_upper_bound()
+        if not whole or self._being_bound(key):
+            self._below_since.pop(key, None)
+            self.decisions[key] = f"below quorum ({have} of {need}) but never bound whole: left alone"
+            return None
+        since = self._below_since.setdefault(key, now)
+        if self.stale_grace_s <= 0:
+            self.decisions[key] = f"below quorum ({have} of {need}); stale-gang eviction is off"
+            return None
+        below_s = now - since
+        if below_s < self.stale_grace_s:
+            self.decisions[key] = (
+                f"below quorum ({have} of {need}) for {below_s:.0f}s; evicted whole after "
+                f"{self.stale_grace_s:g}s"
+            )
+            return None
+        reason = (
+            f"gang {key}: {have} of the {need} pods its quorum needs running for {below_s:.0f}s, longer than "
+            f"--stale-gang-grace-s ({self.stale_grace_s:g}s); the stale gang is evicted whole"
+        )
+        return self._evict(view.spec, Why.STALE, reason, candidates, now, incident=-since)
+
+    def _being_bound(self, key: GroupKey) -> bool:
+        entry = self.ledger.entry(key) if self.ledger is not None else None
+        return entry is not None and bool(entry.plan or entry.releasing or entry.arrived)
+
+    def _evict(
+        self,
+        spec: GroupSpec,
+        why: Why,
+        reason: str,
+        targets: list[PodRecord],
+        now: float,
+        *,
+        incident: float,
+    ) -> GangEviction | None:
+        due = [r for r in targets if r.uid not in self._sent]
+        self.decisions[spec.key] = f"evicting {len(targets)} member(s) ({why.value}): {reason}"
+        if not due:
+            return None
+        # counted once: not again when retried, nor by a restarted service that finds its own marks
+        fresh = self._counted.get(spec.key) != incident and not any(_ours(r.obj) for r in targets)
+        self._counted[spec.key] = incident
+        for r in due:
+            self._sent[r.uid] = now
+            self._evicting.add(r.uid)
+        return GangEviction(spec, why, reason, tuple(Victim(r.key, r.uid) for r in due), fresh)
+
+    def _forget(self, key: GroupKey) -> None:
+        """No member runs: the incident (if any) is over."""
+        self._whole.discard(key)
+        self._counted.pop(key, None)
+        self._gone.pop(key, None)
+        self._survivors.pop(key, None)
+        self._below_since.pop(key, None)
+        self.decisions.pop(key, None)
+        if not self.store.group_members(key):
+            self._terminal.pop(key, None)
+
+    # ----------------------------------------------------------------- explain
+    def describe(self, key: GroupKey) -> dict[str, Any]:
+        """What explain shows: the grace period, how long the gang has been below quorum, the decision."""
+        since = self._below_since.get(key)
+        return {
+            "staleGraceS": self.stale_grace_s,
+            "belowQuorumForS": round(self.clock() - since, 1) if since is not None else None,
+            "decision": self.decisions.get(key, ""),
+        }
+
+
+def _watched(spec: GroupSpec) -> bool:
+    return spec.disruption is Disruption.ALL or spec.is_gang()
+
+
+def _evictable(rec: PodRecord) -> bool:
+    """Running and not already marked for disruption by someone else (kube-scheduler deletes those)."""
+    cond = _disruption_condition(rec.obj)
+    return cond is None or cond.get("reason") in OUR_REASONS
+
+
+def _ours(pod: dict[str, Any]) -> bool:
+    cond = _disruption_condition(pod)
+    return cond is not None and cond.get("reason") in OUR_REASONS
+
+
+def _created_s(rec: PodRecord) -> float:
+    """When the pod was created (wall clock); +inf when unknown: never taken for a survivor."""
+    found = parse_time_s((rec.obj.get("metadata") or {}).get("creationTimestamp"))
+    return found if found is not None else float("inf")
+
+
+def _was(how: str) -> str:
+    return {"preempted": "was preempted", "evicted": "was evicted"}.get(how, "was deleted")
+
+
+def _total(counts: dict[str | None, int]) -> int:
+    return sum(counts.values())

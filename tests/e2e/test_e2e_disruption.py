@@ -1,0 +1,97 @@
+"""Whole-gang disruption on a real control plane: one member evicted as kube-scheduler's preemption would
+evict it, and the service evicts the rest of the gang at once (never leaving it half-running).
+
+The fake nodes have no kubelet: the plane's kubelet stand-in finishes the deletion of evicted pods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from controlplane.start import Api, wait_until
+from test_e2e_gangs import create_jobset, pods, wait_all_bound, with_scheduler
+
+from extender.model import labels as keys
+
+if TYPE_CHECKING:
+    from conftest import Cluster
+
+GONE_WITHIN_S = 15.0
+
+
+def evict(api: Api, legacy: bool, namespace: str, name: str) -> None:
+    """What kube-scheduler's preemption (or a drain) does: the Eviction API."""
+    version = "policy/v1beta1" if legacy else "policy/v1"
+    body = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    api.create(f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+
+
+def live_uids(api: Api, namespace: str, uids: set[str]) -> set[str]:
+    """Which of `uids` still exist and are not being deleted."""
+    return {
+        p["metadata"]["uid"]
+        for p in pods(api, namespace)
+        if p["metadata"]["uid"] in uids and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def wait_gone(cluster: Cluster, namespace: str, uids: set[str], what: str) -> None:
+    api = cluster.plane.api
+    try:
+        wait_until(lambda: not live_uids(api, namespace, uids), timeout_s=GONE_WITHIN_S, what=what)
+    except AssertionError as exc:
+        left = [p["metadata"]["name"] for p in pods(api, namespace) if p["metadata"]["uid"] in uids]
+        log = cluster.plane.log_tail("service", 60)
+        pytest.fail(f"{exc}; still there: {left}\n--- service log ---\n{log}", pytrace=False)
+
+
+def told(api: Api, namespace: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"] if e.get("reason") == reason
+    ]
+
+
+def test_a_disruption_all_jobset_losing_a_member_is_evicted_whole(cluster: Cluster, namespace: str) -> None:
+    api, plane = cluster.plane.api, cluster.plane
+    js = create_jobset(api, namespace, "gang-training.yaml", cpu="500m")  # disruptionMode: {all: {}}
+    selector = f"{keys.JOBSET_NAME}={js['metadata']['name']}"
+    members = wait_all_bound(api, namespace, 5, selector)
+    uids = {p["metadata"]["uid"] for p in members}
+    victim = members[0]["metadata"]["name"]
+    evict(api, plane.legacy, namespace, victim)
+    wait_gone(cluster, namespace, uids, "every member of the disruption-all gang evicted")
+    disrupted = told(api, namespace, "GangDisrupted")
+    assert {e["involvedObject"]["name"] for e in disrupted} == {p["metadata"]["name"] for p in members} - {
+        victim
+    }
+    assert all(f"member {namespace}/{victim} was" in e["message"] for e in disrupted), disrupted[0]["message"]
+    assert all("disruptionMode all evicts the whole gang" in e["message"] for e in disrupted)
+    assert any(e["involvedObject"]["kind"] != "Pod" for e in told(api, namespace, "GangEvicted"))
+
+
+def test_a_kai_gang_taken_below_its_quorum_is_evicted_whole(cluster: Cluster, namespace: str) -> None:
+    api, plane = cluster.plane.api, cluster.plane
+    group = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "trio", "namespace": namespace},
+        "spec": {"minMember": 3, "queue": "default"},
+    }
+    api.create(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups", group)
+    for i in range(3):
+        pod = with_scheduler({"spec": {"containers": [{"name": "main", "image": "sleep:v0.1.0"}]}}, cpu="1")
+        pod.update(apiVersion="v1", kind="Pod")
+        pod["metadata"] = {
+            "name": f"trio-{i}",
+            "namespace": namespace,
+            "annotations": {keys.POD_GROUP_NAME: "trio"},
+        }
+        api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+    members = wait_all_bound(api, namespace, 3)
+    uids = {p["metadata"]["uid"] for p in members}
+    evict(api, plane.legacy, namespace, "trio-1")
+    wait_gone(cluster, namespace, uids, "the gang below its quorum evicted whole")
+    disrupted = told(api, namespace, "GangDisrupted")
+    assert {e["involvedObject"]["name"] for e in disrupted} == {"trio-0", "trio-2"}
+    assert all("a gang below its quorum is evicted whole" in e["message"] for e in disrupted)

@@ -1,0 +1,496 @@
+"""Whole-gang disruption: which running gangs are evicted whole, when, and why (scheduling.disruption).
+
+The decisions run over a real store fed by an embedded cluster; a test plays the API server's part
+(an eviction removes the pod) and the clocks are fakes."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.scheduling.disruption import RETRY_S, GangDisruption, Why
+from extender.server.app import DISRUPTION, METRICS
+from extender.state.embedded import EmbeddedCluster
+from extender.state.store import ClusterStore, is_live
+from tests.builders import make_kai_podgroup, make_node, make_pod
+
+T0 = 1_800_000_000.0  # wall clock of the tests' start
+
+
+def stamp(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Clocks:
+    """The monotonic clock and the wall clock, advanced together."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.wall = T0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.wall += seconds
+
+
+def all_group(name: str, min_count: int) -> dict[str, Any]:
+    """A scheduling.k8s.io PodGroup whose disruption mode is the whole group (JobSet `all`)."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}, "disruptionMode": "PodGroup"},
+    }
+
+
+def running(name: str, *, group: str, kind: str, node: str = "n0", created: float = T0 - 300) -> dict:
+    if kind == "all":
+        pod = make_pod(name, scheduling_group=group, node=node)
+    else:
+        pod = make_pod(name, annotations={"pod-group-name": group}, node=node)
+    pod["metadata"]["creationTimestamp"] = stamp(created)
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def gang_objects(name: str, *, kind: str, size: int, quorum: int) -> list[dict]:
+    group = all_group(name, quorum) if kind == "all" else make_kai_podgroup(name, min_member=quorum)
+    return [group, *(running(f"{name}-{i}", group=name, kind=kind, node=f"n{i}") for i in range(size))]
+
+
+class World:
+    """An embedded cluster, its store and the disruption logic over it."""
+
+    def __init__(self, objects: list[dict], *, grace_s: float = 60.0) -> None:
+        self.clocks = Clocks()
+        self.cluster = EmbeddedCluster([*(make_node(f"n{i}") for i in range(8)), *objects])
+        self.store = ClusterStore()
+        self.cluster.attach(self.store)
+        self.logic = self.fresh(grace_s)
+        self.evicted: list[str] = []
+
+    def fresh(self, grace_s: float = 60.0) -> GangDisruption:
+        """The logic as a service (re)started now would hold it: nothing in memory."""
+        return GangDisruption(
+            self.store,
+            stale_grace_s=grace_s,
+            clock=lambda: self.clocks.now,
+            wall_clock=lambda: self.clocks.wall,
+        )
+
+    def pod(self, name: str) -> dict | None:
+        return self.cluster.get("", "Pod", "default", name)
+
+    def change(self, name: str, fn) -> None:
+        pod = copy.deepcopy(self.pod(name))
+        fn(pod)
+        self.cluster.apply(pod)
+
+    def delete(self, name: str, grace_s: int = 30) -> None:
+        """kubectl delete, as the API server marks it: deletionTimestamp `grace_s` ahead (the kubelet
+        would finish it then)."""
+
+        def mark(pod: dict) -> None:
+            pod["metadata"]["deletionTimestamp"] = stamp(self.clocks.wall + grace_s)
+            pod["metadata"]["deletionGracePeriodSeconds"] = grace_s
+
+        self.change(name, mark)
+
+    def preempt(self, name: str) -> None:
+        cond = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "lastTransitionTime": stamp(self.clocks.wall),
+        }
+        self.change(name, lambda p: p["status"].setdefault("conditions", []).append(cond))
+
+    def remove(self, name: str) -> None:
+        self.cluster.delete("", "Pod", "default", name)
+
+    def finish(self, name: str, phase: str) -> None:
+        self.change(name, lambda p: p["status"].__setitem__("phase", phase))
+
+    def decide(self) -> list:
+        """One pass; the evictions it asks for are carried out as the API server would (pod removed)."""
+        found = self.logic.decide()
+        for ev in found:
+            for v in ev.pods:
+                pod = self.pod(v.pod.partition("/")[2])
+                if pod is not None and pod["metadata"]["uid"] == v.uid:
+                    self.remove(v.pod.partition("/")[2])
+                    self.evicted.append(v.pod.partition("/")[2])
+        return found
+
+    def running(self, prefix: str) -> list[str]:
+        return sorted(
+            r.key.partition("/")[2]
+            for r in self.store.pods.values()
+            if r.key.startswith(f"default/{prefix}-") and r.node_name and is_live(r.obj)
+        )
+
+
+def _replacement_in_grace(w: World) -> None:
+    """A member deleted with 30 s of grace, its replacement bound while it terminates."""
+    w.delete("x-3")
+    w.clocks.advance(2)
+    w.cluster.apply(running("x-3b", group="x", kind="all", node="n5", created=w.clocks.wall))
+
+
+def _replacement(w: World) -> None:
+    """A member replaced after the incident (the Job controller's new pod), then bound."""
+    w.remove("x-3")
+    w.clocks.advance(2)
+    w.cluster.apply(running("x-3b", group="x", kind="all", node="n5", created=w.clocks.wall))
+
+
+# (name, gang kind, size, quorum, what happens, evicted, why, words in the reason)
+CASES = [
+    ("all: a member deleted", "all", 4, 4, lambda w: w.delete("x-3"), ["x-0", "x-1", "x-2"],
+     Why.DISRUPTION_ALL, "member default/x-3 was deleted; disruptionMode all"),
+    ("all: a member preempted by kube-scheduler", "all", 4, 4, lambda w: w.preempt("x-3"),
+     ["x-0", "x-1", "x-2"], Why.DISRUPTION_ALL, "member default/x-3 was preempted"),
+    ("all: a member gone outright", "all", 4, 4, lambda w: w.remove("x-3"), ["x-0", "x-1", "x-2"],
+     Why.DISRUPTION_ALL, "x-3 was deleted"),
+    ("all: even above its quorum", "all", 4, 2, lambda w: w.delete("x-3"), ["x-0", "x-1", "x-2"],
+     Why.DISRUPTION_ALL, "disruptionMode all evicts the whole gang"),
+    ("all: a member succeeded (a finished pod is no disruption)", "all", 4, 4,
+     lambda w: w.finish("x-3", "Succeeded"), [], None, ""),
+    ("all: the replacement of a gone member is not a survivor", "all", 4, 4, _replacement,
+     ["x-0", "x-1", "x-2"], Why.DISRUPTION_ALL, ""),
+    ("all: a replacement bound while the member it replaces terminates", "all", 4, 4,
+     _replacement_in_grace, ["x-0", "x-1", "x-2"], Why.DISRUPTION_ALL, ""),
+    ("kai: a member deleted below quorum", "kai", 4, 4, lambda w: w.delete("x-0"), ["x-1", "x-2", "x-3"],
+     Why.BELOW_QUORUM, "leaving 3 of the 4 pods its quorum needs"),
+    ("kai: a member preempted below quorum", "kai", 4, 4, lambda w: w.preempt("x-0"),
+     ["x-1", "x-2", "x-3"], Why.BELOW_QUORUM, "default/x-0 was preempted"),
+    ("kai elastic: one member lost, still at quorum", "kai", 4, 2, lambda w: w.remove("x-0"), [], None, ""),
+    ("kai elastic: taken below its quorum", "kai", 4, 3,
+     lambda w: (w.remove("x-0"), w.preempt("x-1")), ["x-2", "x-3"], Why.BELOW_QUORUM, "x-1 was preempted"),
+    ("kai: a failed member waits for the stale grace", "kai", 4, 4, lambda w: w.finish("x-0", "Failed"),
+     [], None, ""),
+    ("kai: finished members count (a completed Job is healthy)", "kai", 4, 4,
+     lambda w: (w.finish("x-0", "Succeeded"), w.finish("x-1", "Succeeded")), [], None, ""),
+    ("a healthy gang", "all", 4, 4, lambda w: None, [], None, ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "size", "quorum", "event", "evicted", "why", "words"), CASES, ids=[c[0] for c in CASES]
+)
+def test_whole_gang_disruption(name, kind, size, quorum, event, evicted, why, words):
+    w = World(gang_objects("x", kind=kind, size=size, quorum=quorum))
+    assert w.decide() == []  # healthy to start with
+    w.clocks.advance(1)
+    event(w)
+    found = w.decide()
+    assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == evicted
+    if why is not None:
+        (ev,) = found
+        assert ev.why is why and ev.fresh
+        assert words in ev.reason and ev.reason.startswith("gang default/x: ")
+        effect = ev.effects()[0]
+        assert (
+            effect.kind == "evict"
+            and effect.data["reason"] == ev.reason
+            and effect.data["gang"] == "default/x"
+        )
+        assert effect.data["uid"]
+    w.clocks.advance(RETRY_S + 1)
+    assert w.decide() == []  # settled: once per incident
+
+
+def test_an_eviction_in_flight_is_asked_once_then_retried_and_counted_once():
+    w = World(gang_objects("x", kind="all", size=3, quorum=3))
+    w.decide()
+    w.delete("x-2")
+    first = w.logic.decide()  # not carried out: a PodDisruptionBudget answered 429, say
+    assert [len(ev.pods) for ev in first] == [2] and first[0].fresh
+    assert w.logic.decide() == []  # asked for already: no storm
+    w.clocks.advance(RETRY_S)
+    again = w.logic.decide()
+    assert [len(ev.pods) for ev in again] == [2] and not again[0].fresh  # the same incident, retried
+
+
+def test_a_restarted_service_finishes_the_job_from_the_store():
+    """The first process wrote its DisruptionTarget on one survivor and evicted it, then stopped."""
+    w = World(gang_objects("x", kind="all", size=4, quorum=4))
+    w.decide()
+    w.delete("x-3")
+    w.clocks.advance(1)
+    ours = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "GangDisrupted",
+        "lastTransitionTime": stamp(w.clocks.wall),
+    }
+    w.change("x-0", lambda p: p["status"].setdefault("conditions", []).append(ours))
+    w.change("x-0", lambda p: p["metadata"].__setitem__("deletionTimestamp", stamp(w.clocks.wall)))
+    w.logic = w.fresh()  # restarted: nothing in memory
+    (ev,) = w.decide()
+    assert sorted(v.pod for v in ev.pods) == ["default/x-1", "default/x-2"]
+    assert ev.why is Why.DISRUPTION_ALL
+
+
+def test_a_replacement_gang_bound_while_old_members_terminate_is_left_alone():
+    w = World(gang_objects("x", kind="all", size=2, quorum=2))
+    w.decide()
+    w.delete("x-0")
+    w.delete("x-1")  # the whole gang is going (evicted, or its JobSet restarted)
+    w.clocks.advance(3)
+    for i in range(2):  # the Job controller's replacements, bound whole meanwhile
+        w.cluster.apply(running(f"x-r{i}", group="x", kind="all", node=f"n{4 + i}", created=w.clocks.wall))
+    assert w.decide() == []
+    assert w.running("x") == ["x-r0", "x-r1"]
+
+
+@pytest.mark.parametrize(
+    ("grace_s", "after_s", "evicted"),
+    [
+        (60, 59, []),
+        (60, 60, ["x-1", "x-2", "x-3"]),
+        (5, 5, ["x-1", "x-2", "x-3"]),
+        (0, 10_000, []),  # 0: stale-gang eviction is off
+    ],
+)
+def test_a_stale_gang_is_evicted_whole_after_the_grace(grace_s, after_s, evicted):
+    w = World(gang_objects("x", kind="kai", size=4, quorum=4), grace_s=grace_s)
+    w.decide()
+    w.finish("x-0", "Failed")
+    assert w.decide() == []
+    w.clocks.advance(after_s)
+    found = w.decide()
+    assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == evicted
+    if evicted:
+        assert found[0].why is Why.STALE
+        assert f"--stale-gang-grace-s ({grace_s:g}s)" in found[0].reason
+        assert "3 of the 4 pods its quorum needs" in found[0].reason
+
+
+def test_stale_progress_shows_in_describe():
+    w = World(gang_objects("x", kind="kai", size=3, quorum=3), grace_s=60)
+    w.decide()
+    assert w.logic.describe("default/x") == {
+        "staleGraceS": 60,
+        "belowQuorumForS": None,
+        "decision": "healthy: at its quorum",
+    }
+    w.finish("x-2", "Failed")
+    w.decide()
+    w.clocks.advance(20)
+    w.decide()
+    doc = w.logic.describe("default/x")
+    assert doc["belowQuorumForS"] == 20
+    assert doc["decision"] == "below quorum (2 of 3) for 20s; evicted whole after 60s"
+
+
+def test_a_gang_that_recovers_its_quorum_is_not_stale():
+    w = World(gang_objects("x", kind="kai", size=3, quorum=3), grace_s=60)
+    w.decide()
+    w.finish("x-2", "Failed")
+    w.decide()
+    w.clocks.advance(30)
+    w.cluster.apply(running("x-2b", group="x", kind="kai", node="n6", created=w.clocks.wall))
+    w.decide()
+    w.clocks.advance(60)
+    assert w.decide() == []
+
+
+def test_a_gang_never_bound_whole_is_not_stale():
+    """Members of a gang being placed may be bound one by one; below quorum then is no staleness."""
+    objs = gang_objects("x", kind="kai", size=2, quorum=3)
+    w = World(objs)
+    w.clocks.advance(1000)
+    assert w.decide() == []
+
+
+# ------------------------------------------------------------------ randomized interleavings
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["delete", "preempt", "remove", "fail", "succeed", "tick", "wait"]),
+        st.sampled_from(["all", "kai", "elastic"]),
+        st.integers(0, 3),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS)
+def test_randomized_interleavings_leave_gangs_all_or_nothing(ops):
+    """Whatever disrupts members and whenever the logic runs: once it settles, no disruption-all group
+    and no non-elastic gang runs with some members gone, and a gang nothing disrupted is never touched."""
+    objects = [
+        *gang_objects("all", kind="all", size=4, quorum=4),
+        *gang_objects("kai", kind="kai", size=4, quorum=4),
+        *gang_objects("elastic", kind="kai", size=4, quorum=2),
+    ]
+    w = World(objects, grace_s=30)
+    disrupted: dict[str, set[str]] = {"all": set(), "kai": set(), "elastic": set()}
+    for op, gang, i in ops:
+        name = f"{gang}-{i}"
+        pod = w.pod(name)
+        w.clocks.advance(1)
+        if op == "tick":
+            w.decide()
+        elif op == "wait":
+            w.clocks.advance(20)
+            w.decide()
+        elif pod is None or not is_live(pod):
+            continue
+        elif op == "delete":
+            w.delete(name)
+        elif op == "preempt":  # kube-scheduler's preemption: the condition, then the deletion
+            w.preempt(name)
+            w.delete(name)
+        elif op == "remove":
+            w.remove(name)
+        elif op == "fail":
+            w.finish(name, "Failed")
+        elif op == "succeed":
+            w.finish(name, "Succeeded")
+            continue
+        if op not in ("tick", "wait"):
+            disrupted[gang].add(name)
+    for _ in range(5):  # settle: past the grace and the retry delay
+        w.clocks.advance(max(RETRY_S, 31))
+        w.decide()
+    for gang in ("all", "kai"):
+        if disrupted[gang]:
+            assert w.running(gang) == [], f"{gang} left half-running: {w.running(gang)}"
+    if len(disrupted["elastic"]) <= 2:
+        assert not any(p.startswith("elastic-") for p in w.evicted), "an elastic gang at quorum was evicted"
+    for gang, gone in disrupted.items():
+        if not gone:
+            assert not any(p.startswith(f"{gang}-") for p in w.evicted), f"healthy {gang} was evicted"
+
+
+# ------------------------------------------------------------------ through the service
+async def test_the_service_evicts_the_whole_gang_with_its_reasons(make_service):
+    svc = await make_service(
+        [*(make_node(f"n{i}") for i in range(4)), *gang_objects("x", kind="all", size=4, quorum=4)]
+    )
+    await svc.expire(0)
+    pod = svc.pod("x-3")
+    pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": stamp(T0 + 10**6)}}
+    svc.cluster.apply(pod)
+    await svc.expire(0)
+    for _ in range(20):
+        await svc.expire(0)
+    assert [n for n in ("x-0", "x-1", "x-2") if svc.pod(n) is not None] == []
+    pod_events = [e for e in svc.cluster.events if e["involvedObject"]["kind"] == "Pod"]
+    assert sorted(e["involvedObject"]["name"] for e in pod_events) == ["x-0", "x-1", "x-2"]
+    assert {e["reason"] for e in pod_events} == {"GangDisrupted"}
+    assert all("x-3 was deleted; disruptionMode all" in e["message"] for e in pod_events)
+    group_events = [e for e in svc.cluster.events if e["involvedObject"]["kind"] == "PodGroup"]
+    assert [e["reason"] for e in group_events] == ["GangEvicted"]
+    metrics = svc.app[METRICS]
+    assert metrics.gang_evictions.labels("disruption-all")._value.get() == 1
+    assert metrics.evicted_pods._value.get() == 3
+    assert svc.app[DISRUPTION].describe("default/x")["decision"] == ""  # over: nothing runs
+
+
+async def test_debug_gang_shows_the_disruption(make_service):
+    svc = await make_service(
+        [*(make_node(f"n{i}") for i in range(4)), *gang_objects("x", kind="kai", size=3, quorum=3)],
+        gang_stale_grace_s=45.0,
+    )
+    await svc.expire(0)
+    resp = await svc.client.get("/debug/gangs/default/x")
+    doc = orjson.loads(await resp.read())
+    assert doc["disruption"] == {
+        "staleGraceS": 45.0,
+        "belowQuorumForS": None,
+        "decision": "healthy: at its quorum",
+    }
+
+
+# ------------------------------------------------------------------ settings and explain
+@pytest.mark.parametrize(
+    ("grace_s", "error"),
+    [
+        (60.0, None),
+        (0.0, None),
+        (-1.0, "--stale-gang-grace-s must be 0 (off) or positive, got -1.0"),
+        (float("nan"), "--stale-gang-grace-s must be 0 (off) or positive, got nan"),
+    ],
+)
+def test_the_stale_grace_is_validated(grace_s, error):
+    from extender.config import default_settings, validate
+
+    errors = validate(default_settings(gang_stale_grace_s=grace_s))
+    assert errors == ([error] if error else [])
+
+
+def test_the_stale_grace_flag_has_an_environment_twin(monkeypatch):
+    from extender import cli
+
+    (flag,) = [f for f in cli.SERVE_FLAGS if f.name == "stale-gang-grace-s"]
+    assert flag.target == "gang.stale_grace_s"
+    assert cli._env_name(flag.name) == "GANG_EXTENDER_STALE_GANG_GRACE_S"
+
+
+@pytest.mark.parametrize(
+    ("disruption", "line"),
+    [
+        (
+            {"staleGraceS": 60, "belowQuorumForS": 12.5, "decision": "below quorum (2 of 3) for 12s"},
+            "Disruption:  below quorum (2 of 3) for 12s   below quorum for 12.5s   stale after 60s",
+        ),
+        (
+            {"staleGraceS": 0, "belowQuorumForS": None, "decision": "healthy: at its quorum"},
+            "Disruption:  healthy: at its quorum   stale-gang eviction off",
+        ),
+    ],
+)
+def test_explain_shows_the_disruption_decision(disruption, line):
+    from extender import cli
+
+    doc = {
+        "gang": "ml/x",
+        "phase": "Bound",
+        "policy": "gang",
+        "quorum": 3,
+        "members": [],
+        "disruption": disruption,
+    }
+    assert line in cli.render_gang(doc).splitlines()
+
+
+async def test_a_fault_in_the_disruption_logic_stays_out_of_the_ticker(make_service, monkeypatch, caplog):
+    """The ticker answers every waiting bind with an internal error when a pass raises: a fault deciding
+    evictions is logged and the pass goes on."""
+    from extender.server.app import _tick
+
+    svc = await make_service([make_node("n0")])
+
+    def broken() -> list:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(svc.app[DISRUPTION], "decide", broken)
+    _tick(svc.app)
+    assert "deciding whole-gang evictions failed" in caplog.text
+
+
+def test_survivors_and_replacements_within_one_second_are_told_apart():
+    """Timestamps are whole seconds: a gang disrupted in the second it was created, and replaced in that
+    second too. The members bound when the disruption was seen are the survivors, exactly."""
+    objects = [
+        all_group("x", 3),
+        *(running(f"x-{i}", group="x", kind="all", node=f"n{i}", created=T0) for i in range(3)),
+    ]
+    w = World(objects)
+    w.decide()
+    w.remove("x-2")  # gone within its first second
+    w.cluster.apply(running("x-2b", group="x", kind="all", node="n5", created=T0))  # replaced, same second
+    (ev,) = w.decide()
+    assert sorted(v.pod for v in ev.pods) == ["default/x-0", "default/x-1"]
+    w.clocks.advance(RETRY_S + 1)
+    assert w.decide() == []  # our own evictions start no incident of their own
+    assert w.running("x") == ["x-2b"]
