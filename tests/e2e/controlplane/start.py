@@ -661,8 +661,8 @@ class ControlPlane:
     def forbidden_since(
         self, offset: int, *, accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT)
     ) -> list[str]:
-        """Every request one of the install's `accounts` was refused (HTTP 403) since `offset` of the
-        audit log, as "user verb uri: message" lines."""
+        """Every request the authorizer refused (HTTP 403, decision forbid) one of the install's `accounts`
+        since `offset` of the audit log, as "user verb uri: message" lines."""
         users = {f"system:serviceaccount:{INSTALL_NAMESPACE}:{a}" for a in accounts}
         if not self.audit_log.exists():
             return []
@@ -677,7 +677,15 @@ class ControlPlane:
                 continue  # the line being written
             status = event.get("responseStatus") or {}
             user = (event.get("user") or {}).get("username", "?")
-            if status.get("code") == 403 and user in users and not self._authorizer_warming(event):
+            # RBAC's refusals only: a 403 from admission (a namespace being deleted refuses new events)
+            # is authorized and says so
+            decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
+            if (
+                status.get("code") == 403
+                and decision == "forbid"
+                and user in users
+                and not self._authorizer_warming(event)
+            ):
                 refused.append(
                     f"{user} {event.get('verb')} {event.get('requestURI')}: {status.get('message', '')}"
                 )
