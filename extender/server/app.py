@@ -488,16 +488,7 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                     api_version=e.data.get("apiVersion", ""),
                 )
             elif e.kind == "group-status":
-                status = e.data["status"]
-                for cond in (*(status.get("conditions") or ()), *(status.get("schedulingConditions") or ())):
-                    cond.setdefault("lastTransitionTime", _now_rfc3339())
-                await source.patch_group_status(  # type: ignore[attr-defined]
-                    group=e.data["group"],
-                    kind=e.data["kind"],
-                    namespace=e.namespace,
-                    name=e.name,
-                    status=status,
-                )
+                await _write_group_status(app, e)
             elif e.kind.startswith("podgroup-"):
                 await _write_podgroup(app, e)
             elif e.kind == "evict":
@@ -535,6 +526,31 @@ def _take_preemption_metrics(app: web.Application) -> None:
         app[METRICS].preemptions.labels(outcome).inc(n)
     for kind, n in victims.items():
         app[METRICS].preemption_victims.labels(kind).inc(n)
+
+
+async def _write_group_status(app: web.Application, e: Effect) -> None:
+    """Write a group's status, newest last. Effects run as concurrent tasks, so two writes for one
+    group (a tick's Pending, then the release's Running a few ms later) could land out of order and
+    leave the older one standing: one writer per group writes, and takes over any status decided while
+    its PATCH was in flight."""
+    key = (e.data["group"], e.data["kind"], e.namespace, e.name)
+    latest: dict[tuple[str, str, str, str], dict[str, Any]] = app[READY].setdefault("group_status", {})
+    writing = key in latest
+    latest[key] = e.data["status"]
+    if writing:
+        return  # the writer in flight writes this one next
+    try:
+        while True:
+            status = latest[key]
+            for cond in (*(status.get("conditions") or ()), *(status.get("schedulingConditions") or ())):
+                cond.setdefault("lastTransitionTime", _now_rfc3339())
+            await app[SOURCE].patch_group_status(  # type: ignore[attr-defined]
+                group=key[0], kind=key[1], namespace=key[2], name=key[3], status=status
+            )
+            if latest[key] is status:
+                return
+    finally:
+        latest.pop(key, None)
 
 
 async def _evict(app: web.Application, e: Effect) -> None:

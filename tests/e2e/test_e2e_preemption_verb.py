@@ -7,8 +7,7 @@ own preference (the candidate whose highest victim priority is lowest) would pic
 node; only the verb's veto sends it elsewhere.
 
 The fake nodes have no kubelet, so a pod kube-scheduler deletes would stay Terminating (its room
-never freed). `TerminatingPods` below completes those deletions as a kubelet would, for this test's
-namespace only.
+never freed): the plane's kubelet stand-in (controlplane/kubelet.py) completes those deletions.
 
 Not on 1.20.2: its kube-scheduler never calls an extender's preempt verb (a regression of 1.20 and
 1.21, kubernetes/kubernetes#102971, fixed in later patch releases); run there, this very test sees
@@ -17,14 +16,12 @@ kube-scheduler evict the gang member, which is what it guards against.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from controlplane.start import Api, wait_until
+from controlplane.start import wait_until
 from test_e2e_gangs import bound_nodes, pods, wait_all_bound, with_scheduler
 from test_e2e_ledger import http_get
 
@@ -37,36 +34,6 @@ PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 PODGROUPS = "/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups"
 GANG_PRIORITY, PLAIN_PRIORITY, URGENT_PRIORITY = 100, 200, 1000
 PREEMPT_TIMEOUT_S = 90.0
-
-
-class TerminatingPods:
-    """A kubelet's part in a deletion, for one namespace: a pod that has a deletionTimestamp is
-    deleted for good (grace 0), as the kubelet confirms once the containers stopped."""
-
-    def __init__(self, api: Api, namespace: str, interval_s: float = 0.25) -> None:
-        self.api = api
-        self.namespace = namespace
-        self.interval_s = interval_s
-        self.completed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"kubelet-{namespace}", daemon=True)
-
-    def __enter__(self) -> TerminatingPods:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            with contextlib.suppress(OSError, AssertionError):  # the API briefly away: next round
-                for pod in pods(self.api, self.namespace):
-                    if pod["metadata"].get("deletionTimestamp"):
-                        name = pod["metadata"]["name"]
-                        self.api.delete(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
-                        self.completed.append(name)
 
 
 @pytest.fixture
@@ -163,18 +130,15 @@ def test_a_high_priority_plain_pod_preempts_plain_pods_never_a_gang_member(
     assert len(set(bound_nodes(gang + plain))) == len(cluster.nodes), "every node is full"
     assert {p["spec"]["priority"] for p in gang} == {GANG_PRIORITY}, "admission resolved the classes"
 
-    with TerminatingPods(api, namespace):
-        api.create(
-            f"/api/v1/namespaces/{namespace}/pods",
-            make_pod(namespace, "urgent", cpu=full, priority_class=priority_classes["urgent"]),
-        )
+    api.create(
+        f"/api/v1/namespaces/{namespace}/pods",
+        make_pod(namespace, "urgent", cpu=full, priority_class=priority_classes["urgent"]),
+    )
 
-        def placed() -> str | None:
-            return api.get(f"/api/v1/namespaces/{namespace}/pods/urgent")["spec"].get("nodeName")
+    def placed() -> str | None:
+        return api.get(f"/api/v1/namespaces/{namespace}/pods/urgent")["spec"].get("nodeName")
 
-        node = wait_until(
-            placed, timeout_s=PREEMPT_TIMEOUT_S, what="the urgent pod to be placed by preemption"
-        )
+    node = wait_until(placed, timeout_s=PREEMPT_TIMEOUT_S, what="the urgent pod to be placed by preemption")
 
     trio = pods(api, namespace, "app=trio")
     names = [p["metadata"]["name"] for p in trio]

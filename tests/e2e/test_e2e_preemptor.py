@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from controlplane.start import Api, wait_until
-from test_e2e_gangs import bound_nodes, pods, rack_of
+from test_e2e_gangs import bound_nodes, create_child_jobs, pods, rack_of, with_scheduler
 from test_e2e_ledger import PODGROUPS, RACK_CONSTRAINT, create_pod, member, overcommitted
 
+from extender.model import labels as keys
 from extender.state.kube import KubeClusterSource
 from tests.builders import make_kai_podgroup
 
@@ -64,16 +65,59 @@ def racks_of(api: Api, items: list[dict[str, Any]]) -> set[str]:
     return {rack_of(api, n) for n in bound_nodes(items)}
 
 
+def urgent_jobset(api: Api, namespace: str, name: str, *, pods_n: int, cpu: str, pc: str) -> None:
+    """A whole-JobSet KAI gang (one replicatedJob of `pods_n` pods) that must sit in one rack, its
+    child Job made as the JobSet controller would (kube-controller-manager's Job controller makes
+    the pods)."""
+    template = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "priorityClassName": pc,
+            "containers": [{"name": "main", "image": "sleep:v0.1.0"}],
+        },
+    }
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"},
+        },
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": pods_n,
+                            "completions": pods_n,
+                            "template": with_scheduler(template, cpu=cpu),
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    created = api.create(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets", jobset)
+    create_child_jobs(api, created)
+
+
 @pytest.mark.k8s(min="1.36", reason=SKIP_120)
 @pytest.mark.parametrize(
-    ("low_cpu", "urgent_extra", "urgent_cpu"),
+    ("low_cpu", "urgent_extra", "urgent_cpu", "make_urgent"),
     [
-        pytest.param("3", 1, "1", id="each pod fits a node, the gang no rack: the filter preempts"),
-        pytest.param("4", 0, "3", id="no node fits a pod: the preempt verb hands it to the gang"),
+        pytest.param(
+            "3", 1, "1", rack_gang, id="each pod fits a node, the gang no rack: the filter preempts"
+        ),
+        pytest.param("4", 0, "3", rack_gang, id="no node fits a pod: the preempt verb hands it to the gang"),
+        pytest.param("3", 1, "1", urgent_jobset, id="a high-priority JobSet evicts whole gangs, never half"),
     ],
 )
 def test_a_high_priority_rack_gang_evicts_whole_gangs_in_one_rack_and_binds_there(
-    cluster: Cluster, namespace: str, low_cpu: str, urgent_extra: int, urgent_cpu: str
+    cluster: Cluster, namespace: str, low_cpu: str, urgent_extra: int, urgent_cpu: str, make_urgent: Any
 ) -> None:
     api = cluster.plane.api
     api.create(PRIORITY_CLASSES, priority_class("e2e-low", LOW), exist_ok=True)
@@ -95,7 +139,7 @@ def test_a_high_priority_rack_gang_evicts_whole_gangs_in_one_rack_and_binds_ther
         assert len(racks_of(api, items)) == 1
     # whether or not one urgent pod fits a node, the urgent gang fits in no rack until a low gang goes
     urgent_n = per_rack + urgent_extra
-    rack_gang(api, namespace, "urgent", pods_n=urgent_n, cpu=urgent_cpu, pc="e2e-high")
+    make_urgent(api, namespace, "urgent", pods_n=urgent_n, cpu=urgent_cpu, pc="e2e-high")
     urgent = wait_until(
         lambda: (got := pods(api, namespace, "app=urgent")) and len(bound_nodes(got)) == urgent_n and got,
         timeout_s=TIMEOUT_S,
