@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from controlplane.start import Api, wait_until
-from test_e2e_gangs import create_jobset, pods, wait_all_bound, with_scheduler
+from test_e2e_gangs import create_jobset, pods, wait_all_bound
+from test_e2e_ledger import PODGROUPS, create_pod, member
 
 from extender.model import labels as keys
+from tests.builders import make_kai_podgroup
 
 if TYPE_CHECKING:
     from conftest import Cluster
@@ -72,22 +74,9 @@ def test_a_disruption_all_jobset_losing_a_member_is_evicted_whole(cluster: Clust
 
 def test_a_kai_gang_taken_below_its_quorum_is_evicted_whole(cluster: Cluster, namespace: str) -> None:
     api, plane = cluster.plane.api, cluster.plane
-    group = {
-        "apiVersion": "scheduling.run.ai/v2alpha2",
-        "kind": "PodGroup",
-        "metadata": {"name": "trio", "namespace": namespace},
-        "spec": {"minMember": 3, "queue": "default"},
-    }
-    api.create(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups", group)
+    api.create(PODGROUPS.format(ns=namespace), make_kai_podgroup("trio", namespace=namespace, min_member=3))
     for i in range(3):
-        pod = with_scheduler({"spec": {"containers": [{"name": "main", "image": "sleep:v0.1.0"}]}}, cpu="1")
-        pod.update(apiVersion="v1", kind="Pod")
-        pod["metadata"] = {
-            "name": f"trio-{i}",
-            "namespace": namespace,
-            "annotations": {keys.POD_GROUP_NAME: "trio"},
-        }
-        api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+        create_pod(api, member(namespace, f"trio-{i}", "trio", cpu="1", labels={}))
     members = wait_all_bound(api, namespace, 3)
     uids = {p["metadata"]["uid"] for p in members}
     evict(api, plane.legacy, namespace, "trio-1")
