@@ -38,10 +38,12 @@ class PodWatch:
         self._thread = threading.Thread(target=self._follow, args=(rv,), daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait_s: float | None = None) -> None:
+        """Stop following; wait for the thread up to `wait_s` (None: until its watch ends; 0: not at all,
+        e.g. when the API server is about to go and will end the watch itself)."""
         self._stopping.set()
-        if self._thread:
-            self._thread.join(self.timeout_s + 5)
+        if self._thread and wait_s != 0:
+            self._thread.join(self.timeout_s + 5 if wait_s is None else wait_s)
 
     def _get(self, query: str, timeout_s: float) -> Any:
         request = urllib.request.Request(

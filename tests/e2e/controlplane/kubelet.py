@@ -2,22 +2,24 @@
 
 The plane's nodes have no kubelet, so a bound pod that is deleted or evicted keeps its deletionTimestamp
 and stays Terminating forever (the API server waits for the kubelet to confirm the containers are gone).
-KubeletStandIn watches pods on a thread of its own and, for each pod bound to a node that has a
-deletionTimestamp, does what the kubelet would once the containers stopped: DELETE it with
-gracePeriodSeconds 0 (and the pod's uid as a precondition, so a pod recreated under the same name is
-never touched). Pending pods need nothing: the API server deletes an unbound pod at once.
+KubeletStandIn follows pods with the benches' list+watch thread (bench/podwatch.py) and, for each pod
+bound to a node that has a deletionTimestamp, does what the kubelet would once the containers
+stopped: DELETE it with gracePeriodSeconds 0 (and the pod's uid as a precondition, so a pod recreated
+under the same name is never touched). Pending pods need nothing: the API server deletes an unbound
+pod at once.
 """
 
 from __future__ import annotations
 
 import ssl
 import sys
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
 
 import orjson
+
+from bench.podwatch import PodWatch
 
 PODS = "/api/v1/pods"
 
@@ -25,28 +27,25 @@ PODS = "/api/v1/pods"
 class KubeletStandIn:
     def __init__(self, server: str, token: str, *, watch_timeout_s: int = 10) -> None:
         self.server, self.token = server, token
-        self.watch_timeout_s = watch_timeout_s
         self.completed: list[str] = []
         """"namespace/name" of every pod whose deletion it completed, in order."""
         self._done: set[str] = set()  # uids already completed: a watch replay does not DELETE again
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watch = PodWatch(server, PODS, self._observe, token=token, timeout_s=watch_timeout_s)
         self._tls = ssl.create_default_context()
         self._tls.check_hostname = False  # the loopback API server's self-signed certificate
         self._tls.verify_mode = ssl.CERT_NONE
 
     def start(self) -> KubeletStandIn:
-        self._thread = threading.Thread(target=self._run, name="kubelet-standin", daemon=True)
-        self._thread.start()
+        self._watch.start()
         return self
 
     def stop(self, *, wait_s: float | None = None) -> None:
         """Stop following; wait for the thread up to `wait_s` (None: until its watch ends)."""
-        self._stopping.set()
-        if self._thread is not None and wait_s != 0:
-            self._thread.join(self.watch_timeout_s + 5 if wait_s is None else wait_s)
-            if not self._thread.is_alive():
-                self._thread = None
+        self._watch.stop(wait_s=wait_s)
+
+    def _observe(self, event_type: str, pod: dict[str, Any], seen_s: float) -> None:
+        if event_type in ("ADDED", "MODIFIED"):
+            self._complete(pod)
 
     def _open(self, path: str, timeout_s: float, *, method: str = "GET", body: Any = None) -> Any:
         request = urllib.request.Request(
@@ -56,43 +55,6 @@ class KubeletStandIn:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         return urllib.request.urlopen(request, context=self._tls, timeout=timeout_s)
-
-    def _run(self) -> None:
-        rv = ""
-        while not self._stopping.is_set():
-            try:
-                if not rv:
-                    rv = self._list()
-                rv = self._watch(rv)
-            except (OSError, ValueError) as exc:  # kube-apiserver restarting, a broken stream: relist
-                if self._stopping.is_set():
-                    return
-                print(f"# kubelet stand-in: {exc!r}; relisting", file=sys.stderr, flush=True)
-                rv = ""
-                self._stopping.wait(0.5)
-
-    def _list(self) -> str:
-        with self._open(PODS, 30) as resp:
-            doc = orjson.loads(resp.read())
-        for pod in doc.get("items") or ():
-            self._complete(pod)
-        return str(doc["metadata"]["resourceVersion"])
-
-    def _watch(self, rv: str) -> str:
-        """Follow from `rv` until the watch ends; the resourceVersion to go on from ("" to relist)."""
-        query = f"?watch=true&timeoutSeconds={self.watch_timeout_s}&resourceVersion={rv}"
-        with self._open(PODS + query, self.watch_timeout_s + 20) as resp:
-            for line in resp:
-                event = orjson.loads(line)
-                if event.get("type") == "ERROR":  # 410 Gone: too old a resourceVersion
-                    return ""
-                pod = event.get("object") or {}
-                rv = str((pod.get("metadata") or {}).get("resourceVersion") or rv)
-                if event.get("type") in ("ADDED", "MODIFIED"):
-                    self._complete(pod)
-                if self._stopping.is_set():
-                    break
-        return rv
 
     def _complete(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
