@@ -842,7 +842,7 @@ class KubeClusterSource:
         if path is None:
             return False
         status, data = await self._write(
-            "POST", path.rpartition("/")[0], body=obj, what=what, write="podgroup", expected=(409,)
+            "POST", path.rpartition("/")[0], body=obj, what=what, write=kind.lower(), expected=(409,)
         )
         if status in (200, 201, 409):
             return True
@@ -858,7 +858,13 @@ class KubeClusterSource:
         if path is None:
             return False
         status, data = await self._write(
-            "PATCH", path, body=patch, content_type=_MERGE_PATCH, what=what, write="podgroup", expected=(404,)
+            "PATCH",
+            path,
+            body=patch,
+            content_type=_MERGE_PATCH,
+            what=what,
+            write=kind.lower(),
+            expected=(404,),
         )
         self._report(status, data, what)
         return 200 <= status < 300 or status == 404
@@ -873,7 +879,7 @@ class KubeClusterSource:
         if uid:
             body["preconditions"] = {"uid": uid}
         status, data = await self._write(
-            "DELETE", path, body=body, what=what, write="podgroup", expected=(404, 409)
+            "DELETE", path, body=body, what=what, write=kind.lower(), expected=(404, 409)
         )
         if status in (404, 409):
             return True
