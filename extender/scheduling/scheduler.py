@@ -122,6 +122,9 @@ class Scheduler:
         """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
+        self.evictions = preemption.Evictions()
+        """What kube-scheduler evicts for each preemptor, so its retry is not turned away by a cache
+        that has not yet seen the victims go."""
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -268,6 +271,11 @@ class Scheduler:
             return FilterDecision(Verdict.REJECTED, [], f"{messages.label(group)}: {exc}")
         if allowed is not None:
             fits &= allowed
+        if not fits.all() and call.uid in self.evictions:
+            for i in np.flatnonzero(~fits):
+                node = call.node_names[i]
+                ok = bool(usable[i]) and (allowed is None or bool(allowed[i]))
+                fits[i] = ok and self._fits_once_evicted(call.pod, call.uid, node, request)
         passed = list(call.node_names) if fits.all() else [call.node_names[i] for i in np.flatnonzero(fits)]
         if passed:
             return FilterDecision(Verdict.PASS, passed)
@@ -589,9 +597,12 @@ class Scheduler:
         held = self.store.reservations.get(key)
         if held is None or held.node != node:
             row = np.array([self.store.node_rows[node]], dtype=np.int32)
-            if not bool(placement.fit_mask(self.store.arrays, row, request)[0]):
+            if not bool(placement.fit_mask(self.store.arrays, row, request)[0]) and not (
+                self._fits_once_evicted(rec.obj, rec.uid, node, request)
+            ):
                 return BindDecision(BindVerdict.REFUSE, message=f"pod {key} no longer fits on {node}")
         self.ledger.hold(key, node, rec.requests)
+        self.evictions.forget(rec.uid)
         return BindDecision(BindVerdict.NOW)
 
     def bind_done(self, key: PodKey, node: str, error: str) -> None:
@@ -808,6 +819,7 @@ class Scheduler:
         meta = obj.get("metadata") or {}
         if event == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
             self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+            self.evictions.forget(str(meta.get("uid") or ""))
 
     def note_bind_error(self, key: PodKey, error: str) -> None:
         """A bind call answered with an error: kube-scheduler writes it on the pod."""
@@ -896,6 +908,7 @@ class Scheduler:
             return preemption.PreemptDecision(victims={}, candidates={})
         key, uid = _pod_identity(pod)
         decision = preemption.choose(self.store, self.ledger, pod, self._requests(pod, key, uid), victims)
+        self.evictions.record(self.store, uid, decision.victims)
         if len(decision.victims) < len(victims):
             log.info(
                 "preempt %s: %d of %d candidate nodes kept",
@@ -905,6 +918,18 @@ class Scheduler:
                 extra={"pod": key, "reason": decision.summary()},
             )
         return decision
+
+    def _fits_once_evicted(self, pod: dict[str, Any], uid: str, node: str, request: np.ndarray) -> bool:
+        """Whether the preemptor fits on `node` once the victims kube-scheduler evicts there for it
+        are gone from the cache too (preemption.Evictions); only on the node it is nominated to,
+        when kube-scheduler has said which."""
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if nominated and nominated != node:
+            return False
+        freed = self.evictions.freed(self.store, uid, node)
+        if freed is None:
+            return False
+        return bool(np.all(self.store.arrays.free[self.store.node_rows[node]] + freed >= request))
 
     # ================================================================= debug
     def describe(self, gang: GroupKey) -> dict[str, Any] | None:

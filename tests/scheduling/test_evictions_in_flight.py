@@ -1,0 +1,182 @@
+"""A preemptor's retry is not turned away by a cache that has not yet seen its victims go.
+
+kube-scheduler retries the preemptor as soon as its own cache shows the victim deleted; this service
+follows the same watch and may be a few milliseconds behind. Were its filter to turn the nominated
+node away then, kube-scheduler would preempt a second time elsewhere (an e2e run on 1.36.2 saw two
+plain pods evicted for one). The preempt verb's kept victims are forgiven to that preemptor, on its
+node, and to nobody else (scheduling/preemption.py, Evictions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from extender.scheduling.decisions import BindVerdict, Verdict
+from extender.scheduling.ledger import GangLedger
+from extender.scheduling.scheduler import Scheduler
+from extender.state.embedded import EmbeddedCluster
+from extender.state.store import ClusterStore
+from tests.builders import make_node, make_pod
+
+
+def pod(name: str, node: str | None, priority: int, *, nominated: str | None = None) -> dict[str, Any]:
+    p = make_pod(name, cpu="4", node=node, uid=f"uid-{name}")
+    p["spec"]["priority"] = priority
+    if nominated:
+        p.setdefault("status", {})["nominatedNodeName"] = nominated
+    return p
+
+
+class World:
+    """n1 holds victim v1, n2 holds o2; both full. `urgent` (and `rival`) wait for 4 cpu."""
+
+    def __init__(self) -> None:
+        self.store = ClusterStore()
+        self.cluster = EmbeddedCluster(
+            [
+                make_node("n1", cpu="4"),
+                make_node("n2", cpu="4"),
+                pod("v1", "n1", 0),
+                pod("o2", "n2", 0),
+                pod("urgent", None, 1000),
+                pod("rival", None, 1000),
+            ]
+        )
+        self.cluster.attach(self.store)
+        self.scheduler = Scheduler(
+            self.store,
+            GangLedger(self.store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: 0.0),
+        )
+
+    def preempt(self, name: str, victims: dict[str, list[str]]) -> set[str]:
+        candidates = {
+            n: {"Pods": [{"UID": f"uid-{v}"} for v in vs], "NumPDBViolations": 0} for n, vs in victims.items()
+        }
+        return set(self.scheduler.preempt(self.cluster.get("", "Pod", "default", name), candidates).victims)
+
+    def nominate(self, name: str, node: str) -> None:
+        p = self.cluster.get("", "Pod", "default", name)
+        p.setdefault("status", {})["nominatedNodeName"] = node
+        self.cluster.apply(p)
+
+    def filter(self, name: str, nodes: list[str]) -> list[str]:
+        decision = self.scheduler.filter(self.cluster.get("", "Pod", "default", name), nodes)
+        return list(decision.passed) if decision.verdict is Verdict.PASS else []
+
+    def bind(self, name: str, node: str) -> BindVerdict:
+        return self.scheduler.bind(namespace="default", name=name, uid=f"uid-{name}", node=node).verdict
+
+    def delete(self, name: str) -> None:
+        self.cluster.delete("", "Pod", "default", name)
+
+    def bind_elsewhere(self, name: str, node: str) -> None:
+        p = self.cluster.get("", "Pod", "default", name)
+        p["spec"]["nodeName"] = node
+        self.cluster.apply(p)
+
+
+Step = Callable[[World], None]
+
+# (case, steps before the look, pod asking, nodes offered, nodes it may have)
+CASES: list[tuple[str, list[Step], str, list[str], list[str]]] = [
+    ("no preemption: the full node is turned away", [], "urgent", ["n1"], []),
+    (
+        "nominated to n1: the victim still cached there is forgiven",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"], "n2": ["o2"]}), lambda w: w.nominate("urgent", "n1")],
+        "urgent",
+        ["n1", "n2"],
+        ["n1"],
+    ),
+    (
+        "nominated to n1: the candidate kube-scheduler did not pick is not forgiven",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"], "n2": ["o2"]}), lambda w: w.nominate("urgent", "n1")],
+        "urgent",
+        ["n2"],
+        [],
+    ),
+    (
+        "no nomination seen yet: every kept candidate is forgiven (kube-scheduler's fit runs first)",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"], "n2": ["o2"]})],
+        "urgent",
+        ["n1", "n2"],
+        ["n1", "n2"],
+    ),
+    (
+        "another pod is never forgiven the preemptor's victims",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"]}), lambda w: w.nominate("rival", "n1")],
+        "rival",
+        ["n1"],
+        [],
+    ),
+    (
+        "a node whose victims were not named in the verb is not forgiven",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"]})],
+        "urgent",
+        ["n2"],
+        [],
+    ),
+    (
+        "room taken since by another pod stays taken",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"]}), lambda w: w.bind_elsewhere("rival", "n1")],
+        "urgent",
+        ["n1"],
+        [],
+    ),
+    (
+        "a later preempt call replaces the earlier victims",
+        [lambda w: w.preempt("urgent", {"n1": ["v1"]}), lambda w: w.preempt("urgent", {"n2": ["o2"]})],
+        "urgent",
+        ["n1", "n2"],
+        ["n2"],
+    ),
+    (
+        "the victim gone from the cache: the plain fit answers",
+        [
+            lambda w: w.preempt("urgent", {"n1": ["v1"]}),
+            lambda w: w.nominate("urgent", "n1"),
+            lambda w: w.delete("v1"),
+        ],
+        "urgent",
+        ["n1", "n2"],
+        ["n1"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "steps", "asking", "offered", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_filter_forgives_only_the_preemptors_own_victims(
+    case: str, steps: list[Step], asking: str, offered: list[str], expected: list[str]
+) -> None:
+    w = World()
+    for step in steps:
+        step(w)
+    assert w.filter(asking, offered) == expected, case
+
+
+def test_bind_on_the_nominated_node_goes_ahead_and_the_forgiveness_ends_with_it() -> None:
+    w = World()
+    assert w.bind("urgent", "n1") is BindVerdict.REFUSE, "without a preemption the full node refuses"
+    assert w.preempt("urgent", {"n1": ["v1"]}) == {"n1"}
+    w.nominate("urgent", "n1")
+    assert w.bind("urgent", "n1") is BindVerdict.NOW
+    assert "uid-urgent" not in w.scheduler.evictions, "a bound preemptor needs no forgiveness"
+    assert w.filter("urgent", ["n1"]) == [], "and a second look at the still-cached victim is refused"
+
+
+def test_a_deleted_preemptor_leaves_nothing_behind_and_memory_is_bounded() -> None:
+    w = World()
+    w.preempt("urgent", {"n1": ["v1"]})
+    assert "uid-urgent" in w.scheduler.evictions
+    w.delete("urgent")
+    assert len(w.scheduler.evictions) == 0
+    w.scheduler.evictions.max_preemptors = 2
+    for i in range(5):
+        w.scheduler.evictions.record(w.store, f"p{i}", {"n1": {"Pods": [{"UID": "uid-v1"}]}})
+    assert (
+        len(w.scheduler.evictions) == 2
+        and "p4" in w.scheduler.evictions
+        and "p0" not in w.scheduler.evictions
+    )
