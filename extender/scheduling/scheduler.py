@@ -38,7 +38,7 @@ from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.priority import may_preempt, pod_priority
 from extender.placement import api as placement
-from extender.scheduling import messages, planning, preemption, preemptor, topology
+from extender.scheduling import messages, planning, preemption, preemptor, queues, topology
 from extender.scheduling.decisions import (
     ARRIVAL_VERDICT,
     BindDecision,
@@ -106,6 +106,7 @@ class Scheduler:
         reason_nodes: int = 16,
         native_gang_scheduling: bool = False,
         preemption_hold_s: float = 60.0,
+        default_queue: str = "default-queue",
     ) -> None:
         self.store = store
         self.ledger = ledger
@@ -122,6 +123,11 @@ class Scheduler:
         """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
+        self.default_queue = default_queue
+        """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
+        self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
+        """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
+        self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -254,6 +260,9 @@ class Scheduler:
     def _filter_single(self, call: FilterCall) -> FilterDecision:
         key, group, rows = call.key, call.group, call.rows
         what = "pod" if group.source.value == "single-pod" else f"{messages.label(group)} member"
+        held = self._queue_wait(call, call.requests, "pod" if what == "pod" else "member")
+        if held is not None:
+            return FilterDecision(Verdict.WAITING, [], f"{what} {key}: {held}")
         request, missing = self.store.request_vector(call.requests)
         if missing:
             return FilterDecision(Verdict.NO_FIT, [], f"{what} {key}: {messages.unoffered_text(missing)}")
@@ -335,6 +344,12 @@ class Scheduler:
             leaves = ready
         preempted = None
         pending = ledger.preemption(group.key)
+        if pending is None:
+            held = self._queue_wait(call, self._gang_need(call, members, leaves, bound), "gang")
+            if held is not None:
+                reason = self._gang_message(group.key, held)
+                ledger.set_reason(group.key, reason)
+                return FilterDecision(Verdict.WAITING, [], reason)
         if pending is not None:
             if not ledger.victims_gone(group.key):
                 return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, pending.reason))
@@ -411,6 +426,71 @@ class Scheduler:
         )
         effects += self._story(group, key, "GangPlanned", message)
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
+
+    # ----------------------------------------------------------------- queues
+    def queue_snapshot(self) -> queues.QueueSnapshot | None:
+        """Every queue's usage and fair share, recomputed only when the store changed; None when the
+        cluster has no Queue objects (then nothing is enforced)."""
+        gen, snap = self._queue_snapshot
+        if gen != self.store.change_gen:
+            planned = [g for g, e in self.ledger.gangs.items() if e.plan]
+            snap = queues.take_snapshot(self.store, planned, self.default_queue)
+            self._queue_snapshot = (self.store.change_gen, snap)
+            for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
+                del self.queue_holds[gang]  # gone: bounded memory
+        return snap
+
+    def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
+        return queues.queue_of(self.store, group, pod, self.default_queue)
+
+    def _queue_wait(self, call: FilterCall, need: dict[str, int], what: str) -> str | None:
+        """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
+        snap = self.queue_snapshot()
+        reason = None
+        if snap is not None:
+            queue = self.queue_name(call.group, call.pod)
+            reason = queues.admission(snap, queue, need, call.group.key, what=what)
+        if reason is None:
+            self.queue_holds.pop(call.group.key, None)
+            return None
+        self.queue_holds[call.group.key] = (queue, reason)
+        return reason
+
+    def _gang_need(
+        self,
+        call: FilterCall,
+        members: Sequence[planning.Member],
+        leaves: Sequence[str | None],
+        bound: dict[str | None, int],
+    ) -> dict[str, int]:
+        """What planning the gang now would hold: the unbound members each leaf needs for its quorum
+        (the pod being filtered first, as plan_members takes them)."""
+        need: dict[str, int] = {}
+        for leaf in leaves:
+            pending = sorted(
+                (
+                    m
+                    for m in members
+                    if m.leaf == leaf and not (m.rec.node_name or m.key in self.ledger.assumed)
+                ),
+                key=lambda m: (m.key != call.key, m.key),
+            )
+            for m in pending[: max(0, call.group.leaf_quorum(leaf) - bound.get(leaf, 0))]:
+                for r, v in m.rec.requests.items():
+                    need[r] = need.get(r, 0) + v
+        return need
+
+    def describe_queues(self) -> dict[str, Any]:
+        """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return {"enforced": False, "defaultQueue": self.default_queue, "queues": []}
+        return {
+            "enforced": True,
+            "defaultQueue": self.default_queue,
+            "queues": queues.describe(snap, self.queue_holds),
+            "unknownQueues": dict(sorted(snap.unknown.items())),
+        }
 
     # ----------------------------------------------------------------- a gang as preemptor
     def _preempt(
@@ -938,6 +1018,8 @@ class Scheduler:
             },
             "failures": entry.failures if entry else 0,
             "lastReason": entry.last_reason if entry else "",
+            "queue": self.queue_name(spec, members[0].obj) if spec is not None and members else None,
+            "queueHold": self.queue_holds[gang][1] if gang in self.queue_holds else None,
             "preemption": self._describe_preemption(gang),
         }
 

@@ -1,0 +1,213 @@
+"""Queues in the filter path: limits held with their numbers, fair-share holds, unknown queues, plain
+pods counted, and nothing enforced where the cluster has no Queue objects.
+
+The scheduler is driven directly over an embedded cluster, as the server drives it: a pod that
+passes filter is bound (a gang's barrier releases when its last planned member arrives, and the
+members are then shown bound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.scheduling.decisions import BindVerdict, FilterDecision, Verdict
+from extender.scheduling.ledger import GangLedger
+from extender.scheduling.scheduler import Scheduler
+from extender.state.embedded import EmbeddedCluster
+from extender.state.store import ClusterStore
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
+
+
+def kai_queue(name: str, parent: str | None = None, **resources: dict) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resources": resources}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class World:
+    def __init__(self, objects: list[dict[str, Any]], **kw: Any) -> None:
+        self.store = ClusterStore()
+        self.cluster = EmbeddedCluster(objects)
+        self.cluster.attach(self.store)
+        ledger = GangLedger(
+            self.store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=Clock()
+        )
+        self.scheduler = Scheduler(self.store, ledger, **kw)
+
+    def pod(self, name: str) -> dict[str, Any]:
+        pod = self.cluster.get("", "Pod", "default", name)
+        assert pod is not None
+        return pod
+
+    def filter(self, name: str) -> FilterDecision:
+        return self.scheduler.filter(self.pod(name), sorted(self.store.node_rows))
+
+    def schedule(self, *names: str) -> dict[str, FilterDecision]:
+        """Filter each pod in turn and bind the ones that pass, as kube-scheduler would."""
+        out = {}
+        for name in names:
+            decision = out[name] = self.filter(name)
+            if decision.verdict is Verdict.PASS:
+                self.bind(name, decision.passed[0])
+        return out
+
+    def bind(self, name: str, node: str) -> None:
+        pod = self.pod(name)
+        d = self.scheduler.bind(namespace="default", name=name, uid=pod["metadata"]["uid"], node=node)
+        if d.verdict is BindVerdict.NOW:
+            self.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": node}})
+            self.scheduler.bind_done(f"default/{name}", node, "")
+        elif d.verdict is BindVerdict.RELEASE:
+            for m in d.members:
+                member = self.pod(m.pod.split("/")[1])
+                self.cluster.apply({**member, "spec": {**member["spec"], "nodeName": m.node}})
+            self.scheduler.release_done(d.gang, {m.pod: "" for m in d.members})
+
+    def gang(self, name: str, size: int, queue: str, gpu: str = "1") -> list[str]:
+        self.cluster.apply(make_kai_podgroup(name, min_member=size, queue=queue))
+        names = [f"{name}-{i}" for i in range(size)]
+        for pod in names:
+            self.cluster.apply(gang_pod(pod, name, cpu="100m", memory="64Mi", gpu=gpu))
+        return names
+
+    def bound(self, *names: str) -> bool:
+        return all(self.pod(n)["spec"].get("nodeName") for n in names)
+
+
+def gpu_nodes(n: int, gpus: int = 8) -> list[dict[str, Any]]:
+    return [make_node(f"node-{i}", cpu="64", memory="256Gi", gpu=str(gpus)) for i in range(n)]
+
+
+def test_a_gang_over_its_queue_limit_waits_with_the_numbers_and_goes_once_usage_drops() -> None:
+    w = World([*gpu_nodes(4), kai_queue("team-a", gpu={"quota": 4, "limit": 12})])
+    first = w.gang("first", 8, "team-a")
+    w.schedule(*first)
+    assert w.bound(*first)
+    second = w.gang("second", 8, "team-a")
+    decision = w.filter(second[0])
+    assert decision.verdict is Verdict.WAITING
+    assert decision.reason == "gang default/second: queue team-a: gpu limit 12, in use 8, gang needs 8"
+    assert w.scheduler.describe("default/second")["queueHold"] == decision.reason.removeprefix(
+        "gang default/second: "
+    )
+    held = w.scheduler.describe_queues()["queues"][0]
+    assert held["resources"]["gpu"]["allocated"] == 8 and "default/second" in held["held"]
+    # the first gang finishes: its usage is gone and the second is planned
+    for name in first:
+        w.cluster.delete("", "Pod", "default", name)
+    w.schedule(*second)
+    assert w.bound(*second)
+    assert w.scheduler.describe("default/second")["queueHold"] is None
+
+
+def test_a_parent_queue_limit_holds_its_children() -> None:
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("org", gpu={"quota": 4, "limit": 10}),
+            kai_queue("team-a", "org", gpu={"quota": 2, "limit": -1}),
+            kai_queue("team-b", "org", gpu={"quota": 2, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a", 8, "team-a"))
+    decision = w.filter(w.gang("b", 4, "team-b")[0])
+    assert decision.reason == "gang default/b: queue org: gpu limit 10, in use 8, gang needs 4"
+    # a parent queue takes no workloads
+    decision = w.filter(w.gang("c", 1, "org")[0])
+    assert decision.verdict is Verdict.WAITING and "only leaf queues take workloads" in decision.reason
+
+
+def test_plain_pods_count_against_their_queue() -> None:
+    w = World([*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 2})])
+    for i in range(3):
+        w.cluster.apply(make_pod(f"p{i}", gpu="1", labels={"kai.scheduler/queue": "team-a"}))
+    decisions = w.schedule("p0", "p1", "p2")
+    assert [d.verdict for d in decisions.values()] == [Verdict.PASS, Verdict.PASS, Verdict.WAITING]
+    assert decisions["p2"].reason == "pod default/p2: queue team-a: gpu limit 2, in use 2, pod needs 1"
+    # a bound pod of the queue counts the same (a restart reads it from the cluster)
+    w.cluster.delete("", "Pod", "default", "p0")
+    assert w.schedule("p2")["p2"].verdict is Verdict.PASS
+
+
+def test_a_pod_naming_a_queue_that_does_not_exist_waits_saying_to_create_it() -> None:
+    w = World([*gpu_nodes(1), kai_queue("team-a")])
+    w.cluster.apply(make_pod("p", labels={"kai.scheduler/queue": "team-x"}))
+    decision = w.filter("p")
+    assert decision.verdict is Verdict.WAITING
+    assert "queue team-x does not exist: create a Queue named team-x" in decision.reason
+    # no label: the default queue, which does not exist here either
+    w.cluster.apply(make_pod("q"))
+    assert "queue default-queue does not exist" in w.filter("q").reason
+    # the default queue is configurable
+    w2 = World([*gpu_nodes(1), kai_queue("team-a")], default_queue="team-a")
+    w2.cluster.apply(make_pod("q"))
+    assert w2.filter("q").verdict is Verdict.PASS
+    # the PodGroup's spec.queue is authoritative over the pods' label
+    w2.cluster.apply(make_kai_podgroup("g", min_member=1, queue="team-x"))
+    w2.cluster.apply(gang_pod("g-0", "g", labels={"kai.scheduler/queue": "team-a"}))
+    assert "queue team-x does not exist" in w2.filter("g-0").reason
+
+
+@pytest.mark.parametrize("objects", [[], [make_kai_podgroup("other", queue="nowhere")]])
+def test_without_queue_objects_nothing_is_enforced(objects: list[dict[str, Any]]) -> None:
+    w = World([*gpu_nodes(1), *objects])
+    w.cluster.apply(make_pod("p", gpu="8", labels={"kai.scheduler/queue": "team-x"}))
+    assert w.filter("p").verdict is Verdict.PASS
+    assert w.scheduler.describe_queues() == {"enforced": False, "defaultQueue": "default-queue", "queues": []}
+
+
+def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same_capacity() -> None:
+    # 16 gpus; two queues with equal quota 4 and weight: fair share 8 each once both ask
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    a1 = w.gang("a1", 12, "team-a")
+    w.schedule(*a1)
+    assert w.bound(*a1)  # alone, team-a may take more than its share
+    big = w.gang("big", 8, "team-b")  # needs 8: only 4 free; team-b is below its share
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    a2 = w.gang("a2", 2, "team-a")  # would fit in the 4 free gpus, but team-a is over its share
+    decision = w.filter(a2[0])
+    assert decision.verdict is Verdict.WAITING
+    assert decision.reason == (
+        "gang default/a2: queue team-a is at its fair share of gpu (12 in use + 2 needed > fair share 8) "
+        "while default/big of queue team-b, below its fair share, waits for the same capacity: "
+        "held so that queue team-b gets its share first"
+    )
+    assert w.scheduler.describe("default/a2")["queue"] == "team-a"
+    # half of the first gang finishes: the big gang fits and goes; then a2 goes too
+    for name in a1[:6]:
+        w.cluster.delete("", "Pod", "default", name)
+    w.schedule(*big)
+    assert w.bound(*big)
+    w.schedule(*a2)
+    assert w.bound(*a2)
+
+
+def test_no_hold_when_there_is_room_for_both() -> None:
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a1", 20, "team-a"))
+    w.gang("b", 4, "team-b")  # waiting (never filtered), 12 free: room for both
+    a2 = w.gang("a2", 4, "team-a")
+    w.schedule(*a2)
+    assert w.bound(*a2)
