@@ -211,3 +211,55 @@ def test_no_hold_when_there_is_room_for_both() -> None:
     a2 = w.gang("a2", 4, "team-a")
     w.schedule(*a2)
     assert w.bound(*a2)
+
+
+async def test_debug_queues_metrics_and_explain_show_a_held_gang(make_service) -> None:
+    from extender import cli
+
+    svc = await make_service(
+        [*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 2}, cpu={"quota": -1, "limit": -1})],
+        gang_default_queue="team-a",
+    )
+    svc.cluster.apply(make_kai_podgroup("big", min_member=3, queue="team-a"))
+    for i in range(3):
+        svc.cluster.apply(gang_pod(f"big-{i}", "big", gpu="1"))
+    doc = await svc.filter("big-0")
+    assert doc["NodeNames"] == []
+    queues = (await (await svc.client.get("/debug/queues")).json())["queues"]
+    (team,) = queues
+    assert (
+        team["queue"] == "team-a"
+        and team["leaf"]
+        and team["held"] == {"default/big": "queue team-a: gpu limit 2, in use 0, gang needs 3"}
+    )
+    assert team["resources"]["gpu"] == {
+        "quota": 1,
+        "limit": 2,
+        "overQuotaWeight": 1.0,
+        "allocated": 0,
+        "requested": 3,
+        "fairShare": 2,
+    }
+    assert team["resources"]["cpu"]["limit"] is None  # -1: no limit
+    metrics = await (await svc.client.get("/metrics")).text()
+    assert 'gang_extender_queue_requested{queue="team-a",resource="gpu"} 3.0' in metrics
+    assert 'gang_extender_queue_fair_share{queue="team-a",resource="gpu"} 2.0' in metrics
+    assert 'gang_extender_queue_allocated{queue="team-a",resource="gpu"} 0.0' in metrics
+    described = await (await svc.client.get("/debug/gangs/default/big")).json()
+    text = cli.render_gang(described)
+    assert "Queue:       team-a" in text
+    assert "Held:        queue team-a: gpu limit 2, in use 0, gang needs 3" in text
+
+
+def test_the_default_queue_setting_is_a_flag_with_an_environment_twin(monkeypatch) -> None:
+    import argparse
+
+    from extender import cli
+    from extender.config import default_settings, validate
+
+    monkeypatch.setenv("GANG_EXTENDER_DEFAULT_QUEUE", "research")
+    settings, errors = cli.settings_from(argparse.Namespace(), cli.SERVE_FLAGS)
+    assert not errors and settings.gang.default_queue == "research"
+    assert validate(default_settings(gang_default_queue=" ")) == [
+        "--default-queue must name a queue, got an empty name"
+    ]
