@@ -382,6 +382,19 @@ def admission(
     return None
 
 
+def _quantity(resource: str, units: int) -> str:
+    return f"{units}m" if resource == "cpu" else str(units)
+
+
+def status_of(snap: QueueSnapshot, name: str) -> dict[str, Any]:
+    """The Queue's status fields KAI defines, `allocated` and `requested` (its descendants included),
+    as Kubernetes quantities by resource name."""
+    return {
+        field: {r: _quantity(r, usage[name][r]) for r in TRACKED}
+        for field, usage in (("allocated", snap.allocated), ("requested", snap.requested))
+    }
+
+
 def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> list[dict[str, Any]]:
     """Every queue, for /debug/queues: spec in this project's units, usage, fair share, and the gangs
     held (`held`: gang -> (its queue, why))."""

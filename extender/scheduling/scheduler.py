@@ -37,6 +37,7 @@ from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.priority import may_preempt, pod_priority
+from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, preemption, preemptor, queues, topology
 from extender.scheduling.decisions import (
@@ -55,6 +56,10 @@ from extender.scheduling.status import group_status
 from extender.state.store import POD, ClusterStore, PodRecord, is_live, kind_of
 
 log = logging.getLogger(__name__)
+
+QUEUE_STATUS_INTERVAL_S = 5.0
+"""How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
+and a write per bind would double the API server's load."""
 
 # The workloads whose gang's story is also told on them (the pods' top owner), by (API group, kind).
 WORKLOAD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob")})
@@ -128,6 +133,7 @@ class Scheduler:
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
         self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
+        self._queue_status_next_s = 0.0
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -479,6 +485,27 @@ class Scheduler:
                 for r, v in m.rec.requests.items():
                     need[r] = need.get(r, 0) + v
         return need
+
+    def queue_status(self) -> list[Effect]:
+        """The status writes of the Queues whose allocated or requested is not what the object says,
+        at most every QUEUE_STATUS_INTERVAL_S (the ticker's pass)."""
+        now = self.ledger.clock()
+        if now < self._queue_status_next_s:
+            return []
+        self._queue_status_next_s = now + QUEUE_STATUS_INTERVAL_S
+        snap = self.queue_snapshot()
+        if snap is None:
+            return []
+        effects = []
+        for name in sorted(snap.tree.queues):
+            obj = self.store.get(QUEUE_API_GROUP, QUEUE_KIND, None, name)
+            status = queues.status_of(snap, name)
+            shown = (obj or {}).get("status") or {}
+            if obj is None or all(shown.get(field) == value for field, value in status.items()):
+                continue
+            data = {"group": QUEUE_API_GROUP, "kind": QUEUE_KIND, "status": status}
+            effects.append(Effect("group-status", "", name, data))
+        return effects
 
     def describe_queues(self) -> dict[str, Any]:
         """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""

@@ -647,6 +647,7 @@ def _tick(app: web.Application) -> None:
     _spawn_effects(app, scheduler.preemptions_tick())
     if app[SOURCE].is_synced():  # type: ignore[attr-defined]
         _disrupt(app)
+        _spawn_effects(app, scheduler.queue_status())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()

@@ -263,3 +263,29 @@ def test_the_default_queue_setting_is_a_flag_with_an_environment_twin(monkeypatc
     assert validate(default_settings(gang_default_queue=" ")) == [
         "--default-queue must name a queue, got an empty name"
     ]
+
+
+async def test_queue_status_says_allocated_and_requested_and_is_written_only_when_it_changes(
+    make_service,
+) -> None:
+    svc = await make_service(
+        [
+            *gpu_nodes(1),
+            kai_queue("org", gpu={"quota": -1, "limit": -1}),
+            kai_queue("team-a", "org", gpu={"quota": 2, "limit": -1}),
+            make_pod("run", gpu="2", labels={"kai.scheduler/queue": "team-a"}, node="node-0"),
+            make_pod("wait", cpu="500m", gpu="1", labels={"kai.scheduler/queue": "team-a"}),
+        ]
+    )
+    await svc.expire(0.1)
+    team = svc.cluster.get("scheduling.run.ai", "Queue", None, "team-a")["status"]
+    assert team["allocated"] == {"cpu": "1000m", "memory": str(2**30), "nvidia.com/gpu": "2"}
+    assert team["requested"] == {"cpu": "1500m", "memory": str(2 * 2**30), "nvidia.com/gpu": "3"}
+    # the parent counts its children
+    assert svc.cluster.get("scheduling.run.ai", "Queue", None, "org")["status"] == team
+    svc.clock.now += 5.1  # past the interval, without the ticker
+    assert svc.scheduler.queue_status() == []  # nothing changed: nothing written
+    svc.cluster.delete("", "Pod", "default", "wait")
+    await svc.expire(5.1)
+    team = svc.cluster.get("scheduling.run.ai", "Queue", None, "team-a")["status"]
+    assert team["requested"]["nvidia.com/gpu"] == "2"
