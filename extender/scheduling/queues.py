@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -50,8 +50,8 @@ import numpy as np
 from extender.grouping import kai
 from extender.grouping.owners import walk_owners
 from extender.model import labels as keys
-from extender.model.group import GroupSpec, MembershipState, Source
-from extender.model.keys import GroupKey
+from extender.model.group import GroupSpec, MembershipState, Policy, Source
+from extender.model.keys import GroupKey, PodKey, object_key
 from extender.model.queue import (
     KAI_NAMES,
     QUEUE_API_GROUP,
@@ -62,7 +62,7 @@ from extender.model.queue import (
     amount_text,
     parse_queue,
 )
-from extender.state.store import ClusterStore, is_live, is_terminal
+from extender.state.store import POD, ClusterStore, is_live, is_terminal
 
 TRACKED = tuple(RESOURCES.values())
 """The resources queues account for, in this project's names."""
@@ -235,18 +235,31 @@ class QueueSnapshot:
     fair_share: dict[str, dict[str, int]]
     capacity: dict[str, int]  # allocatable of schedulable nodes
     free: dict[str, int]  # free on schedulable nodes
-    waiters: tuple[Waiter, ...]
     unknown: dict[str, int]
     """Queues pods name that do not exist (or cannot be used) -> pods naming them."""
+    groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
+    planned: frozenset[GroupKey] = frozenset()
+
+    def waiters(self, resource: str, *, besides: str) -> Iterator[Waiter]:
+        """Ready, unplanned gangs (and pods) of existing queues other than `besides` whose pending pods
+        ask for `resource`, in the order the book first saw them. A generator: a fair-share hold stops
+        at the first that qualifies, and the cheap tests come first."""
+        for key, t in self.groups.items():
+            if t.queue == besides or t.pending <= 0 or t.need.get(resource, 0) <= 0:
+                continue
+            if key in self.planned or t.queue not in self.tree.queues:
+                continue
+            if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
+                yield Waiter(key, t.queue, dict(t.need))
 
 
 def _tracked(requests: Mapping[str, int]) -> dict[str, int]:
     return {r: int(requests.get(r, 0)) for r in TRACKED}
 
 
-def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+def _add(total: dict[str, int], more: Mapping[str, int], sign: int = 1) -> None:
     for r, v in more.items():
-        total[r] = total.get(r, 0) + v
+        total[r] = total.get(r, 0) + sign * v
 
 
 def _column_sums(store: ClusterStore, attr: str) -> dict[str, int]:
@@ -263,69 +276,135 @@ def _column_sums(store: ClusterStore, attr: str) -> dict[str, int]:
     return out
 
 
-def take_snapshot(
-    store: ClusterStore, planned: Iterable[GroupKey], default_queue: str
-) -> QueueSnapshot | None:
-    """Every queue's usage and fair share now; None when the cluster has no Queue objects (no queues
-    in use: nothing is enforced). `planned`: gangs that hold a plan (they wait for nothing)."""
-    objects = store.list(QUEUE_API_GROUP, QUEUE_KIND)
-    if not objects:
-        return None
-    tree = read_tree(objects)
-    own_alloc: dict[str, dict[str, int]] = {}
-    own_pending: dict[str, dict[str, int]] = {}
-    waiting: dict[GroupKey, tuple[str, dict[str, int], GroupSpec | None]] = {}
-    live: dict[GroupKey, dict[str | None, int]] = {}
-    unknown: dict[str, int] = {}
-    planned = set(planned)
-    for rec in store.pods.values():
-        if is_terminal(rec.obj):
-            continue
-        m = store.membership(rec)
+@dataclasses.dataclass(frozen=True)
+class _PodShare:
+    """What one pod adds to its queue: allocated (bound or held), pending, or nothing (gated, gone)."""
+
+    queue: str
+    allocated: bool
+    pending: bool
+    need: dict[str, int]
+    group: GroupSpec | None
+    leaf: str | None
+
+
+@dataclasses.dataclass
+class _GroupTally:
+    queue: str
+    spec: GroupSpec
+    need: dict[str, int]  # of its pending pods
+    live: dict[str | None, int]  # live pods per leaf, bound or not
+    pending: int = 0
+
+
+class QueueBook:
+    """Each queue's usage, kept current pod by pod: a pod event, a hold made or dropped, or a grouping
+    change (which re-derives every pod) updates only what moved, so a snapshot costs the number of
+    queues and waiting gangs, not the number of pods."""
+
+    def __init__(self, store: ClusterStore, default_queue: str) -> None:
+        self.store = store
+        self.default_queue = default_queue
+        self._shares: dict[PodKey, _PodShare] = {}
+        self._dirty: set[PodKey] = set()
+        self._grouping_gen = -1
+        self._held: set[PodKey] = set()
+        self.own_allocated: dict[str, dict[str, int]] = {}
+        self.own_pending: dict[str, dict[str, int]] = {}
+        self.groups: dict[GroupKey, _GroupTally] = {}
+        self.pods_by_queue: dict[str, int] = {}
+        store.add_listener(self._on_change)
+
+    def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        if kind == POD:
+            self._dirty.add(PodKey(object_key(obj)))
+
+    def refresh(self) -> None:
+        store = self.store
+        if store.grouping_gen != self._grouping_gen:
+            self._grouping_gen = store.grouping_gen
+            self._dirty |= set(self._shares) | set(store.pods)
+        held = {pk for pk in store.reservations if pk in store.pods}
+        self._dirty |= held ^ self._held
+        self._held = held
+        dirty, self._dirty = self._dirty, set()
+        for pk in dirty:
+            old = self._shares.pop(pk, None)
+            if old is not None:
+                self._count(old, -1)
+            new = self._share_of(pk)
+            if new is not None:
+                self._shares[pk] = new
+                self._count(new, 1)
+
+    def _share_of(self, pk: PodKey) -> _PodShare | None:
+        rec = self.store.pods.get(pk)
+        if rec is None or is_terminal(rec.obj):
+            return None
+        m = self.store.membership(rec)
         group = m.group if m.state is MembershipState.MEMBER else None
-        queue = queue_of(store, group, rec.obj, default_queue)
-        if queue not in tree.queues:
-            unknown[queue] = unknown.get(queue, 0) + 1
-        need = _tracked(rec.requests)
-        if rec.node_name or rec.key in store.reservations:
-            _add(own_alloc.setdefault(queue, {}), need)
-            if group is not None and is_live(rec.obj):
-                counts = live.setdefault(group.key, {})
-                counts[m.subgroup] = counts.get(m.subgroup, 0) + 1
-            continue
-        if not is_live(rec.obj):
-            continue  # gated or being deleted: asks for nothing yet
-        _add(own_pending.setdefault(queue, {}), need)
-        if group is not None:
-            counts = live.setdefault(group.key, {})
-            counts[m.subgroup] = counts.get(m.subgroup, 0) + 1
-            if group.key not in planned:
-                _, total, _ = waiting.setdefault(group.key, (queue, {}, group))
-                _add(total, need)
-    allocated: dict[str, dict[str, int]] = {name: _tracked({}) for name in tree.queues}
-    requested: dict[str, dict[str, int]] = {name: _tracked({}) for name in tree.queues}
-    for queue in tree.queues:
-        for ancestor in tree.ancestors(queue):
-            _add(allocated[ancestor], own_alloc.get(queue, {}))
-            _add(requested[ancestor], own_alloc.get(queue, {}))
-            _add(requested[ancestor], own_pending.get(queue, {}))
-    capacity = _column_sums(store, "allocatable")
-    waiters = tuple(
-        Waiter(key, queue, need)
-        for key, (queue, need, spec) in sorted(waiting.items())
-        if queue in tree.queues
-        and (spec is None or not spec.is_gang() or spec.ready_leaves(live.get(key, {})) is not None)
-    )
-    return QueueSnapshot(
-        tree=tree,
-        allocated=allocated,
-        requested=requested,
-        fair_share=fair_shares(tree, requested, capacity),
-        capacity=capacity,
-        free=_column_sums(store, "free"),
-        waiters=waiters,
-        unknown=unknown,
-    )
+        queue = queue_of(self.store, group, rec.obj, self.default_queue)
+        allocated = bool(rec.node_name) or pk in self._held
+        return _PodShare(
+            queue=queue,
+            allocated=allocated,
+            pending=not allocated and is_live(rec.obj),
+            need=_tracked(rec.requests),
+            group=group,
+            leaf=m.subgroup,
+        )
+
+    def _count(self, share: _PodShare, sign: int) -> None:
+        self.pods_by_queue[share.queue] = self.pods_by_queue.get(share.queue, 0) + sign
+        if not self.pods_by_queue[share.queue]:
+            del self.pods_by_queue[share.queue]
+        if share.allocated:
+            _add(self.own_allocated.setdefault(share.queue, {}), share.need, sign)
+        elif share.pending:
+            _add(self.own_pending.setdefault(share.queue, {}), share.need, sign)
+        if share.group is None or not (share.allocated or share.pending):
+            return
+        key = share.group.key
+        tally = self.groups.get(key)
+        if tally is None:
+            tally = self.groups[key] = _GroupTally(share.queue, share.group, {}, {})
+        tally.queue, tally.spec = share.queue, share.group  # the latest definition
+        tally.live[share.leaf] = tally.live.get(share.leaf, 0) + sign
+        if share.pending:
+            tally.pending += sign
+            _add(tally.need, share.need, sign)
+        if not any(tally.live.values()):
+            del self.groups[key]
+
+    def snapshot(self, planned: Iterable[GroupKey]) -> QueueSnapshot | None:
+        """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
+        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing)."""
+        objects = self.store.list(QUEUE_API_GROUP, QUEUE_KIND)
+        if not objects:
+            return None
+        self.refresh()
+        tree = read_tree(objects)
+        allocated = {name: _tracked({}) for name in tree.queues}
+        requested = {name: _tracked({}) for name in tree.queues}
+        for queue in tree.queues:
+            for ancestor in tree.ancestors(queue):
+                _add(allocated[ancestor], self.own_allocated.get(queue, {}))
+                _add(requested[ancestor], self.own_allocated.get(queue, {}))
+                _add(requested[ancestor], self.own_pending.get(queue, {}))
+        capacity = _column_sums(self.store, "allocatable")
+        return QueueSnapshot(
+            tree=tree,
+            allocated=allocated,
+            requested=requested,
+            fair_share=fair_shares(tree, requested, capacity),
+            capacity=capacity,
+            free=_column_sums(self.store, "free"),
+            unknown={q: n for q, n in sorted(self.pods_by_queue.items()) if q not in tree.queues},
+            # not copied (it costs the number of waiting gangs): the waiters are true until the book's
+            # next snapshot, which is when the scheduler takes a new one
+            groups=self.groups,
+            planned=frozenset(planned),
+        )
 
 
 # ================================================================= admission
@@ -366,8 +445,8 @@ def admission(
     for r in TRACKED:
         if need[r] <= 0 or alloc[r] + need[r] <= fair.get(r, 0):
             continue
-        for h in snap.waiters:
-            if h.queue == queue or h.group == who or h.need.get(r, 0) <= 0:
+        for h in snap.waiters(r, besides=queue):
+            if h.group == who:
                 continue
             if not tree.is_leaf(h.queue) or not _within_share(snap, h.queue, h.need):
                 continue

@@ -133,6 +133,7 @@ class Scheduler:
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
         self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
+        self.queue_book = queues.QueueBook(store, default_queue)
         self._queue_status_next_s = 0.0
         store.add_listener(self._on_change)
 
@@ -440,7 +441,7 @@ class Scheduler:
         gen, snap = self._queue_snapshot
         if gen != self.store.change_gen:
             planned = [g for g, e in self.ledger.gangs.items() if e.plan]
-            snap = queues.take_snapshot(self.store, planned, self.default_queue)
+            snap = self.queue_book.snapshot(planned)
             self._queue_snapshot = (self.store.change_gen, snap)
             for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
                 del self.queue_holds[gang]  # gone: bounded memory

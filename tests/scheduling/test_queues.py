@@ -289,3 +289,53 @@ async def test_queue_status_says_allocated_and_requested_and_is_written_only_whe
     await svc.expire(5.1)
     team = svc.cluster.get("scheduling.run.ai", "Queue", None, "team-a")["status"]
     assert team["requested"]["nvidia.com/gpu"] == "2"
+
+
+def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
+    import random
+
+    from extender.scheduling.queues import QueueBook
+
+    rng = random.Random(7)
+    w = World([*gpu_nodes(3), kai_queue("team-a"), kai_queue("team-b")])
+    book = w.scheduler.queue_book
+    for step in range(300):
+        op = rng.choice(["pod", "gang", "bind", "delete", "relabel", "hold", "unhold", "gate"])
+        names = sorted(p["metadata"]["name"] for p in w.cluster.list("", "Pod"))
+        queue = rng.choice(["team-a", "team-b", "team-x"])
+        if op == "pod":
+            w.cluster.apply(make_pod(f"p{step}", gpu="1", labels={"kai.scheduler/queue": queue}))
+        elif op == "gang":
+            w.cluster.apply(make_kai_podgroup(f"g{step}", min_member=2, queue=queue))
+            for i in range(rng.randint(1, 3)):
+                w.cluster.apply(gang_pod(f"g{step}-{i}", f"g{step}", gpu="1"))
+        elif names and op in ("bind", "delete", "relabel", "gate"):
+            pod = w.pod(rng.choice(names))
+            if op == "bind":
+                w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": "node-1"}})
+            elif op == "delete":
+                w.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+            elif op == "relabel":
+                labels = {"kai.scheduler/queue": queue}
+                w.cluster.apply({**pod, "metadata": {**pod["metadata"], "labels": labels}})
+            else:
+                w.cluster.apply({**pod, "spec": {**pod["spec"], "schedulingGates": [{"name": "x"}]}})
+        elif names and op == "hold":
+            name = rng.choice(names)
+            w.store.hold(f"default/{name}", "node-2", {"nvidia.com/gpu": 1})
+        elif w.store.reservations and op == "unhold":
+            w.store.unhold(rng.choice(sorted(w.store.reservations)))
+        if step % 10 == 0:
+            kept, fresh = book.snapshot(()), QueueBook(w.store, "default-queue").snapshot(())
+            assert kept is not None and fresh is not None
+            assert (kept.allocated, kept.requested, kept.fair_share, kept.unknown) == (
+                fresh.allocated,
+                fresh.requested,
+                fresh.fair_share,
+                fresh.unknown,
+            ), step
+            for r in ("cpu", "nvidia.com/gpu"):
+                kept_waiters, fresh_waiters = (
+                    sorted(snap.waiters(r, besides=""), key=lambda h: h.group) for snap in (kept, fresh)
+                )
+                assert kept_waiters == fresh_waiters, step
