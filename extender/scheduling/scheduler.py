@@ -134,6 +134,8 @@ class Scheduler:
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
         self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
         self.queue_book = queues.QueueBook(store, default_queue)
+        self._held_need: dict[GroupKey, dict[str, int]] = {}
+        self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
         self._queue_status_next_s = 0.0
         store.add_listener(self._on_change)
 
@@ -445,6 +447,7 @@ class Scheduler:
             self._queue_snapshot = (self.store.change_gen, snap)
             for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
                 del self.queue_holds[gang]  # gone: bounded memory
+                self._held_need.pop(gang, None)
         return snap
 
     def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
@@ -459,9 +462,30 @@ class Scheduler:
             reason = queues.admission(snap, queue, need, call.group.key, what=what)
         if reason is None:
             self.queue_holds.pop(call.group.key, None)
+            self._held_need.pop(call.group.key, None)
             return None
         self.queue_holds[call.group.key] = (queue, reason)
+        self._held_need[call.group.key] = dict(need)
         return reason
+
+    def queue_holds_over(self) -> list[Effect]:
+        """Bring back the turned-away members of gangs (and pods) held for their queue once admission
+        passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
+        below a limit, or another queue's gang being planned, is not always one of them. Looked at
+        only when the store changed (the ticker's pass)."""
+        if not self.queue_holds or self._holds_checked == self.store.change_gen:
+            return []
+        self._holds_checked = self.store.change_gen
+        snap = self.queue_snapshot()
+        effects = []
+        for gang, (queue, _) in list(self.queue_holds.items()):
+            need = self._held_need.get(gang, {})
+            if snap is not None and queues.admission(snap, queue, need, gang) is not None:
+                continue
+            del self.queue_holds[gang]
+            self._held_need.pop(gang, None)
+            effects += self._nudge_turned_away(gang, "queue")
+        return effects
 
     def _gang_need(
         self,

@@ -648,6 +648,7 @@ def _tick(app: web.Application) -> None:
     if app[SOURCE].is_synced():  # type: ignore[attr-defined]
         _disrupt(app)
         _spawn_effects(app, scheduler.queue_status())
+        _spawn_effects(app, scheduler.queue_holds_over())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()

@@ -102,9 +102,13 @@ def test_a_gang_over_its_queue_limit_waits_with_the_numbers_and_goes_once_usage_
     )
     held = w.scheduler.describe_queues()["queues"][0]
     assert held["resources"]["gpu"]["allocated"] == 8 and "default/second" in held["held"]
-    # the first gang finishes: its usage is gone and the second is planned
+    assert w.scheduler.queue_holds_over() == []  # still over: nobody brought back
+    # the first gang finishes: its usage is gone, the member turned away is brought back, and the
+    # second gang is planned
     for name in first:
         w.cluster.delete("", "Pod", "default", name)
+    nudged = w.scheduler.queue_holds_over()
+    assert [(e.kind, e.name) for e in nudged] == [("nudge", "second-0")]
     w.schedule(*second)
     assert w.bound(*second)
     assert w.scheduler.describe("default/second")["queueHold"] is None
@@ -194,6 +198,7 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
         w.cluster.delete("", "Pod", "default", name)
     w.schedule(*big)
     assert w.bound(*big)
+    assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
     w.schedule(*a2)
     assert w.bound(*a2)
 
