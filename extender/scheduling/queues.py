@@ -414,9 +414,16 @@ def _within_share(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> b
 
 
 def admission(
-    snap: QueueSnapshot, queue: str, need: Mapping[str, int], who: GroupKey, *, what: str = "gang"
+    snap: QueueSnapshot,
+    queue: str,
+    need: Mapping[str, int],
+    who: GroupKey,
+    *,
+    what: str = "gang",
+    fair_share: bool = True,
 ) -> str | None:
-    """Why a gang (`what` = "gang") or plain pod ("pod") of `queue` needing `need` must wait, or None."""
+    """Why a gang (`what` = "gang") or plain pod ("pod") of `queue` needing `need` must wait, or None.
+    `fair_share=False`: the queue's existence and limits only (rules 1 and 2)."""
     need = _tracked(need)
     tree = snap.tree
     if queue in tree.errors:
@@ -441,6 +448,8 @@ def admission(
                     f"queue {name}: {KAI_NAMES[r]} limit {amount_text(r, limit)}, "
                     f"in use {amount_text(r, used)}, {what} needs {amount_text(r, need[r])}"
                 )
+    if not fair_share:
+        return None
     alloc, fair = snap.allocated[queue], snap.fair_share[queue]
     for r in TRACKED:
         if need[r] <= 0 or alloc[r] + need[r] <= fair.get(r, 0):

@@ -468,6 +468,15 @@ class Scheduler:
         self._held_need[call.group.key] = dict(need)
         return reason
 
+    def _queue_limit_at_bind(self, rec: PodRecord, group: GroupSpec | None) -> str | None:
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        group = group if group is not None else single_pod_group(rec.obj)
+        queue = self.queue_name(group, rec.obj)
+        what = "pod" if group.source is Source.SINGLE_POD else "member"
+        return queues.admission(snap, queue, rec.requests, group.key, what=what, fair_share=False)
+
     def queue_holds_over(self) -> list[Effect]:
         """Bring back the turned-away members of gangs (and pods) held for their queue once admission
         passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
@@ -714,7 +723,12 @@ class Scheduler:
                     message=f"gang {group.key} has no plan for {key} (it will be planned again); "
                     "not binding it alone",
                 )
-        # a single pod or a member beyond a bound quorum: hold its capacity while it binds
+        # a single pod or a member beyond a bound quorum: hold its capacity while it binds. Its queue's
+        # limit is checked again here: kube-scheduler filters the next pod before this one's bind
+        # arrives, so two pods may each have passed filter within the limit that only one fits
+        over = self._queue_limit_at_bind(rec, group)
+        if over is not None:
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {over}")
         request, missing = self.store.request_vector(rec.requests)
         if missing:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {messages.unoffered_text(missing)}")

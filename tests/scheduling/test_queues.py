@@ -344,3 +344,17 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
                     sorted(snap.waiters(r, besides=""), key=lambda h: h.group) for snap in (kept, fresh)
                 )
                 assert kept_waiters == fresh_waiters, step
+
+
+def test_two_pods_that_passed_filter_within_the_limit_only_one_fits_are_not_both_bound() -> None:
+    """kube-scheduler filters the next pod before the previous one's bind call arrives."""
+    w = World([*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 1})])
+    for name in ("p0", "p1"):
+        w.cluster.apply(make_pod(name, gpu="1", labels={"kai.scheduler/queue": "team-a"}))
+    assert w.filter("p0").verdict is w.filter("p1").verdict is Verdict.PASS
+    binds = [
+        w.scheduler.bind(namespace="default", name=n, uid=w.pod(n)["metadata"]["uid"], node="node-0")
+        for n in ("p0", "p1")
+    ]
+    assert [b.verdict for b in binds] == [BindVerdict.NOW, BindVerdict.REFUSE]
+    assert binds[1].message == "pod default/p1: queue team-a: gpu limit 1, in use 1, pod needs 1"
