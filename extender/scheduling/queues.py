@@ -1,7 +1,10 @@
 """KAI queues: which queue a gang belongs to, what each queue uses, its fair share, and admission.
 
-Pure functions over a snapshot of the store; the scheduler asks `admission` before it plans a gang
-or passes a plain pod, and waits with the reason it returns.
+The scheduler asks `admission` before it plans a gang or passes a plain pod, and waits with the
+reason it returns; a pod placed one by one has its queue's limits checked again at bind, since
+kube-scheduler filters the next pod before the previous one's bind arrives. `admission`, `divide`
+and `fair_shares` are pure functions over a `QueueSnapshot`; the `QueueBook` keeps the usage behind
+a snapshot current from store events, so taking one costs the number of queues, not of pods.
 
 Nothing is enforced until the cluster has at least one Queue object: a cluster without KAI queues
 (or whose API server does not serve the Queue CRD) schedules exactly as it would without this module.
@@ -35,6 +38,13 @@ planned as soon as the capacity for it frees, since no over-share gang takes tha
 gang waits only while a within-share gang of another queue could use the same capacity: exactly the
 order KAI's fair share asks for. The hold does not outlast its cause: the moment the holder is
 planned, leaves or the free capacity covers both, the held gang is admitted.
+
+Reclaim (KAI's fair-share reclaim, simplified to leaf queues): a gang that fits nowhere, of a queue
+that stays within its fair share with it (`may_reclaim`), may evict whole gangs and plain pods of
+other queues that are over their fair share on a resource the eviction frees, never taking such a
+queue below its quota on any resource, all its victims together (`reclaimable`). The victims are
+chosen, evicted and their room held by the gang-aware preemption (scheduling.preemptor), priority
+playing no part: a preemption is within priorities, a reclaim between queues.
 """
 
 from __future__ import annotations
@@ -481,6 +491,34 @@ def status_of(snap: QueueSnapshot, name: str) -> dict[str, Any]:
         field: {r: _quantity(r, usage[name][r]) for r in TRACKED}
         for field, usage in (("allocated", snap.allocated), ("requested", snap.requested))
     }
+
+
+def may_reclaim(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> bool:
+    """A gang of `queue` needing `need` that fits nowhere may reclaim: its queue is a leaf and stays
+    within its fair share on every resource with it (KAI's fair-share reclaim)."""
+    if queue not in snap.tree.queues or not snap.tree.is_leaf(queue):
+        return False
+    return _within_share(snap, queue, _tracked(need))
+
+
+def reclaimable(snap: QueueSnapshot, reclaimer: str, victim_queue: str, freed: Mapping[str, int]) -> bool:
+    """Whether evicting pods that free `freed` from `victim_queue` for a gang of `reclaimer` keeps the
+    rules: another queue, over its fair share on a resource it frees, and never taken below its quota
+    on any (a quota of -1 is never reclaimed from)."""
+    if victim_queue == reclaimer or victim_queue not in snap.tree.queues:
+        return False
+    q = snap.tree.queues[victim_queue]
+    alloc, fair = snap.allocated[victim_queue], snap.fair_share[victim_queue]
+    freed = _tracked(freed)
+    over = False
+    for r in TRACKED:
+        if freed[r] <= 0:
+            continue
+        quota = q.resource(r).quota
+        if quota is None or alloc[r] - freed[r] < quota:
+            return False
+        over = over or alloc[r] > fair.get(r, 0)
+    return over
 
 
 def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,13 +50,15 @@ from extender.scheduling.decisions import (
     Verdict,
     pod_ref,
 )
-from extender.scheduling.ledger import Expiry, GangLedger, Preemption
+from extender.scheduling.ledger import Expiry, GangLedger, Preemption, Victim
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.status import group_status
 from extender.state.store import POD, ClusterStore, PodRecord, is_live, kind_of
 
 log = logging.getLogger(__name__)
 
+RECLAIM_ABOVE = 2**62
+"""The priority a reclaim evicts below: every priority, since reclaim is between queues, not priorities."""
 QUEUE_STATUS_INTERVAL_S = 5.0
 """How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
 and a write per bind would double the API server's load."""
@@ -411,6 +413,8 @@ class Scheduler:
                 ledger.start_preemption(preempted)
                 return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, preempted.reason))
             started, reason = self._preempt(call, members, leaves, reason)
+            if started is None:
+                started = self._reclaim(call, members, leaves)
             if started is not None:
                 return started
             ledger.remember_no_fit(group.key, signature, reason)
@@ -591,6 +595,25 @@ class Scheduler:
                 "waiting, nothing evicted"
             )
         reason = preemptor.reason_text(group.key, plan)
+        where = f" in {plan.domain}" if plan.domain else ""
+
+        def why(v: Victim) -> str:
+            return f"preempted by gang {group.key} (priority {priority}) to make room{where}"
+
+        return self._evict_for(call, plan, priority, reason, why, "planned"), reason
+
+    def _evict_for(
+        self,
+        call: FilterCall,
+        plan: preemptor.PreemptionPlan,
+        priority: int,
+        reason: str,
+        why: Callable[[Victim], str],
+        outcome: str,
+    ) -> FilterDecision:
+        """Start evicting a preemption's (or a reclaim's) victims, whole gangs together, and hold the room
+        each one frees for the gang: the waiting answer, with the evictions and the gang's story."""
+        group = call.group
         record = Preemption(
             gang=group.key,
             domain=plan.domain,
@@ -602,24 +625,95 @@ class Scheduler:
             reason=reason,
         )
         self.ledger.start_preemption(record)
-        self.preemption_outcomes["planned"] += 1
+        self.preemption_outcomes[outcome] += 1
         self.preemption_victims["gang"] += len(plan.gangs)
         self.preemption_victims["pod"] += len(plan.plain_pods)
-        where = f" in {plan.domain}" if plan.domain else ""
         effects = []
         for v in plan.victims:
-            why = f"preempted by gang {group.key} (priority {priority}) to make room{where}"
+            text = why(v)
             if v.gang is not None:
-                why += f"; evicted with its whole gang {v.gang}, never part of it"
-            data = {"uid": v.uid, "reason": why, "gang": v.gang or ""}
+                text += f"; evicted with its whole gang {v.gang}, never part of it"
+            data = {"uid": v.uid, "reason": text, "gang": v.gang or ""}
             effects.append(Effect("evict", *pod_ref(v.pod), data))
         log.info(
             "%s",
             reason,
             extra={"pod": call.key, "gang": group.key, "domain": plan.domain, "members": len(plan.victims)},
         )
-        effects += self._story(group, call.key, "GangPreempting", reason)
-        return FilterDecision(Verdict.WAITING, [], reason, effects=effects), reason
+        effects += self._story(
+            group, call.key, "GangReclaiming" if outcome == "reclaim" else "GangPreempting", reason
+        )
+        return FilterDecision(Verdict.WAITING, [], reason, effects=effects)
+
+    def _reclaim(
+        self, call: FilterCall, members: Sequence[planning.Member], leaves: Sequence[str | None]
+    ) -> FilterDecision | None:
+        """A gang that fits nowhere, of a queue that stays within its fair share with it: evict whole
+        gangs (and pods) of other queues over their fair share, never taking one below its quota
+        (queues.reclaimable), and hold the room for it, as a preemption does. Priority plays no part:
+        reclaim is between queues. None when queues are not in use or nothing may be reclaimed."""
+        snap = self.queue_snapshot()
+        me = next((m for m in members if m.key == call.key), None)
+        if snap is None or me is None:
+            return None
+        group = call.group
+        queue = self.queue_name(group, call.pod)
+        if not queues.may_reclaim(
+            snap, queue, self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
+        ):
+            return None
+
+        def queue_of_unit(u: preemptor.Unit) -> str:
+            rec = self.store.pods.get(u.victims[0].pod)
+            if rec is None:
+                return ""
+            m = self.store.membership(rec)
+            return self.queue_name(m.group or single_pod_group(rec.obj), rec.obj)
+
+        def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
+            total: dict[str, int] = {}
+            for u in units:
+                for v in u.victims:
+                    if v.node:
+                        for r, n in v.requests.items():
+                            total[r] = total.get(r, 0) + n
+            return total
+
+        def admit(u: preemptor.Unit) -> bool:
+            return queues.reclaimable(snap, queue, queue_of_unit(u), freed([u]))
+
+        try:
+            plan = preemptor.plan_preemption(
+                self.store, self.ledger, group, members, leaves, me=me, priority=RECLAIM_ABOVE, admit=admit
+            )
+        except topology.TopologyError:
+            return None
+        if plan is None or not plan.units:
+            return None
+        by_queue: dict[str, list[preemptor.Unit]] = {}
+        for u in plan.units:
+            by_queue.setdefault(queue_of_unit(u), []).append(u)
+        if not all(queues.reclaimable(snap, queue, vq, freed(us)) for vq, us in by_queue.items()):
+            return None  # each unit alone keeps its queue at its quota, not all of them together
+        where = f" in {plan.domain}" if plan.domain else ""
+        shown = ", ".join(plan.gangs[:3]) + (
+            f" and {len(plan.gangs) - 3} more" if len(plan.gangs) > 3 else ""
+        )
+        what = f"{len(plan.gangs)} gang(s) ({shown})" if plan.gangs else ""
+        if plan.plain_pods:
+            what += (" and " if what else "") + f"{len(plan.plain_pods)} pod(s)"
+        reason = (
+            f"gang {group.key}: queue {queue} is below its fair share: reclaiming {what}{where} from "
+            f"queue(s) {', '.join(sorted(by_queue))} over theirs; waiting for them to go"
+        )
+
+        def why(v: Victim) -> str:
+            return f"reclaimed for gang {group.key} of queue {queue}, below its fair share{where}"
+
+        priority = min(
+            pod_priority(m.rec.obj) if m.key != call.key else pod_priority(call.pod) for m in members
+        )
+        return self._evict_for(call, plan, priority, reason, why, "reclaim")
 
     def preemptions_tick(self) -> list[Effect]:
         """Give up preemptions whose hold ended, and bring back the members of a preemptor whose

@@ -358,3 +358,53 @@ def test_two_pods_that_passed_filter_within_the_limit_only_one_fits_are_not_both
     ]
     assert [b.verdict for b in binds] == [BindVerdict.NOW, BindVerdict.REFUSE]
     assert binds[1].message == "pod default/p1: queue team-a: gpu limit 1, in use 1, pod needs 1"
+
+
+def two_teams(quota_a: int) -> World:
+    return World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": quota_a, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+
+
+def test_a_queue_below_its_fair_share_reclaims_a_whole_gang_of_a_queue_over_its_own() -> None:
+    w = two_teams(quota_a=8)
+    for name in ("a1", "a2"):
+        members = w.gang(name, 8, "team-a")
+        w.schedule(*members)
+        assert w.bound(*members)  # alone, team-a takes the whole cluster
+    b = w.gang("b", 8, "team-b")
+    decision = w.filter(b[0])
+    assert decision.verdict is Verdict.WAITING
+    evicted = [e for e in decision.effects if e.kind == "evict"]
+    (victim,) = {e.data["gang"] for e in evicted}  # one gang, whole
+    assert sorted(e.name for e in evicted) == [f"{victim.split('/')[1]}-{i}" for i in range(8)]
+    assert decision.reason == (
+        f"gang default/b: queue team-b is below its fair share: reclaiming 1 gang(s) ({victim}) from "
+        "queue(s) team-a over theirs; waiting for them to go"
+    )
+    assert "reclaimed for gang default/b of queue team-b" in evicted[0].data["reason"]
+    for e in evicted:
+        w.cluster.delete("", "Pod", "default", e.name)
+    w.schedule(*b)
+    assert w.bound(*b)
+
+
+def test_a_reclaim_never_takes_a_queue_below_its_quota() -> None:
+    # team-a runs one gang of 24 gpus: evicting it (the only way to free 8) would leave it at 0, below
+    # its quota of 12, though team-b (fair share 8) is below its share
+    w = World(
+        [
+            *gpu_nodes(3),
+            kai_queue("team-a", gpu={"quota": 12, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a", 24, "team-a"))
+    decision = w.filter(w.gang("b", 8, "team-b")[0])
+    assert decision.verdict is Verdict.NO_FIT
+    assert not [e for e in decision.effects if e.kind == "evict"]
+    assert w.scheduler.queue_snapshot().fair_share["team-b"]["nvidia.com/gpu"] == 8
