@@ -16,7 +16,8 @@ Accounting, per queue and resource (cpu, memory, nvidia.com/gpu):
 - allocated = requests of bound, unfinished pods + capacity held for pods (a planned gang's members,
   a pod whose bind is in flight);
 - requested = allocated + requests of live pending pods.
-A queue's usage counts toward each of its ancestors.
+A queue's usage counts toward each of its ancestors. A pod of the default scheduler (the cluster's
+other pods, which this service never places) counts only when it names a queue.
 
 Fair share (KAI's division, docs/fairness/README.md), per resource, top-down: the cluster's
 allocatable capacity is divided among the top-level queues, then each queue's share among its
@@ -219,12 +220,23 @@ def fair_shares(
 
 
 # ================================================================= the queue of a gang
-def queue_of(store: ClusterStore, group: GroupSpec | None, pod: dict[str, Any], default: str) -> str:
-    """The gang's queue: its KAI PodGroup's spec.queue, else its workload's or pod's label, else `default`."""
+def named_queue(store: ClusterStore, group: GroupSpec | None, pod: dict[str, Any]) -> str | None:
+    """The queue the gang names: its KAI PodGroup's spec.queue, else its workload's or pod's label."""
     if group is not None and group.source is Source.KAI_PODGROUP and group.queue:
         return group.queue
     top = walk_owners(pod, store).top
-    return kai.labelled_queue(top, pod) or default
+    return kai.labelled_queue(top, pod)
+
+
+def queue_of(store: ClusterStore, group: GroupSpec | None, pod: dict[str, Any], default: str) -> str:
+    """The gang's queue: the one it names, else `default`."""
+    return named_queue(store, group, pod) or default
+
+
+def _another_schedulers(pod: dict[str, Any]) -> bool:
+    """Placed by the default scheduler (the cluster's other pods: system daemons, services), which
+    this service never sees; such a pod counts toward a queue only when it names one."""
+    return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") == "default-scheduler"
 
 
 # ================================================================= accounting
@@ -353,7 +365,11 @@ class QueueBook:
             return None
         m = self.store.membership(rec)
         group = m.group if m.state is MembershipState.MEMBER else None
-        queue = queue_of(self.store, group, rec.obj, self.default_queue)
+        queue = named_queue(self.store, group, rec.obj)
+        if queue is None:
+            if _another_schedulers(rec.obj):
+                return None
+            queue = self.default_queue
         allocated = bool(rec.node_name) or pk in self._held
         return _PodShare(
             queue=queue,

@@ -131,6 +131,16 @@ def test_a_parent_queue_limit_holds_its_children() -> None:
     assert decision.verdict is Verdict.WAITING and "only leaf queues take workloads" in decision.reason
 
 
+def test_pods_of_the_default_scheduler_count_only_when_they_name_a_queue() -> None:
+    system = make_pod("daemon", gpu="4", node="node-0")
+    system["spec"]["schedulerName"] = "default-scheduler"
+    labelled = make_pod("labelled", gpu="2", node="node-0", labels={"kai.scheduler/queue": "default-queue"})
+    del labelled["spec"]["schedulerName"]  # the default scheduler's, unset
+    w = World([*gpu_nodes(1), kai_queue("default-queue"), system, labelled])
+    snap = w.scheduler.queue_snapshot()
+    assert snap is not None and snap.allocated["default-queue"]["nvidia.com/gpu"] == 2
+
+
 def test_plain_pods_count_against_their_queue() -> None:
     w = World([*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 2})])
     for i in range(3):
