@@ -32,7 +32,8 @@ Admission of a gang (or plain pod) of queue Q needing N waits when:
 2. limit: Q's or any ancestor's allocated + N exceeds its limit on some resource;
 3. fair-share hold: on some resource r, Q's allocated + N exceeds Q's fair share, while a ready,
    unplanned gang H of another queue P needs r, P's allocated + H's need stays within P's fair share
-   on every resource H needs, and the cluster's free r is short of N + H's need (they compete).
+   on every resource H needs and within every limit of P and its ancestors, and the cluster's free r
+   is short of N + H's need (they compete).
 Why the hold cannot starve anyone: a gang that holds others is within its queue's share on every
 resource, so it is itself never held; holds therefore never form a cycle, and each holder is
 planned as soon as the capacity for it frees, since no over-share gang takes that capacity. A held
@@ -487,6 +488,8 @@ def admission(
                 continue
             if snap.free[r] >= need[r] + h.need[r]:
                 continue  # room for both: no one is held
+            if admission(snap, h.queue, h.need, h.group, fair_share=False) is not None:
+                continue  # an ancestor's limit holds it: it could not use the room
             return (
                 f"queue {queue} is at its fair share of {KAI_NAMES[r]} ({amount_text(r, alloc[r])} in use + "
                 f"{amount_text(r, need[r])} needed > fair share {amount_text(r, fair.get(r, 0))}) while "

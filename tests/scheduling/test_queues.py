@@ -418,3 +418,27 @@ def test_a_reclaim_never_takes_a_queue_below_its_quota() -> None:
     assert decision.verdict is Verdict.NO_FIT
     assert not [e for e in decision.effects if e.kind == "evict"]
     assert w.scheduler.queue_snapshot().fair_share["team-b"]["nvidia.com/gpu"] == 8
+
+
+def test_a_gang_its_own_parents_limit_holds_holds_no_one() -> None:
+    # team-b2 is within its fair share, but its parent's limit stops its gang (team-b1 uses 6 of org-b's
+    # 8): team-a's gang is not held for it
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("org-b", gpu={"quota": 4, "limit": 8}),
+            kai_queue("team-b1", "org-b", gpu={"quota": 0, "limit": -1}),
+            kai_queue("team-b2", "org-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("b1", 6, "team-b1"))
+    w.schedule(*w.gang("a1", 8, "team-a"))
+    b2 = w.gang("b2", 4, "team-b2")
+    assert w.filter(b2[0]).reason == "gang default/b2: queue org-b: gpu limit 8, in use 6, gang needs 4"
+    a2 = w.gang("a2", 2, "team-a")
+    snap = w.scheduler.queue_snapshot()
+    assert snap.fair_share["team-b2"]["nvidia.com/gpu"] == 4  # b2 is within its share...
+    assert snap.fair_share["team-a"]["nvidia.com/gpu"] == 8  # ...and a2 takes team-a past its own
+    w.schedule(*a2)
+    assert w.bound(*a2)
