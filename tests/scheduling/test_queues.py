@@ -214,16 +214,14 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
 
 
 def test_no_hold_when_there_is_room_for_both() -> None:
-    w = World(
-        [
-            *gpu_nodes(4),
-            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
-            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
-        ]
-    )
-    w.schedule(*w.gang("a1", 20, "team-a"))
-    w.gang("b", 4, "team-b")  # waiting (never filtered), 12 free: room for both
-    a2 = w.gang("a2", 4, "team-a")
+    # team-c asks for far more than the cluster: team-a is over its fair share (14), team-b below its
+    # own, but 16 gpus are free: enough for team-a's 2 and team-b's 4, so no one is held
+    w = World([*gpu_nodes(4), *(kai_queue(f"team-{t}", gpu={"quota": 4, "limit": -1}) for t in "abc")])
+    w.schedule(*w.gang("a1", 16, "team-a"))
+    w.gang("c", 40, "team-c")
+    w.gang("b", 4, "team-b")  # waiting (never filtered)
+    a2 = w.gang("a2", 2, "team-a")
+    assert w.scheduler.queue_snapshot().fair_share["team-a"]["nvidia.com/gpu"] == 14
     w.schedule(*a2)
     assert w.bound(*a2)
 
