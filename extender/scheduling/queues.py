@@ -336,11 +336,20 @@ class QueueBook:
         self.own_pending: dict[str, dict[str, int]] = {}
         self.groups: dict[GroupKey, _GroupTally] = {}
         self.pods_by_queue: dict[str, int] = {}
+        self.tracking = False
+        """Whether queues are in use (the last snapshot found Queue objects): until they are, pod events
+        are not recorded, and the first snapshot with queues counts every pod afresh."""
         store.add_listener(self._on_change)
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
-        if kind == POD:
+        if kind == POD and self.tracking:
             self._dirty.add(PodKey(object_key(obj)))
+
+    def _forget(self) -> None:
+        self.tracking = False
+        self._shares, self._dirty, self._held = {}, set(), set()
+        self._grouping_gen = -1
+        self.own_allocated, self.own_pending, self.groups, self.pods_by_queue = {}, {}, {}, {}
 
     def refresh(self) -> None:
         store = self.store
@@ -408,7 +417,10 @@ class QueueBook:
         queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing)."""
         objects = self.store.list(QUEUE_API_GROUP, QUEUE_KIND)
         if not objects:
+            if self.tracking:
+                self._forget()
             return None
+        self.tracking = True
         self.refresh()
         tree = read_tree(objects)
         allocated = {name: _tracked({}) for name in tree.queues}

@@ -178,6 +178,13 @@ def test_without_queue_objects_nothing_is_enforced(objects: list[dict[str, Any]]
     w.cluster.apply(make_pod("p", gpu="8", labels={"kai.scheduler/queue": "team-x"}))
     assert w.filter("p").verdict is Verdict.PASS
     assert w.scheduler.describe_queues() == {"enforced": False, "defaultQueue": "default-queue", "queues": []}
+    assert not w.scheduler.queue_book.tracking  # pod events are not even recorded
+    # a Queue appears: every pod is counted from then on
+    w.cluster.apply(kai_queue("team-x"))
+    snap = w.scheduler.queue_snapshot()
+    assert snap is not None and snap.requested["team-x"]["nvidia.com/gpu"] == 8
+    w.cluster.delete("scheduling.run.ai", "Queue", None, "team-x")
+    assert w.scheduler.queue_snapshot() is None and not w.scheduler.queue_book.groups
 
 
 def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same_capacity() -> None:
