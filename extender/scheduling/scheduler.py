@@ -355,7 +355,7 @@ class Scheduler:
             leaves = ready
         preempted = None
         pending = ledger.preemption(group.key)
-        if pending is None:
+        if pending is None and self.queue_snapshot() is not None:  # no Queue objects: nothing to sum
             held = self._queue_wait(call, self._gang_need(call, members, leaves, bound), "gang")
             if held is not None:
                 reason = self._gang_message(group.key, held)
