@@ -152,3 +152,62 @@ def test_a_larger_quota_never_lowers_a_share(capacity: int, claims: list[Claim],
     before = divide(capacity, claims)[first.name]
     after = divide(capacity, bigger + claims[1:])[first.name]
     assert after >= before - 1  # one unit of rounding
+
+
+def _snapshot(quotas: list[int], allocs: list[tuple[int, int]], needs: list[tuple[int, int]], cap: int):
+    from extender.model.group import GroupSpec, Policy, Source
+    from extender.model.keys import GroupKey
+    from extender.scheduling.queues import QueueSnapshot, _GroupTally
+
+    names = [f"q{i}" for i in range(len(quotas))]
+    tree = read_tree(
+        [
+            queue(n, cpu={"quota": q * 1000, "limit": -1}, gpu={"quota": q, "limit": -1})
+            for n, q in zip(names, quotas, strict=True)
+        ]
+    )
+    allocated = {n: {"cpu": c * 1000, "memory": 0, GPU: g} for n, (c, g) in zip(names, allocs, strict=True)}
+    requested = {
+        n: {r: allocated[n][r] + need for r, need in zip(("cpu", GPU), (c * 1000, g), strict=True)}
+        for n, (c, g) in zip(names, needs, strict=True)
+    }
+    capacity = {"cpu": cap * 1000, "memory": 0, GPU: cap}
+    groups = {}
+    for n, (c, g) in zip(names, needs, strict=True):
+        key = GroupKey(f"default/{n}-gang")
+        spec = GroupSpec(key=key, source=Source.SINGLE_POD, policy=Policy.BASIC)
+        groups[key] = _GroupTally(n, spec, {"cpu": c * 1000, "memory": 0, GPU: g}, {None: 1}, pending=1)
+    used = {r: sum(a[r] for a in allocated.values()) for r in capacity}
+    return QueueSnapshot(
+        tree=tree,
+        allocated=allocated,
+        requested={n: {**requested[n], "memory": 0} for n in names},
+        fair_share=fair_shares(tree, requested, capacity),
+        capacity=capacity,
+        free={r: max(0, capacity[r] - used[r]) for r in capacity},
+        unknown={},
+        groups=groups,
+    )
+
+
+@given(
+    quotas=st.lists(st.integers(0, 8), min_size=2, max_size=4),
+    data=st.data(),
+    cap=st.integers(4, 40),
+)
+def test_a_gang_that_holds_another_is_itself_admitted(quotas: list[int], data, cap: int) -> None:
+    """Holds never form a cycle: whoever a fair-share hold waits for may go."""
+    from extender.scheduling.queues import admission
+
+    pair = st.tuples(st.integers(0, 12), st.integers(0, 12))
+    allocs = data.draw(st.lists(pair, min_size=len(quotas), max_size=len(quotas)))
+    needs = data.draw(st.lists(pair, min_size=len(quotas), max_size=len(quotas)))
+    snap = _snapshot(quotas, allocs, needs, cap)
+    tallies = snap.groups
+    for key, t in tallies.items():
+        reason = admission(snap, t.queue, t.need, key)
+        if reason is None or "fair share" not in reason:
+            continue
+        holder = reason.split(" while ")[1].split(" of queue ")[0]
+        h = tallies[holder]
+        assert admission(snap, h.queue, h.need, holder) is None, (reason, holder)
