@@ -160,6 +160,14 @@ SERVE_FLAGS = (
         "gang.stale_grace_s",
         "S",
     ),
+    Flag(
+        "default-queue",
+        str,
+        "the KAI queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label); "
+        "queues are enforced only where Queue objects exist (default default-queue)",
+        "gang.default_queue",
+        "NAME",
+    ),
 )
 
 
@@ -400,6 +408,10 @@ def render_gang(doc: dict[str, Any]) -> str:
     if doc.get("domain"):
         lines.append(f"Domain:      {doc['domain']}")
     lines.append(f"Last reason: {doc.get('lastReason') or '-'}")
+    if doc.get("queue"):
+        lines.append(f"Queue:       {doc['queue']}")
+    if doc.get("queueHold"):
+        lines.append(f"Held:        {doc['queueHold']}")
     if doc.get("failures"):
         lines.append(f"Failures:    {doc['failures']}")
     pre = doc.get("preemption")

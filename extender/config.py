@@ -71,6 +71,9 @@ class GangSettings:
     stale_grace_s: float = 60.0
     """How long a gang that was bound whole may run below its quorum (members failed or went) before
     the rest are evicted, so a broken gang does not hold its nodes forever. 0: never."""
+    default_queue: str = "default-queue"
+    """The KAI queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label).
+    Queues are enforced only where the cluster has Queue objects (scheduling.run.ai/v2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +161,8 @@ def validate(settings: Settings) -> list[str]:
         errors.append(f"--preemption-hold-s must be positive, got {g.preemption_hold_s}")
     if not g.stale_grace_s >= 0:  # NaN too
         errors.append(f"--stale-gang-grace-s must be 0 (off) or positive, got {g.stale_grace_s}")
+    if not g.default_queue.strip():
+        errors.append("--default-queue must name a queue, got an empty name")
     sources = sum(bool(x) for x in (c.cluster_file, c.kubeconfig, c.in_cluster))
     if sources > 1:
         errors.append("choose one cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")

@@ -105,13 +105,18 @@ def topology_from(anns: dict[str, str]) -> TopologyConstraint | None:
     return TopologyConstraint(topology=name, required_level=required, preferred_level=preferred)
 
 
-def resolve_queue(top: dict[str, Any], pod: dict[str, Any]) -> str:
+def labelled_queue(top: dict[str, Any], pod: dict[str, Any]) -> str | None:
+    """The queue a workload's or pod's label names (`kai.scheduler/queue`, then `project`), if any."""
     for key in (keys.QUEUE, PROJECT_LABEL):
         for obj in (top, pod):
             value = labels(obj).get(key)
             if value:
                 return str(value)
-    return DEFAULT_QUEUE
+    return None
+
+
+def resolve_queue(top: dict[str, Any], pod: dict[str, Any]) -> str:
+    return labelled_queue(top, pod) or DEFAULT_QUEUE
 
 
 def resolve_priority_class(owners: Sequence[dict[str, Any]], pod: dict[str, Any]) -> str | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -84,9 +84,14 @@ def _row_of(store: ClusterStore, rec: PodRecord) -> tuple[int, str]:
 
 
 def candidate_units(
-    store: ClusterStore, ledger: GangLedger, preemptor: GroupKey, priority: int
+    store: ClusterStore,
+    ledger: GangLedger,
+    preemptor: GroupKey,
+    priority: int,
+    admit: Callable[[Unit], bool] | None = None,
 ) -> list[Unit]:
-    """Every unit the preemptor may evict: whole gangs and plain pods, all strictly lower."""
+    """Every unit the preemptor may evict: whole gangs and plain pods, all strictly lower, and each one
+    `admit` accepts when it is given (a reclaim's queue rules)."""
     units: list[Unit] = []
     seen_gangs: set[GroupKey] = set()
     for rec in store.pods.values():
@@ -103,7 +108,7 @@ def candidate_units(
             unit = _gang_unit(store, ledger, group.key, priority)
         else:
             unit = _pod_unit(store, ledger, rec, priority)
-        if unit is not None:
+        if unit is not None and (admit is None or admit(unit)):
             units.append(unit)
     return units
 
@@ -144,16 +149,18 @@ def plan_preemption(
     *,
     me: planning.Member,
     priority: int,
+    admit: Callable[[Unit], bool] | None = None,
 ) -> PreemptionPlan | None:
     """The cheapest preemption that lets the gang's quorum fit in one domain, or None. A plan with no
-    victims means the gang fits somewhere as things are: there is nothing to preempt."""
+    victims means the gang fits somewhere as things are: there is nothing to preempt. `admit`: only
+    units it accepts are victims (see candidate_units)."""
     arrays = store.arrays
     levels = planning.constraint_levels(store, group, None)
     level = levels[0] if levels else -1
     rows_in_use = np.array(sorted(store.row_names), dtype=np.int32)
     eligible = store.eligible_mask(me.rec.obj)
     offered = rows_in_use if eligible is None else rows_in_use[eligible[rows_in_use]]
-    units = candidate_units(store, ledger, group.key, priority)
+    units = candidate_units(store, ledger, group.key, priority, admit)
     if not len(offered):
         return None
     if level >= 0:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,8 +37,9 @@ from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.priority import may_preempt, pod_priority
+from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
-from extender.scheduling import messages, planning, preemption, preemptor, topology
+from extender.scheduling import messages, planning, preemption, preemptor, queues, topology
 from extender.scheduling.decisions import (
     ARRIVAL_VERDICT,
     BindDecision,
@@ -49,12 +50,18 @@ from extender.scheduling.decisions import (
     Verdict,
     pod_ref,
 )
-from extender.scheduling.ledger import Expiry, GangLedger, Preemption
+from extender.scheduling.ledger import Expiry, GangLedger, Preemption, Victim
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.status import group_status
 from extender.state.store import POD, ClusterStore, PodRecord, is_live, kind_of
 
 log = logging.getLogger(__name__)
+
+RECLAIM_ABOVE = 2**62
+"""The priority a reclaim evicts below: every priority, since reclaim is between queues, not priorities."""
+QUEUE_STATUS_INTERVAL_S = 5.0
+"""How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
+and a write per bind would double the API server's load."""
 
 # The workloads whose gang's story is also told on them (the pods' top owner), by (API group, kind).
 WORKLOAD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob")})
@@ -106,6 +113,7 @@ class Scheduler:
         reason_nodes: int = 16,
         native_gang_scheduling: bool = False,
         preemption_hold_s: float = 60.0,
+        default_queue: str = "default-queue",
     ) -> None:
         self.store = store
         self.ledger = ledger
@@ -125,6 +133,15 @@ class Scheduler:
         self.evictions = preemption.Evictions()
         """What kube-scheduler evicts for each preemptor, so its retry is not turned away by a cache
         that has not yet seen the victims go."""
+        self.default_queue = default_queue
+        """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
+        self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
+        """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
+        self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
+        self.queue_book = queues.QueueBook(store, default_queue)
+        self._held_need: dict[GroupKey, dict[str, int]] = {}
+        self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
+        self._queue_status_next_s = 0.0
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -257,6 +274,9 @@ class Scheduler:
     def _filter_single(self, call: FilterCall) -> FilterDecision:
         key, group, rows = call.key, call.group, call.rows
         what = "pod" if group.source.value == "single-pod" else f"{messages.label(group)} member"
+        held = self._queue_wait(call, call.requests, "pod" if what == "pod" else "member")
+        if held is not None:
+            return FilterDecision(Verdict.WAITING, [], f"{what} {key}: {held}")
         request, missing = self.store.request_vector(call.requests)
         if missing:
             return FilterDecision(Verdict.NO_FIT, [], f"{what} {key}: {messages.unoffered_text(missing)}")
@@ -343,6 +363,12 @@ class Scheduler:
             leaves = ready
         preempted = None
         pending = ledger.preemption(group.key)
+        if pending is None and self.queue_snapshot() is not None:  # no Queue objects: nothing to sum
+            held = self._queue_wait(call, self._gang_need(call, members, leaves, bound), "gang")
+            if held is not None:
+                reason = self._gang_message(group.key, held)
+                ledger.set_reason(group.key, reason)
+                return FilterDecision(Verdict.WAITING, [], reason)
         if pending is not None:
             if not ledger.victims_gone(group.key):
                 return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, pending.reason))
@@ -395,6 +421,8 @@ class Scheduler:
                 ledger.start_preemption(preempted)
                 return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, preempted.reason))
             started, reason = self._preempt(call, members, leaves, reason)
+            if started is None:
+                started = self._reclaim(call, members, leaves)
             if started is not None:
                 return started
             ledger.remember_no_fit(group.key, signature, reason)
@@ -419,6 +447,123 @@ class Scheduler:
         )
         effects += self._story(group, key, "GangPlanned", message)
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
+
+    # ----------------------------------------------------------------- queues
+    def queue_snapshot(self) -> queues.QueueSnapshot | None:
+        """Every queue's usage and fair share, recomputed only when the store changed; None when the
+        cluster has no Queue objects (then nothing is enforced)."""
+        gen, snap = self._queue_snapshot
+        if gen != self.store.change_gen:
+            planned = [g for g, e in self.ledger.gangs.items() if e.plan]
+            snap = self.queue_book.snapshot(planned)
+            self._queue_snapshot = (self.store.change_gen, snap)
+            for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
+                del self.queue_holds[gang]  # gone: bounded memory
+                self._held_need.pop(gang, None)
+        return snap
+
+    def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
+        return queues.queue_of(self.store, group, pod, self.default_queue)
+
+    def _queue_wait(self, call: FilterCall, need: dict[str, int], what: str) -> str | None:
+        """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
+        snap = self.queue_snapshot()
+        reason = None
+        if snap is not None:
+            queue = self.queue_name(call.group, call.pod)
+            reason = queues.admission(snap, queue, need, call.group.key, what=what)
+        if reason is None:
+            self.queue_holds.pop(call.group.key, None)
+            self._held_need.pop(call.group.key, None)
+            return None
+        self.queue_holds[call.group.key] = (queue, reason)
+        self._held_need[call.group.key] = dict(need)
+        return reason
+
+    def _queue_limit_at_bind(self, rec: PodRecord, group: GroupSpec | None) -> str | None:
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        group = group if group is not None else single_pod_group(rec.obj)
+        queue = self.queue_name(group, rec.obj)
+        what = "pod" if group.source is Source.SINGLE_POD else "member"
+        return queues.admission(snap, queue, rec.requests, group.key, what=what, fair_share=False)
+
+    def queue_holds_over(self) -> list[Effect]:
+        """Bring back the turned-away members of gangs (and pods) held for their queue once admission
+        passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
+        below a limit, or another queue's gang being planned, is not always one of them. Looked at
+        only when the store changed (the ticker's pass)."""
+        if not self.queue_holds or self._holds_checked == self.store.change_gen:
+            return []
+        self._holds_checked = self.store.change_gen
+        snap = self.queue_snapshot()
+        effects = []
+        for gang, (queue, _) in list(self.queue_holds.items()):
+            need = self._held_need.get(gang, {})
+            if snap is not None and queues.admission(snap, queue, need, gang) is not None:
+                continue
+            del self.queue_holds[gang]
+            self._held_need.pop(gang, None)
+            effects += self._nudge_turned_away(gang, "queue")
+        return effects
+
+    def _gang_need(
+        self,
+        call: FilterCall,
+        members: Sequence[planning.Member],
+        leaves: Sequence[str | None],
+        bound: dict[str | None, int],
+    ) -> dict[str, int]:
+        """What planning the gang now would hold: the unbound members each leaf needs for its quorum
+        (the pod being filtered first, as plan_members takes them)."""
+        need: dict[str, int] = {}
+        for leaf in leaves:
+            pending = sorted(
+                (
+                    m
+                    for m in members
+                    if m.leaf == leaf and not (m.rec.node_name or m.key in self.ledger.assumed)
+                ),
+                key=lambda m: (m.key != call.key, m.key),
+            )
+            for m in pending[: max(0, call.group.leaf_quorum(leaf) - bound.get(leaf, 0))]:
+                for r, v in m.rec.requests.items():
+                    need[r] = need.get(r, 0) + v
+        return need
+
+    def queue_status(self) -> list[Effect]:
+        """The status writes of the Queues whose allocated or requested is not what the object says,
+        at most every QUEUE_STATUS_INTERVAL_S (the ticker's pass)."""
+        now = self.ledger.clock()
+        if now < self._queue_status_next_s:
+            return []
+        self._queue_status_next_s = now + QUEUE_STATUS_INTERVAL_S
+        snap = self.queue_snapshot()
+        if snap is None:
+            return []
+        effects = []
+        for name in sorted(snap.tree.queues):
+            obj = self.store.get(QUEUE_API_GROUP, QUEUE_KIND, None, name)
+            status = queues.status_of(snap, name)
+            shown = (obj or {}).get("status") or {}
+            if obj is None or all(shown.get(field) == value for field, value in status.items()):
+                continue
+            data = {"group": QUEUE_API_GROUP, "kind": QUEUE_KIND, "status": status}
+            effects.append(Effect("group-status", "", name, data))
+        return effects
+
+    def describe_queues(self) -> dict[str, Any]:
+        """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return {"enforced": False, "defaultQueue": self.default_queue, "queues": []}
+        return {
+            "enforced": True,
+            "defaultQueue": self.default_queue,
+            "queues": queues.describe(snap, self.queue_holds),
+            "unknownQueues": dict(sorted(snap.unknown.items())),
+        }
 
     # ----------------------------------------------------------------- a gang as preemptor
     def _preempt(
@@ -458,6 +603,25 @@ class Scheduler:
                 "waiting, nothing evicted"
             )
         reason = preemptor.reason_text(group.key, plan)
+        where = f" in {plan.domain}" if plan.domain else ""
+
+        def why(v: Victim) -> str:
+            return f"preempted by gang {group.key} (priority {priority}) to make room{where}"
+
+        return self._evict_for(call, plan, priority, reason, why, "planned"), reason
+
+    def _evict_for(
+        self,
+        call: FilterCall,
+        plan: preemptor.PreemptionPlan,
+        priority: int,
+        reason: str,
+        why: Callable[[Victim], str],
+        outcome: str,
+    ) -> FilterDecision:
+        """Start evicting a preemption's (or a reclaim's) victims, whole gangs together, and hold the room
+        each one frees for the gang: the waiting answer, with the evictions and the gang's story."""
+        group = call.group
         record = Preemption(
             gang=group.key,
             domain=plan.domain,
@@ -469,24 +633,95 @@ class Scheduler:
             reason=reason,
         )
         self.ledger.start_preemption(record)
-        self.preemption_outcomes["planned"] += 1
+        self.preemption_outcomes[outcome] += 1
         self.preemption_victims["gang"] += len(plan.gangs)
         self.preemption_victims["pod"] += len(plan.plain_pods)
-        where = f" in {plan.domain}" if plan.domain else ""
         effects = []
         for v in plan.victims:
-            why = f"preempted by gang {group.key} (priority {priority}) to make room{where}"
+            text = why(v)
             if v.gang is not None:
-                why += f"; evicted with its whole gang {v.gang}, never part of it"
-            data = {"uid": v.uid, "reason": why, "gang": v.gang or ""}
+                text += f"; evicted with its whole gang {v.gang}, never part of it"
+            data = {"uid": v.uid, "reason": text, "gang": v.gang or ""}
             effects.append(Effect("evict", *pod_ref(v.pod), data))
         log.info(
             "%s",
             reason,
             extra={"pod": call.key, "gang": group.key, "domain": plan.domain, "members": len(plan.victims)},
         )
-        effects += self._story(group, call.key, "GangPreempting", reason)
-        return FilterDecision(Verdict.WAITING, [], reason, effects=effects), reason
+        effects += self._story(
+            group, call.key, "GangReclaiming" if outcome == "reclaim" else "GangPreempting", reason
+        )
+        return FilterDecision(Verdict.WAITING, [], reason, effects=effects)
+
+    def _reclaim(
+        self, call: FilterCall, members: Sequence[planning.Member], leaves: Sequence[str | None]
+    ) -> FilterDecision | None:
+        """A gang that fits nowhere, of a queue that stays within its fair share with it: evict whole
+        gangs (and pods) of other queues over their fair share, never taking one below its quota
+        (queues.reclaimable), and hold the room for it, as a preemption does. Priority plays no part:
+        reclaim is between queues. None when queues are not in use or nothing may be reclaimed."""
+        snap = self.queue_snapshot()
+        me = next((m for m in members if m.key == call.key), None)
+        if snap is None or me is None:
+            return None
+        group = call.group
+        queue = self.queue_name(group, call.pod)
+        if not queues.may_reclaim(
+            snap, queue, self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
+        ):
+            return None
+
+        def queue_of_unit(u: preemptor.Unit) -> str:
+            rec = self.store.pods.get(u.victims[0].pod)
+            if rec is None:
+                return ""
+            m = self.store.membership(rec)
+            return self.queue_name(m.group or single_pod_group(rec.obj), rec.obj)
+
+        def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
+            total: dict[str, int] = {}
+            for u in units:
+                for v in u.victims:
+                    if v.node:
+                        for r, n in v.requests.items():
+                            total[r] = total.get(r, 0) + n
+            return total
+
+        def admit(u: preemptor.Unit) -> bool:
+            return queues.reclaimable(snap, queue, queue_of_unit(u), freed([u]))
+
+        try:
+            plan = preemptor.plan_preemption(
+                self.store, self.ledger, group, members, leaves, me=me, priority=RECLAIM_ABOVE, admit=admit
+            )
+        except topology.TopologyError:
+            return None
+        if plan is None or not plan.units:
+            return None
+        by_queue: dict[str, list[preemptor.Unit]] = {}
+        for u in plan.units:
+            by_queue.setdefault(queue_of_unit(u), []).append(u)
+        if not all(queues.reclaimable(snap, queue, vq, freed(us)) for vq, us in by_queue.items()):
+            return None  # each unit alone keeps its queue at its quota, not all of them together
+        where = f" in {plan.domain}" if plan.domain else ""
+        shown = ", ".join(plan.gangs[:3]) + (
+            f" and {len(plan.gangs) - 3} more" if len(plan.gangs) > 3 else ""
+        )
+        what = f"{len(plan.gangs)} gang(s) ({shown})" if plan.gangs else ""
+        if plan.plain_pods:
+            what += (" and " if what else "") + f"{len(plan.plain_pods)} pod(s)"
+        reason = (
+            f"gang {group.key}: queue {queue} is below its fair share: reclaiming {what}{where} from "
+            f"queue(s) {', '.join(sorted(by_queue))} over theirs; waiting for them to go"
+        )
+
+        def why(v: Victim) -> str:
+            return f"reclaimed for gang {group.key} of queue {queue}, below its fair share{where}"
+
+        priority = min(
+            pod_priority(m.rec.obj) if m.key != call.key else pod_priority(call.pod) for m in members
+        )
+        return self._evict_for(call, plan, priority, reason, why, "reclaim")
 
     def preemptions_tick(self) -> list[Effect]:
         """Give up preemptions whose hold ended, and bring back the members of a preemptor whose
@@ -590,7 +825,12 @@ class Scheduler:
                     message=f"gang {group.key} has no plan for {key} (it will be planned again); "
                     "not binding it alone",
                 )
-        # a single pod or a member beyond a bound quorum: hold its capacity while it binds
+        # a single pod or a member beyond a bound quorum: hold its capacity while it binds. Its queue's
+        # limit is checked again here: kube-scheduler filters the next pod before this one's bind
+        # arrives, so two pods may each have passed filter within the limit that only one fits
+        over = self._queue_limit_at_bind(rec, group)
+        if over is not None:
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {over}")
         request, missing = self.store.request_vector(rec.requests)
         if missing:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {messages.unoffered_text(missing)}")
@@ -963,6 +1203,8 @@ class Scheduler:
             },
             "failures": entry.failures if entry else 0,
             "lastReason": entry.last_reason if entry else "",
+            "queue": self.queue_name(spec, members[0].obj) if spec is not None and members else None,
+            "queueHold": self.queue_holds[gang][1] if gang in self.queue_holds else None,
             "preemption": self._describe_preemption(gang),
         }
 

@@ -1,7 +1,7 @@
 """The aiohttp service kube-scheduler calls: decode, decide, encode, and the gang bind barrier.
 
 Routes: POST /filter, /prioritize, /bind, /preempt (so a KubeSchedulerConfiguration's urlPrefix
-is the service's base URL); GET /healthz, /readyz, /metrics, /debug/gangs[/{ns}/{name}].
+is the service's base URL); GET /healthz, /readyz, /metrics, /debug/gangs[/{ns}/{name}], /debug/queues.
 
 Bad input is HTTP 400 with a one-line reason; an internal fault is answered in the verb's Error
 field (HTTP 200, as kube-scheduler expects) and logged with the pod's namespace/name. A bind
@@ -427,12 +427,17 @@ async def handle_metrics(request: web.Request) -> web.Response:
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
     _take_preemption_metrics(request.app)
+    m.set_queues(request.app[SCHEDULER].describe_queues()["queues"])
     body, content_type = m.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 async def handle_debug_gangs(request: web.Request) -> web.Response:
     return _json(orjson.dumps({"gangs": request.app[SCHEDULER].describe_all()}))
+
+
+async def handle_debug_queues(request: web.Request) -> web.Response:
+    return _json(orjson.dumps(request.app[SCHEDULER].describe_queues()))
 
 
 async def handle_debug_gang(request: web.Request) -> web.Response:
@@ -642,6 +647,8 @@ def _tick(app: web.Application) -> None:
     _spawn_effects(app, scheduler.preemptions_tick())
     if app[SOURCE].is_synced():  # type: ignore[attr-defined]
         _disrupt(app)
+        _spawn_effects(app, scheduler.queue_status())
+        _spawn_effects(app, scheduler.queue_holds_over())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()
@@ -748,6 +755,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         reason_nodes=settings.gang.reason_nodes,
         native_gang_scheduling=settings.gang.native_gang_scheduling,
         preemption_hold_s=settings.gang.preemption_hold_s,
+        default_queue=settings.gang.default_queue,
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler
@@ -768,6 +776,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/debug/gangs", handle_debug_gangs)
     app.router.add_get("/debug/gangs/{namespace}/{name}", handle_debug_gang)
+    app.router.add_get("/debug/queues", handle_debug_queues)
     return app
 
 

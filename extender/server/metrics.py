@@ -136,7 +136,8 @@ class Metrics:
         self.preemptions = Counter(
             "gang_extender_preemptions",
             "Gang preemptions by outcome: planned (victims evicted, room held), no-domain (nothing "
-            "evicted), completed (planned into the freed room), expired (the hold ended first)",
+            "evicted), completed (planned into the freed room), expired (the hold ended first), reclaim "
+            "(victims of queues over their fair share evicted for a gang of a queue below its own)",
             ["outcome"],
             registry=r,
         )
@@ -159,6 +160,40 @@ class Metrics:
             "Pods the service evicted through the Eviction API (or removed, in an embedded cluster)",
             registry=r,
         )
+
+        self.queue_allocated = Gauge(
+            "gang_extender_queue_allocated",
+            "Per KAI queue (its child queues included) and resource: requests of bound pods and capacity "
+            "held for planned ones; cpu in millicores, memory in bytes, gpu in devices",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_requested = Gauge(
+            "gang_extender_queue_requested",
+            "Per KAI queue and resource: allocated plus the requests of pending pods (same units)",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_fair_share = Gauge(
+            "gang_extender_queue_fair_share",
+            "Per KAI queue and resource: its fair share of the cluster (same units)",
+            ["queue", "resource"],
+            registry=r,
+        )
+
+    def set_queues(self, queues: list[dict[str, Any]]) -> None:
+        """The queue gauges from /debug/queues' rows; a queue gone since the last scrape is dropped."""
+        gauges = {
+            "allocated": self.queue_allocated,
+            "requested": self.queue_requested,
+            "fairShare": self.queue_fair_share,
+        }
+        for gauge in gauges.values():
+            gauge.clear()
+        for row in queues:
+            for resource, amounts in (row.get("resources") or {}).items():
+                for field, gauge in gauges.items():
+                    gauge.labels(row["queue"], resource).set(amounts[field])
 
     def watch_source(self, source: Any) -> None:
         """Report `source`'s own counters (see SourceCounts) from here on."""

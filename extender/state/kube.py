@@ -85,6 +85,7 @@ DEFAULT_KINDS: tuple[WatchedKind, ...] = (
         "scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1"), "workloads", "Workload"
     ),
     WatchedKind("kai.scheduler", ("v1alpha1",), "topologies", "Topology", namespaced=False),
+    WatchedKind("scheduling.run.ai", ("v2",), "queues", "Queue", namespaced=False),
 )
 
 
@@ -96,6 +97,9 @@ _UNSERVED_MEANS = {
     "(install KAI Scheduler's PodGroup CRD, v2alpha2)",
     "kai.scheduler": "gangs naming a KAI Topology wait for it (install KAI's Topology CRD, v1alpha1)",
     "scheduling.k8s.io": "the Workload API is off (Kubernetes 1.35+ with the GenericWorkload feature gate)",
+}
+_UNSERVED_KIND_MEANS = {
+    ("scheduling.run.ai", "queues"): "queues are not enforced (install KAI Scheduler's Queue CRD, v2)",
 }
 
 
@@ -414,7 +418,8 @@ class KubeClusterSource:
                     wk.plural,
                     wk.group or "core",
                     ", ".join(wk.versions),
-                    _UNSERVED_MEANS.get(wk.group, "its objects are not read"),
+                    _UNSERVED_KIND_MEANS.get((wk.group, wk.plural))
+                    or _UNSERVED_MEANS.get(wk.group, "its objects are not read"),
                 )
                 continue
             served[(wk.group, wk.kind)] = ServedKind(wk.group, chosen, wk.plural, wk.kind, wk.namespaced)

@@ -114,6 +114,9 @@ class ClusterStore:
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
         self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
         self.pods_added = 0  # bumps when a pod the store did not hold appears: a gang's quorum may exist
+        self.change_gen = (
+            0  # bumps on every change (an object, a hold): what was derived from it may be stale
+        )
         self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
@@ -130,6 +133,7 @@ class ClusterStore:
     def upsert(self, obj: dict[str, Any]) -> None:
         kind = kind_of(obj)
         key = key_of(obj)
+        self.change_gen += 1
         bucket = self.objects.setdefault(kind, {})
         event = "MODIFIED" if key in bucket else "ADDED"
         old = bucket.get(key)
@@ -171,6 +175,7 @@ class ClusterStore:
         old = self.objects.get(kind, {}).pop(key, None)
         if old is None:
             return
+        self.change_gen += 1
         if kind == NODE:
             self._remove_node(key)
         elif kind == POD:
@@ -385,6 +390,7 @@ class ClusterStore:
         """
         row = self.node_rows[node]
         vec = self.vector(requests)  # computed before anything changes: all or nothing
+        self.change_gen += 1
         self.unhold(key)
         self.arrays.sub(row, vec)
         self.reservations[key] = Reservation(node=node, row=row, requests=dict(requests))
@@ -392,6 +398,7 @@ class ClusterStore:
     def unhold(self, key: PodKey) -> None:
         res = self.reservations.pop(key, None)
         if res is not None:
+            self.change_gen += 1
             self.release_gen += 1
             if self.row_names.get(res.row) == res.node:
                 self.arrays.add(res.row, self.vector(res.requests))

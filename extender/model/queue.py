@@ -1,0 +1,145 @@
+"""KAI's scheduling queue (`scheduling.run.ai/v2` Queue), read into this project's units.
+
+A Queue gives, per resource (KAI's cpu, memory and gpu), a `quota` (guaranteed), a `limit` (hard
+cap) and an `overQuotaWeight` (share of what is left over), plus a `parentQueue` for a hierarchy
+and a `priority` (over-quota capacity goes to higher priorities first; default 100).
+
+Units: KAI writes cpu in millicores (ours too), memory in megabytes (10**6 bytes; ours are bytes)
+and gpu in devices (our `nvidia.com/gpu`; fractions are rounded down, a device is whole here).
+
+Special values, as KAI documents them (docs/queues/README.md):
+- `quota: -1` unlimited; `0` or unset: nothing guaranteed;
+- `limit: -1` no limit; `0`: nothing above quota (with an unlimited quota: no limit).
+Where we differ: a resource the Queue does not mention at all is neither guaranteed nor capped
+(quota 0, no limit, weight 1). KAI's Go struct cannot tell "not mentioned" from 0, but a Queue
+that sets only gpu would otherwise stop every pod that asks for cpu. Inside a resource that is
+mentioned, an unset limit is KAI's 0 and an unset overQuotaWeight is 1 (what KAI's own examples
+and default queue set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from extender.model.resources import CPU, MEMORY, units_text
+
+GPU = "nvidia.com/gpu"
+QUEUE_API_GROUP = "scheduling.run.ai"
+QUEUE_KIND = "Queue"
+DEFAULT_PRIORITY = 100
+
+RESOURCES: dict[str, str] = {"cpu": CPU, "memory": MEMORY, "gpu": GPU}
+"""KAI's resource name in a Queue -> this project's resource name."""
+KAI_NAMES: dict[str, str] = {ours: kai for kai, ours in RESOURCES.items()}
+_UNIT: dict[str, int] = {"cpu": 1, "memory": 10**6, "gpu": 1}
+"""One KAI unit in this project's integer units (millicores, bytes, devices)."""
+
+
+class QueueError(ValueError):
+    """A Queue object that cannot be read; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueResource:
+    """One resource of a queue, in this project's units. None means without bound."""
+
+    quota: int | None = 0
+    limit: int | None = None
+    weight: Fraction = Fraction(1)
+
+
+UNBOUNDED = QueueResource()
+
+
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    name: str
+    parent: str | None = None
+    priority: int = DEFAULT_PRIORITY
+    resources: Mapping[str, QueueResource] = dataclasses.field(default_factory=dict)
+    """By this project's resource name; a resource not here is UNBOUNDED."""
+
+    def resource(self, name: str) -> QueueResource:
+        return self.resources.get(name, UNBOUNDED)
+
+
+def _number(value: Any, where: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise QueueError(f"{where}: expected a number, got {value!r}")
+    try:
+        number = Fraction(str(value).strip())
+    except (ValueError, ZeroDivisionError):
+        raise QueueError(f"{where}: expected a number, got {value!r}") from None
+    return number
+
+
+def _amount(value: Any, kai_name: str, where: str, *, special: str) -> int | None:
+    """An amount in our units; -1 is `special` (None); other negatives are refused."""
+    number = _number(value, where)
+    if number == -1:
+        return None
+    if number < 0:
+        raise QueueError(f"{where}: must be -1 ({special}) or at least 0, got {value!r}")
+    return math.floor(number * _UNIT[kai_name])
+
+
+def _resource(raw: Any, kai_name: str, where: str) -> QueueResource:
+    if not isinstance(raw, Mapping):
+        raise QueueError(f"{where}: expected a map with quota, limit and overQuotaWeight")
+    quota = _amount(raw.get("quota", 0), kai_name, f"{where}.quota", special="unlimited")
+    if "limit" in raw and raw["limit"] is not None:
+        limit = _amount(raw["limit"], kai_name, f"{where}.limit", special="no limit")
+        if limit == 0:
+            limit = quota  # nothing above quota
+    else:
+        limit = quota
+    if limit is not None and quota is not None and limit < quota:
+        raise QueueError(f"{where}.limit: {raw.get('limit')!r} is below the quota {raw.get('quota')!r}")
+    weight = _number(raw.get("overQuotaWeight", 1), f"{where}.overQuotaWeight")
+    if weight < 0:
+        raise QueueError(f"{where}.overQuotaWeight: must be 0 or more, got {raw.get('overQuotaWeight')!r}")
+    return QueueResource(quota=quota, limit=limit, weight=weight)
+
+
+def parse_queue(obj: Mapping[str, Any]) -> Queue:
+    """A Queue object as read from the API; raises QueueError naming the field at fault."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not name or not isinstance(name, str):
+        raise QueueError("metadata.name: a Queue needs a name")
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise QueueError("spec: expected a map")
+    parent = spec.get("parentQueue") or None
+    if parent is not None and not isinstance(parent, str):
+        raise QueueError(f"spec.parentQueue: expected a queue name, got {parent!r}")
+    if parent == name:
+        raise QueueError(f"spec.parentQueue: a queue cannot be its own parent ({name!r})")
+    priority = spec.get("priority", DEFAULT_PRIORITY)
+    if priority is None:
+        priority = DEFAULT_PRIORITY
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise QueueError(f"spec.priority: expected a whole number, got {priority!r}")
+    raw = spec.get("resources") or {}
+    if not isinstance(raw, Mapping):
+        raise QueueError("spec.resources: expected a map of cpu, memory and gpu")
+    out: dict[str, QueueResource] = {}
+    for kai_name, ours in RESOURCES.items():
+        if raw.get(kai_name) is not None:
+            out[ours] = _resource(raw[kai_name], kai_name, f"spec.resources.{kai_name}")
+    return Queue(name=name, parent=parent, priority=priority, resources=out)
+
+
+def amount_text(resource: str, units: int | None) -> str:
+    """An amount as a Queue spells it: cpu in millicores ("4000m"), memory in MB, gpu in devices."""
+    if units is None:
+        return "unlimited"
+    if resource == CPU:
+        return f"{units}m"
+    if resource == MEMORY:
+        return f"{units // 10**6}M" if units % 10**6 == 0 else units_text(MEMORY, units)
+    return str(units)

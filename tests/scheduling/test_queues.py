@@ -1,0 +1,449 @@
+"""Queues in the filter path: limits held with their numbers, fair-share holds, unknown queues, plain
+pods counted, and nothing enforced where the cluster has no Queue objects.
+
+The scheduler is driven directly over an embedded cluster, as the server drives it: a pod that
+passes filter is bound (a gang's barrier releases when its last planned member arrives, and the
+members are then shown bound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.scheduling.decisions import BindVerdict, FilterDecision, Verdict
+from extender.scheduling.ledger import GangLedger
+from extender.scheduling.scheduler import Scheduler
+from extender.state.embedded import EmbeddedCluster
+from extender.state.store import ClusterStore
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
+
+
+def kai_queue(name: str, parent: str | None = None, **resources: dict) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resources": resources}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class World:
+    def __init__(self, objects: list[dict[str, Any]], **kw: Any) -> None:
+        self.store = ClusterStore()
+        self.cluster = EmbeddedCluster(objects)
+        self.cluster.attach(self.store)
+        ledger = GangLedger(
+            self.store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=Clock()
+        )
+        self.scheduler = Scheduler(self.store, ledger, **kw)
+
+    def pod(self, name: str) -> dict[str, Any]:
+        pod = self.cluster.get("", "Pod", "default", name)
+        assert pod is not None
+        return pod
+
+    def filter(self, name: str) -> FilterDecision:
+        return self.scheduler.filter(self.pod(name), sorted(self.store.node_rows))
+
+    def schedule(self, *names: str) -> dict[str, FilterDecision]:
+        """Filter each pod in turn and bind the ones that pass, as kube-scheduler would."""
+        out = {}
+        for name in names:
+            decision = out[name] = self.filter(name)
+            if decision.verdict is Verdict.PASS:
+                self.bind(name, decision.passed[0])
+        return out
+
+    def bind(self, name: str, node: str) -> None:
+        pod = self.pod(name)
+        d = self.scheduler.bind(namespace="default", name=name, uid=pod["metadata"]["uid"], node=node)
+        if d.verdict is BindVerdict.NOW:
+            self.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": node}})
+            self.scheduler.bind_done(f"default/{name}", node, "")
+        elif d.verdict is BindVerdict.RELEASE:
+            for m in d.members:
+                member = self.pod(m.pod.split("/")[1])
+                self.cluster.apply({**member, "spec": {**member["spec"], "nodeName": m.node}})
+            self.scheduler.release_done(d.gang, {m.pod: "" for m in d.members})
+
+    def gang(self, name: str, size: int, queue: str, gpu: str = "1") -> list[str]:
+        self.cluster.apply(make_kai_podgroup(name, min_member=size, queue=queue))
+        names = [f"{name}-{i}" for i in range(size)]
+        for pod in names:
+            self.cluster.apply(gang_pod(pod, name, cpu="100m", memory="64Mi", gpu=gpu))
+        return names
+
+    def bound(self, *names: str) -> bool:
+        return all(self.pod(n)["spec"].get("nodeName") for n in names)
+
+
+def gpu_nodes(n: int, gpus: int = 8) -> list[dict[str, Any]]:
+    return [make_node(f"node-{i}", cpu="64", memory="256Gi", gpu=str(gpus)) for i in range(n)]
+
+
+def test_a_gang_over_its_queue_limit_waits_with_the_numbers_and_goes_once_usage_drops() -> None:
+    w = World([*gpu_nodes(4), kai_queue("team-a", gpu={"quota": 4, "limit": 12})])
+    first = w.gang("first", 8, "team-a")
+    w.schedule(*first)
+    assert w.bound(*first)
+    second = w.gang("second", 8, "team-a")
+    decision = w.filter(second[0])
+    assert decision.verdict is Verdict.WAITING
+    assert decision.reason == "gang default/second: queue team-a: gpu limit 12, in use 8, gang needs 8"
+    assert w.scheduler.describe("default/second")["queueHold"] == decision.reason.removeprefix(
+        "gang default/second: "
+    )
+    held = w.scheduler.describe_queues()["queues"][0]
+    assert held["resources"]["gpu"]["allocated"] == 8 and "default/second" in held["held"]
+    assert w.scheduler.queue_holds_over() == []  # still over: nobody brought back
+    # the first gang finishes: its usage is gone, the member turned away is brought back, and the
+    # second gang is planned
+    for name in first:
+        w.cluster.delete("", "Pod", "default", name)
+    nudged = w.scheduler.queue_holds_over()
+    assert [(e.kind, e.name) for e in nudged] == [("nudge", "second-0")]
+    w.schedule(*second)
+    assert w.bound(*second)
+    assert w.scheduler.describe("default/second")["queueHold"] is None
+
+
+def test_a_parent_queue_limit_holds_its_children() -> None:
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("org", gpu={"quota": 4, "limit": 10}),
+            kai_queue("team-a", "org", gpu={"quota": 2, "limit": -1}),
+            kai_queue("team-b", "org", gpu={"quota": 2, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a", 8, "team-a"))
+    decision = w.filter(w.gang("b", 4, "team-b")[0])
+    assert decision.reason == "gang default/b: queue org: gpu limit 10, in use 8, gang needs 4"
+    # a parent queue takes no workloads
+    decision = w.filter(w.gang("c", 1, "org")[0])
+    assert decision.verdict is Verdict.WAITING and "only leaf queues take workloads" in decision.reason
+
+
+def test_pods_of_the_default_scheduler_count_only_when_they_name_a_queue() -> None:
+    system = make_pod("daemon", gpu="4", node="node-0")
+    system["spec"]["schedulerName"] = "default-scheduler"
+    labelled = make_pod("labelled", gpu="2", node="node-0", labels={"kai.scheduler/queue": "default-queue"})
+    del labelled["spec"]["schedulerName"]  # the default scheduler's, unset
+    w = World([*gpu_nodes(1), kai_queue("default-queue"), system, labelled])
+    snap = w.scheduler.queue_snapshot()
+    assert snap is not None and snap.allocated["default-queue"]["nvidia.com/gpu"] == 2
+
+
+def test_plain_pods_count_against_their_queue() -> None:
+    w = World([*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 2})])
+    for i in range(3):
+        w.cluster.apply(make_pod(f"p{i}", gpu="1", labels={"kai.scheduler/queue": "team-a"}))
+    decisions = w.schedule("p0", "p1", "p2")
+    assert [d.verdict for d in decisions.values()] == [Verdict.PASS, Verdict.PASS, Verdict.WAITING]
+    assert decisions["p2"].reason == "pod default/p2: queue team-a: gpu limit 2, in use 2, pod needs 1"
+    # a bound pod of the queue counts the same (a restart reads it from the cluster)
+    w.cluster.delete("", "Pod", "default", "p0")
+    assert w.schedule("p2")["p2"].verdict is Verdict.PASS
+
+
+def test_a_pod_naming_a_queue_that_does_not_exist_waits_saying_to_create_it() -> None:
+    w = World([*gpu_nodes(1), kai_queue("team-a")])
+    w.cluster.apply(make_pod("p", labels={"kai.scheduler/queue": "team-x"}))
+    decision = w.filter("p")
+    assert decision.verdict is Verdict.WAITING
+    assert "queue team-x does not exist: create a Queue named team-x" in decision.reason
+    # no label: the default queue, which does not exist here either
+    w.cluster.apply(make_pod("q"))
+    assert "queue default-queue does not exist" in w.filter("q").reason
+    # the default queue is configurable
+    w2 = World([*gpu_nodes(1), kai_queue("team-a")], default_queue="team-a")
+    w2.cluster.apply(make_pod("q"))
+    assert w2.filter("q").verdict is Verdict.PASS
+    # the PodGroup's spec.queue is authoritative over the pods' label
+    w2.cluster.apply(make_kai_podgroup("g", min_member=1, queue="team-x"))
+    w2.cluster.apply(gang_pod("g-0", "g", labels={"kai.scheduler/queue": "team-a"}))
+    assert "queue team-x does not exist" in w2.filter("g-0").reason
+
+
+@pytest.mark.parametrize("objects", [[], [make_kai_podgroup("other", queue="nowhere")]])
+def test_without_queue_objects_nothing_is_enforced(objects: list[dict[str, Any]]) -> None:
+    w = World([*gpu_nodes(1), *objects])
+    w.cluster.apply(make_pod("p", gpu="8", labels={"kai.scheduler/queue": "team-x"}))
+    assert w.filter("p").verdict is Verdict.PASS
+    assert w.scheduler.describe_queues() == {"enforced": False, "defaultQueue": "default-queue", "queues": []}
+    assert not w.scheduler.queue_book.tracking  # pod events are not even recorded
+    # a Queue appears: every pod is counted from then on
+    w.cluster.apply(kai_queue("team-x"))
+    snap = w.scheduler.queue_snapshot()
+    assert snap is not None and snap.requested["team-x"]["nvidia.com/gpu"] == 8
+    w.cluster.delete("scheduling.run.ai", "Queue", None, "team-x")
+    assert w.scheduler.queue_snapshot() is None and not w.scheduler.queue_book.groups
+
+
+def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same_capacity() -> None:
+    # 16 gpus; two queues with equal quota 4 and weight: fair share 8 each once both ask
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    a1 = w.gang("a1", 12, "team-a")
+    w.schedule(*a1)
+    assert w.bound(*a1)  # alone, team-a may take more than its share
+    big = w.gang("big", 8, "team-b")  # needs 8: only 4 free; team-b is below its share
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    a2 = w.gang("a2", 2, "team-a")  # would fit in the 4 free gpus, but team-a is over its share
+    decision = w.filter(a2[0])
+    assert decision.verdict is Verdict.WAITING
+    assert decision.reason == (
+        "gang default/a2: queue team-a is at its fair share of gpu (12 in use + 2 needed > fair share 8) "
+        "while default/big of queue team-b, below its fair share, waits for the same capacity: "
+        "held so that queue team-b gets its share first"
+    )
+    assert w.scheduler.describe("default/a2")["queue"] == "team-a"
+    # half of the first gang finishes: the big gang fits and goes; then a2 goes too
+    for name in a1[:6]:
+        w.cluster.delete("", "Pod", "default", name)
+    w.schedule(*big)
+    assert w.bound(*big)
+    assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
+    w.schedule(*a2)
+    assert w.bound(*a2)
+
+
+def test_no_hold_when_there_is_room_for_both() -> None:
+    # team-c asks for far more than the cluster: team-a is over its fair share (14), team-b below its
+    # own, but 16 gpus are free: enough for team-a's 2 and team-b's 4, so no one is held
+    w = World([*gpu_nodes(4), *(kai_queue(f"team-{t}", gpu={"quota": 4, "limit": -1}) for t in "abc")])
+    w.schedule(*w.gang("a1", 16, "team-a"))
+    w.gang("c", 40, "team-c")
+    w.gang("b", 4, "team-b")  # waiting (never filtered)
+    a2 = w.gang("a2", 2, "team-a")
+    assert w.scheduler.queue_snapshot().fair_share["team-a"]["nvidia.com/gpu"] == 14
+    w.schedule(*a2)
+    assert w.bound(*a2)
+
+
+async def test_debug_queues_metrics_and_explain_show_a_held_gang(make_service) -> None:
+    from extender import cli
+
+    svc = await make_service(
+        [*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 2}, cpu={"quota": -1, "limit": -1})],
+        gang_default_queue="team-a",
+    )
+    svc.cluster.apply(make_kai_podgroup("big", min_member=3, queue="team-a"))
+    for i in range(3):
+        svc.cluster.apply(gang_pod(f"big-{i}", "big", gpu="1"))
+    doc = await svc.filter("big-0")
+    assert doc["NodeNames"] == []
+    queues = (await (await svc.client.get("/debug/queues")).json())["queues"]
+    (team,) = queues
+    assert (
+        team["queue"] == "team-a"
+        and team["leaf"]
+        and team["held"] == {"default/big": "queue team-a: gpu limit 2, in use 0, gang needs 3"}
+    )
+    assert team["resources"]["gpu"] == {
+        "quota": 1,
+        "limit": 2,
+        "overQuotaWeight": 1.0,
+        "allocated": 0,
+        "requested": 3,
+        "fairShare": 2,
+    }
+    assert team["resources"]["cpu"]["limit"] is None  # -1: no limit
+    metrics = await (await svc.client.get("/metrics")).text()
+    assert 'gang_extender_queue_requested{queue="team-a",resource="gpu"} 3.0' in metrics
+    assert 'gang_extender_queue_fair_share{queue="team-a",resource="gpu"} 2.0' in metrics
+    assert 'gang_extender_queue_allocated{queue="team-a",resource="gpu"} 0.0' in metrics
+    described = await (await svc.client.get("/debug/gangs/default/big")).json()
+    text = cli.render_gang(described)
+    assert "Queue:       team-a" in text
+    assert "Held:        queue team-a: gpu limit 2, in use 0, gang needs 3" in text
+
+
+def test_the_default_queue_setting_is_a_flag_with_an_environment_twin(monkeypatch) -> None:
+    import argparse
+
+    from extender import cli
+    from extender.config import default_settings, validate
+
+    monkeypatch.setenv("GANG_EXTENDER_DEFAULT_QUEUE", "research")
+    settings, errors = cli.settings_from(argparse.Namespace(), cli.SERVE_FLAGS)
+    assert not errors and settings.gang.default_queue == "research"
+    assert validate(default_settings(gang_default_queue=" ")) == [
+        "--default-queue must name a queue, got an empty name"
+    ]
+
+
+async def test_queue_status_says_allocated_and_requested_and_is_written_only_when_it_changes(
+    make_service,
+) -> None:
+    svc = await make_service(
+        [
+            *gpu_nodes(1),
+            kai_queue("org", gpu={"quota": -1, "limit": -1}),
+            kai_queue("team-a", "org", gpu={"quota": 2, "limit": -1}),
+            make_pod("run", gpu="2", labels={"kai.scheduler/queue": "team-a"}, node="node-0"),
+            make_pod("wait", cpu="500m", gpu="1", labels={"kai.scheduler/queue": "team-a"}),
+        ]
+    )
+    await svc.expire(0.1)
+    team = svc.cluster.get("scheduling.run.ai", "Queue", None, "team-a")["status"]
+    assert team["allocated"] == {"cpu": "1000m", "memory": str(2**30), "nvidia.com/gpu": "2"}
+    assert team["requested"] == {"cpu": "1500m", "memory": str(2 * 2**30), "nvidia.com/gpu": "3"}
+    # the parent counts its children
+    assert svc.cluster.get("scheduling.run.ai", "Queue", None, "org")["status"] == team
+    svc.clock.now += 5.1  # past the interval, without the ticker
+    assert svc.scheduler.queue_status() == []  # nothing changed: nothing written
+    svc.cluster.delete("", "Pod", "default", "wait")
+    await svc.expire(5.1)
+    team = svc.cluster.get("scheduling.run.ai", "Queue", None, "team-a")["status"]
+    assert team["requested"]["nvidia.com/gpu"] == "2"
+
+
+def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
+    import random
+
+    from extender.scheduling.queues import QueueBook
+
+    rng = random.Random(7)
+    w = World([*gpu_nodes(3), kai_queue("team-a"), kai_queue("team-b")])
+    book = w.scheduler.queue_book
+    for step in range(300):
+        op = rng.choice(["pod", "gang", "bind", "delete", "relabel", "hold", "unhold", "gate"])
+        names = sorted(p["metadata"]["name"] for p in w.cluster.list("", "Pod"))
+        queue = rng.choice(["team-a", "team-b", "team-x"])
+        if op == "pod":
+            w.cluster.apply(make_pod(f"p{step}", gpu="1", labels={"kai.scheduler/queue": queue}))
+        elif op == "gang":
+            w.cluster.apply(make_kai_podgroup(f"g{step}", min_member=2, queue=queue))
+            for i in range(rng.randint(1, 3)):
+                w.cluster.apply(gang_pod(f"g{step}-{i}", f"g{step}", gpu="1"))
+        elif names and op in ("bind", "delete", "relabel", "gate"):
+            pod = w.pod(rng.choice(names))
+            if op == "bind":
+                w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": "node-1"}})
+            elif op == "delete":
+                w.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+            elif op == "relabel":
+                labels = {"kai.scheduler/queue": queue}
+                w.cluster.apply({**pod, "metadata": {**pod["metadata"], "labels": labels}})
+            else:
+                w.cluster.apply({**pod, "spec": {**pod["spec"], "schedulingGates": [{"name": "x"}]}})
+        elif names and op == "hold":
+            name = rng.choice(names)
+            w.store.hold(f"default/{name}", "node-2", {"nvidia.com/gpu": 1})
+        elif w.store.reservations and op == "unhold":
+            w.store.unhold(rng.choice(sorted(w.store.reservations)))
+        if step % 10 == 0:
+            kept, fresh = book.snapshot(()), QueueBook(w.store, "default-queue").snapshot(())
+            assert kept is not None and fresh is not None
+            assert (kept.allocated, kept.requested, kept.fair_share, kept.unknown) == (
+                fresh.allocated,
+                fresh.requested,
+                fresh.fair_share,
+                fresh.unknown,
+            ), step
+            for r in ("cpu", "nvidia.com/gpu"):
+                kept_waiters, fresh_waiters = (
+                    sorted(snap.waiters(r, besides=""), key=lambda h: h.group) for snap in (kept, fresh)
+                )
+                assert kept_waiters == fresh_waiters, step
+
+
+def test_two_pods_that_passed_filter_within_the_limit_only_one_fits_are_not_both_bound() -> None:
+    """kube-scheduler filters the next pod before the previous one's bind call arrives."""
+    w = World([*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 1})])
+    for name in ("p0", "p1"):
+        w.cluster.apply(make_pod(name, gpu="1", labels={"kai.scheduler/queue": "team-a"}))
+    assert w.filter("p0").verdict is w.filter("p1").verdict is Verdict.PASS
+    binds = [
+        w.scheduler.bind(namespace="default", name=n, uid=w.pod(n)["metadata"]["uid"], node="node-0")
+        for n in ("p0", "p1")
+    ]
+    assert [b.verdict for b in binds] == [BindVerdict.NOW, BindVerdict.REFUSE]
+    assert binds[1].message == "pod default/p1: queue team-a: gpu limit 1, in use 1, pod needs 1"
+
+
+def two_teams(quota_a: int) -> World:
+    return World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": quota_a, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+
+
+def test_a_queue_below_its_fair_share_reclaims_a_whole_gang_of_a_queue_over_its_own() -> None:
+    w = two_teams(quota_a=8)
+    for name in ("a1", "a2"):
+        members = w.gang(name, 8, "team-a")
+        w.schedule(*members)
+        assert w.bound(*members)  # alone, team-a takes the whole cluster
+    b = w.gang("b", 8, "team-b")
+    decision = w.filter(b[0])
+    assert decision.verdict is Verdict.WAITING
+    evicted = [e for e in decision.effects if e.kind == "evict"]
+    (victim,) = {e.data["gang"] for e in evicted}  # one gang, whole
+    assert sorted(e.name for e in evicted) == [f"{victim.split('/')[1]}-{i}" for i in range(8)]
+    assert decision.reason == (
+        f"gang default/b: queue team-b is below its fair share: reclaiming 1 gang(s) ({victim}) from "
+        "queue(s) team-a over theirs; waiting for them to go"
+    )
+    assert "reclaimed for gang default/b of queue team-b" in evicted[0].data["reason"]
+    for e in evicted:
+        w.cluster.delete("", "Pod", "default", e.name)
+    w.schedule(*b)
+    assert w.bound(*b)
+
+
+def test_a_reclaim_never_takes_a_queue_below_its_quota() -> None:
+    # team-a runs one gang of 24 gpus: evicting it (the only way to free 8) would leave it at 0, below
+    # its quota of 12, though team-b (fair share 8) is below its share
+    w = World(
+        [
+            *gpu_nodes(3),
+            kai_queue("team-a", gpu={"quota": 12, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a", 24, "team-a"))
+    decision = w.filter(w.gang("b", 8, "team-b")[0])
+    assert decision.verdict is Verdict.NO_FIT
+    assert not [e for e in decision.effects if e.kind == "evict"]
+    assert w.scheduler.queue_snapshot().fair_share["team-b"]["nvidia.com/gpu"] == 8
+
+
+def test_a_gang_its_own_parents_limit_holds_holds_no_one() -> None:
+    # team-b2 is within its fair share, but its parent's limit stops its gang (team-b1 uses 6 of org-b's
+    # 8): team-a's gang is not held for it
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("org-b", gpu={"quota": 4, "limit": 8}),
+            kai_queue("team-b1", "org-b", gpu={"quota": 0, "limit": -1}),
+            kai_queue("team-b2", "org-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("b1", 6, "team-b1"))
+    w.schedule(*w.gang("a1", 8, "team-a"))
+    b2 = w.gang("b2", 4, "team-b2")
+    assert w.filter(b2[0]).reason == "gang default/b2: queue org-b: gpu limit 8, in use 6, gang needs 4"
+    a2 = w.gang("a2", 2, "team-a")
+    snap = w.scheduler.queue_snapshot()
+    assert snap.fair_share["team-b2"]["nvidia.com/gpu"] == 4  # b2 is within its share...
+    assert snap.fair_share["team-a"]["nvidia.com/gpu"] == 8  # ...and a2 takes team-a past its own
+    w.schedule(*a2)
+    assert w.bound(*a2)
