@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 RECLAIM_ABOVE = 2**62
 """The priority a reclaim evicts below: every priority, since reclaim is between queues, not priorities."""
+RECLAIM_LOOK_S = 5.0
+"""How often reclaims_tick takes one waiting gang through its filter path: a plan over every node."""
 QUEUE_STATUS_INTERVAL_S = 5.0
 """How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
 and a write per bind would double the API server's load."""
@@ -142,6 +144,7 @@ class Scheduler:
         self._held_need: dict[GroupKey, dict[str, int]] = {}
         self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
         self._queue_status_next_s = 0.0
+        self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -745,6 +748,11 @@ class Scheduler:
         not such a gang member (kube-scheduler's per-pod candidates then stand)."""
         if self._gang_of_pod(pod) is None or pod_priority(pod) <= 0 or not may_preempt(pod):
             return None
+        return self._plan_everywhere(pod)
+
+    def _plan_everywhere(self, pod: dict[str, Any]) -> list[Effect]:
+        """The gang member's filter over every schedulable node: a plan, a preemption or reclaim started
+        or waited on, or the reason none can be; the effects to run."""
         arrays = self.store.arrays
         names = [n for r, n in sorted(self.store.row_names.items()) if arrays.schedulable[r]]
         decision = self.filter(pod, names)
@@ -753,6 +761,42 @@ class Scheduler:
             key = _pod_identity(pod)[0]
             decision.effects.append(Effect("nudge", *pod_ref(key), {"value": "planned"}))
         return decision.effects
+
+    def reclaims_tick(self) -> list[Effect]:
+        """Reclaim for gangs kube-scheduler never brings here. A gang whose pods each fit no node fails
+        kube-scheduler's own filters before the extender is asked, and at a priority that preempts no
+        one the preempt verb is never called either: on a cluster another queue fills, a queue below
+        its fair share would wait for ever. So, at most every RECLAIM_LOOK_S per gang, a ready gang
+        that kube-scheduler marked unschedulable, holds no plan, and whose queue may reclaim is taken
+        through its own filter path over every node, as the preempt verb does for a gang."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return []
+        now = self.ledger.clock()
+        effects: list[Effect] = []
+        for gang, tally in list(snap.groups.items()):
+            if not tally.pending or not tally.spec.is_gang() or gang in snap.planned:
+                continue
+            looked = self._reclaim_looked.get(gang)
+            if gang in self.ledger.preemptions or (looked is not None and now - looked < RECLAIM_LOOK_S):
+                continue
+            if not queues.may_reclaim(snap, tally.queue, tally.need):
+                continue
+            pod = next(
+                (
+                    r.obj
+                    for r in self.store.group_members(gang)
+                    if not r.node_name and is_live(r.obj) and _marked_unschedulable(r.obj)
+                ),
+                None,
+            )
+            if pod is None:
+                continue
+            self._reclaim_looked[gang] = now
+            effects += self._plan_everywhere(pod)
+        for gang in [g for g in self._reclaim_looked if g not in snap.groups]:
+            del self._reclaim_looked[gang]  # gone or all bound: bounded memory
+        return effects
 
     def take_preemption_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         out = (dict(self.preemption_outcomes), dict(self.preemption_victims))

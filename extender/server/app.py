@@ -649,6 +649,7 @@ def _tick(app: web.Application) -> None:
         _disrupt(app)
         _spawn_effects(app, scheduler.queue_status())
         _spawn_effects(app, scheduler.queue_holds_over())
+        _spawn_effects(app, scheduler.reclaims_tick())
     _spawn_effects(app, scheduler.fresh_reasons())
     _answer_dropped(app)
     now = app[CLOCK]()

@@ -447,3 +447,63 @@ def test_a_gang_its_own_parents_limit_holds_holds_no_one() -> None:
     assert snap.fair_share["team-a"]["nvidia.com/gpu"] == 8  # ...and a2 takes team-a past its own
     w.schedule(*a2)
     assert w.bound(*a2)
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+
+
+def test_a_gang_kube_scheduler_never_brings_here_is_taken_to_reclaim_by_the_tick() -> None:
+    # every node full with team-a's 8-gpu pods: team-b's 8-gpu pods fit no node, so kube-scheduler's own
+    # filters fail before the extender is asked, and at priority 0 it never calls the preempt verb
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("team-a", gpu={"quota": 16, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 16, "limit": -1}),
+        ]
+    )
+    for name in ("a1", "a2"):
+        members = w.gang(name, 2, "team-a", gpu="8")
+        w.schedule(*members)
+        assert w.bound(*members)
+    b = w.gang("b", 2, "team-b", gpu="8")
+    assert w.scheduler.reclaims_tick() == [], "not before kube-scheduler has tried and failed"
+    for name in b:
+        w.cluster.apply({**w.pod(name), "status": {"conditions": [UNSCHEDULABLE]}})
+    evicted = [e for e in w.scheduler.reclaims_tick() if e.kind == "evict"]
+    (victim,) = {e.data["gang"] for e in evicted}
+    assert sorted(e.name for e in evicted) == [f"{victim.split('/')[1]}-{i}" for i in range(2)], "whole"
+    assert "reclaimed for gang default/b of queue team-b" in evicted[0].data["reason"]
+    w.scheduler.ledger.clock.now += 60
+    assert w.scheduler.reclaims_tick() == [], "a reclaim under way is not started again"
+    for e in evicted:
+        w.cluster.delete("", "Pod", "default", e.name)
+    w.schedule(*b)
+    assert w.bound(*b)
+
+
+def test_the_reclaim_tick_looks_at_a_gang_at_most_every_few_seconds() -> None:
+    # team-b's gang is within its fair share (8 of 16 gpus), but the only victim, team-a's one gang,
+    # cannot go: team-a would fall below its quota
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 8, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a", 2, "team-a", gpu="8"))
+    b = w.gang("b", 2, "team-b", gpu="4")
+    for name in b:
+        w.cluster.apply({**w.pod(name), "status": {"conditions": [UNSCHEDULABLE]}})
+    looks: list[str] = []
+    original = w.scheduler._plan_everywhere
+    w.scheduler._plan_everywhere = lambda pod: looks.append(pod["metadata"]["name"]) or original(pod)
+    clock = w.scheduler.ledger.clock
+    for _ in range(3):
+        assert [e for e in w.scheduler.reclaims_tick() if e.kind == "evict"] == []
+        clock.now += 1
+    assert looks == ["b-0"]
+    clock.now += 5
+    w.scheduler.reclaims_tick()
+    assert looks == ["b-0", "b-0"]
