@@ -4,7 +4,11 @@ A seeded stream of gangs of mixed sizes arrives (Poisson) at a 4096-node, 8-GPU-
 (racks of 32, blocks of 256), runs for an exponential time and leaves. Waiting gangs are retried
 in arrival order whenever capacity is released (backfill: a later gang may start first). The same
 stream is replayed for tightest-fit (production), first-fit and random domain choice; only the
-choice of domain differs, the fill inside a domain is the same. One JSON line per policy.
+choice of domain differs, the fill inside a domain is the same. The `hold` policy is tightest-fit
+plus `extender.placement.backfill`: the oldest waiting gang (the first `--depth` of them) holds the
+least used rows that fit it once drained, and the others backfill around the hold. One JSON line
+per policy; `large_*` are the block-sized gangs, waits of gangs still waiting counted up to the
+last arrival.
 """
 
 from __future__ import annotations
@@ -129,8 +133,9 @@ def run(
             partly_used.append(float(np.mean((per_rack > 0) & (per_rack < RACK_NODES * 8))))
             busy.append(float(used.sum()) / (N_NODES * 8))
             if hold:
-                # an arrival frees nothing: only the newcomer can start, around the head's hold
-                if not serve([*waiting[:depth], i], now):
+                # an arrival frees nothing: only the newcomer can start, around the holds
+                holders = {h.owner for h in held}
+                if not serve([*(j for j in waiting if j in holders), i], now):
                     waiting.append(i)
             elif not try_start(i, now):
                 waiting.append(i)
