@@ -20,10 +20,13 @@ Why it cannot starve: a held row's deficit only shrinks (no other gang can take 
 needs there, and the pods holding it leave after a finite run), so it strictly shrinks within
 finite time until it is 0; a move only ever goes to a strictly smaller deficit, and deficits
 take finitely many values, so the head's deficit reaches 0 (the hold is ready, the head starts)
-in finite time. Each gang becomes the head after finitely many older gangs
-have started, so every gang that fits an empty cluster starts (one that cannot fit even an empty
-cluster never gets a hold and is passed over as head). Only the head holds capacity, so at most
-one gang's worth of capacity waits idle.
+in finite time. Each gang becomes the head after finitely many older gangs have started, so
+every gang that fits an empty cluster starts (one that cannot fit even an empty cluster never
+gets a hold and is passed over as head). The assumption is that pods end: a pod that never
+does (a server, a daemon) on a held row pins the head there until a strictly emptier place
+exists. With `depth` 1 only the head holds, so at most one gang's worth of capacity waits idle;
+a larger depth lets the next waiting gangs hold too, each from what the older holds leave
+(conservative backfill), and idles more.
 """
 
 from __future__ import annotations
