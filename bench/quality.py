@@ -4,7 +4,11 @@ A seeded stream of gangs of mixed sizes arrives (Poisson) at a 4096-node, 8-GPU-
 (racks of 32, blocks of 256), runs for an exponential time and leaves. Waiting gangs are retried
 in arrival order whenever capacity is released (backfill: a later gang may start first). The same
 stream is replayed for tightest-fit (production), first-fit and random domain choice; only the
-choice of domain differs, the fill inside a domain is the same. One JSON line per policy.
+choice of domain differs, the fill inside a domain is the same. The `hold` policy is tightest-fit
+plus `extender.placement.backfill`: the oldest waiting gang (the first `--depth` of them) holds the
+least used rows that fit it once drained, and the others backfill around the hold. One JSON line
+per policy; `large_*` are the block-sized gangs, waits of gangs still waiting counted up to the
+last arrival.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from bench.synth import BLOCK, GPU_POD, RACK, RACK_NODES, gpu_cluster
-from extender.placement import DomainOrder, GangRequest, LeafDemand, Outcome, TreeNode, plan_gang
+from extender.placement import DomainOrder, GangRequest, LeafDemand, Outcome, Plan, TreeNode, plan_gang
+from extender.placement.backfill import Hold, admit
 
 WHOLE_NODE = GPU_POD * 8
 # (weight, pods, pod request, required level, preferred level)
@@ -55,7 +60,17 @@ def _request(kind: int) -> GangRequest:
     )
 
 
-def run(policy: DomainOrder, stream: list[tuple[float, int, float]], *, seed: int) -> dict[str, object]:
+HOLD = "hold"  # tightest-fit, plus a hold for the oldest waiting gang that others backfill around
+
+
+def run(
+    policy: DomainOrder,
+    stream: list[tuple[float, int, float]],
+    *,
+    seed: int,
+    hold: bool = False,
+    depth: int = 1,
+) -> dict[str, object]:
     arrays = gpu_cluster(N_NODES, busy=0.0)
     rng = np.random.default_rng(seed)
     requests = [_request(k) for k in range(len(MIX))]
@@ -65,6 +80,9 @@ def run(policy: DomainOrder, stream: list[tuple[float, int, float]], *, seed: in
     started: dict[int, float] = {}
     running: dict[int, np.ndarray] = {}
     partly_used: list[float] = []
+    busy: list[float] = []
+    held: tuple[Hold, ...] = ()
+    holds = 0
     plan_s = 0.0
     end = stream[-1][0]
     gpu_col = 2
@@ -79,13 +97,31 @@ def run(policy: DomainOrder, stream: list[tuple[float, int, float]], *, seed: in
         plan_s += time.perf_counter() - t0
         if plan.outcome is not Outcome.PLACED:
             return False
+        start(i, plan, now)
+        return True
+
+    def start(i: int, plan: Plan, now: float) -> None:
+        kind = stream[i][1]
         rows = plan.rows[0]
         for r in rows:
             arrays.sub(int(r), MIX[kind][2])
         running[i] = rows
         started[i] = now
         heapq.heappush(events, (now + stream[i][2], 0, i))  # 0 = leave (before arrivals at a tie)
-        return True
+
+    def serve(queue: list[int], now: float) -> set[int]:
+        """The hold policy: start what `admit` says, in queue order; the gangs started."""
+        nonlocal plan_s, held, holds
+        t0 = time.perf_counter()
+        decision = admit(
+            arrays, [(j, requests[stream[j][1]]) for j in queue], held, depth=depth, order=policy
+        )
+        plan_s += time.perf_counter() - t0
+        holds += len({h.owner for h in decision.holds} - {h.owner for h in held})
+        held = decision.holds
+        for pos, plan in decision.starts:
+            start(queue[pos], plan, now)
+        return {queue[pos] for pos, _ in decision.starts}
 
     while events:
         now, what, i = heapq.heappop(events)
@@ -95,26 +131,44 @@ def run(policy: DomainOrder, stream: list[tuple[float, int, float]], *, seed: in
             used = 8 - arrays.free[:N_NODES, gpu_col]
             per_rack = np.bincount(rack_of, weights=used, minlength=n_racks)
             partly_used.append(float(np.mean((per_rack > 0) & (per_rack < RACK_NODES * 8))))
-            if not try_start(i, now):
+            busy.append(float(used.sum()) / (N_NODES * 8))
+            if hold:
+                # an arrival frees nothing: only the newcomer can start, around the holds
+                holders = {h.owner for h in held}
+                if not serve([*(j for j in waiting if j in holders), i], now):
+                    waiting.append(i)
+            elif not try_start(i, now):
                 waiting.append(i)
         else:
             for r in running.pop(i):
                 arrays.add(int(r), MIX[stream[i][1]][2])
-            waiting = [j for j in waiting if not try_start(j, now)]
+            if hold:
+                gone = serve(waiting, now)
+                waiting = [j for j in waiting if j not in gone]
+            else:
+                waiting = [j for j in waiting if not try_start(j, now)]
 
     waits = [started[i] - stream[i][0] for i in started]
     censored = waits + [end - stream[i][0] for i in waiting]
     large = [i for i, s in enumerate(stream) if MIX[s[1]][3] == BLOCK]
+    large_waits = [(started[i] if i in started else end) - stream[i][0] for i in large]
     return {
         "bench": "quality",
-        "policy": policy.value,
+        "policy": HOLD if hold else policy.value,
         "gangs": len(stream),
         "placed_share": round(len(started) / len(stream), 4),
         "large_placed_share": round(sum(i in started for i in large) / max(len(large), 1), 4),
         "wait_mean": round(statistics.fmean(waits), 2) if waits else None,
         "wait_p90": round(float(np.percentile(waits, 90)), 2) if waits else None,
         "wait_mean_incl_unplaced": round(statistics.fmean(censored), 2),
+        "large_wait_mean_incl_unplaced": round(statistics.fmean(large_waits), 2) if large else None,
+        "large_to_all_wait": round(statistics.fmean(large_waits) / statistics.fmean(censored), 2)
+        if large and statistics.fmean(censored) > 0
+        else None,
+        "large_unplaced": [round(end - stream[i][0], 1) for i in large if i not in started],
         "racks_partly_used_mean": round(statistics.fmean(partly_used), 4),
+        "gpus_busy_mean": round(statistics.fmean(busy), 4),
+        "holds": holds,
         "plan_ms_mean": round(plan_s * 1e3 / max(len(started) + len(waiting), 1), 3),
     }
 
@@ -125,11 +179,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gangs", type=int, default=None)
     parser.add_argument("--load", type=float, default=1.0, help="offered GPU load, 0..1+")
     parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--depth", type=int, default=1, help="hold policy: how many waiting gangs hold")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        choices=[HOLD, *(p.value for p in DomainOrder)],
+        help="run only this policy (repeatable); default all",
+    )
     args = parser.parse_args(argv)
     n_gangs = args.gangs or (1500 if args.quick else 3000)
     stream = _stream(n_gangs, load=args.load, seed=args.seed)
-    for policy in (DomainOrder.TIGHTEST, DomainOrder.FIRST, DomainOrder.RANDOM):
-        out = run(policy, stream, seed=args.seed)
+    runs = [(DomainOrder.TIGHTEST, True), *((p, False) for p in DomainOrder)]
+    for policy, hold in runs:
+        if args.policy and (HOLD if hold else policy.value) not in args.policy:
+            continue
+        out = run(policy, stream, seed=args.seed, hold=hold, depth=args.depth)
+        if hold:
+            out["depth"] = args.depth
         out["load"] = args.load
         out["seed"] = args.seed
         print(json.dumps(out), flush=True)
