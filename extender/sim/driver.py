@@ -37,6 +37,7 @@ from extender.model.keys import PodKey, pod_key
 from extender.model.resources import QuantityError, pod_requests
 from extender.sim.expand import DEFAULT_SCHEDULER, Expansion, Workload, expand
 from extender.sim.intree import NodeState, filter_nodes, fit_error
+from extender.sim.queues import QueueUsage
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,15 @@ class SimulationResult:
     sim_s: float
     stop_reason: StopReason
     requests: dict[str, int]  # verb -> calls made
+    queues_debug: Any = None  # GET /debug/queues at the end, when the cluster has Queue objects
+    queue_peak: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue and resource, the most its bound pods ever requested (counted by the driver)."""
+    queue_low_after_eviction: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue that lost pods to an eviction, the least it held right after one."""
+    queue_breaches: list[str] = dataclasses.field(default_factory=list)
+    """Every moment a queue's bound pods requested more than its limit: must stay empty."""
+    pod_queues: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Pod key -> the queue it counted toward while bound."""
 
     def pods_of(self, workload: str) -> list[PodRecord]:
         return [p for p in self.pods if p.workload == workload]
@@ -281,6 +291,7 @@ class Driver:
         self._last_activity_sim = 0.0  # a bind, a bind answered, or a nudge: anything that can unblock
         self._last_activity_real = 0.0
         self.stop_reason = StopReason.IDLE
+        self.queue_usage = QueueUsage(cluster)
 
     # ---------------------------------------------------------------- setup
     def start(self) -> None:
@@ -313,12 +324,14 @@ class Driver:
             created_s=self.clock.now(),
         )
         self.records[key] = rec
+        self.queue_usage.admitted(key, pod)
         self._nudge_seen[key] = str((meta.get("annotations") or {}).get(L.NUDGE, ""))
         node = spec.get("nodeName")
         if node:
             rec.node, rec.bound_s, rec.outcome = node, rec.created_s, PodOutcome.BOUND
             rec.last_message = "already bound in the input"
             self._account(node, pod, sign=1)
+            self.queue_usage.bound(key, pod)
             return
         if rec.scheduler_name not in self._opt.scheduler_names:
             rec.outcome = PodOutcome.NOT_OURS
@@ -370,6 +383,7 @@ class Driver:
                 elif rec.outcome is PodOutcome.BOUND and rec.node:
                     # no kubelet here: the deletion completes at once and the node has the room back
                     self._account(rec.node, pod, sign=-1)
+                    self.queue_usage.evicted(key)
                     self._assumed.pop(key, None)
                     rec.outcome = PodOutcome.EVICTED
                     rec.last_message = "evicted"
@@ -381,6 +395,7 @@ class Driver:
                 if key not in self._assumed:
                     self._account(node, pod, sign=1)
                     self._assumed[key] = (node, {})
+                self.queue_usage.bound(key, pod)
                 self._mark_bound(rec, node)
                 continue
             nudge = str((meta.get("annotations") or {}).get(L.NUDGE, ""))
@@ -394,6 +409,9 @@ class Driver:
         if rec.outcome is PodOutcome.BOUND:
             return
         rec.node, rec.bound_s, rec.outcome = node, self.clock.now(), PodOutcome.BOUND
+        pod = self._cluster.get("", "Pod", rec.namespace, rec.name)
+        if pod is not None:
+            self.queue_usage.bound(rec.key, pod)
         self.queue.forget(rec.key)
         self._touch()
         self._release_sequenced()
@@ -650,6 +668,7 @@ async def simulate(
             await driver.run()
             await driver.drain()
             gangs = await client.get_json("/debug/gangs")
+            queues = await client.get_json("/debug/queues") if driver.queue_usage.queues else None
             sim_s, wall_s = driver.clock.now(), driver.clock.real()
     finally:
         await runner.cleanup()
@@ -665,6 +684,11 @@ async def simulate(
         sim_s=sim_s,
         stop_reason=driver.stop_reason,
         requests=dict(client.calls),
+        queues_debug=queues,
+        queue_peak=driver.queue_usage.peak,
+        queue_low_after_eviction=driver.queue_usage.low_after_eviction,
+        queue_breaches=driver.queue_usage.breaches,
+        pod_queues=dict(driver.queue_usage.queue_of),
     )
 
 
