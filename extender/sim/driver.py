@@ -42,6 +42,7 @@ from extender.sim.queues import QueueUsage
 log = logging.getLogger(__name__)
 
 KAI_SCHEDULER = "kai-scheduler"
+MAX_REASONS = 8  # per pod: enough to tell a story, bounded for a pod that fails for ever-changing reasons
 
 
 class PodOutcome(enum.Enum):
@@ -94,6 +95,8 @@ class PodRecord:
     bound_s: float | None = None
     last_message: str = ""
     outcome: PodOutcome = PodOutcome.PENDING
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    """Every distinct reason the pod was turned away for, first seen first (a hold that ended shows here)."""
 
     @property
     def key(self) -> PodKey:
@@ -581,6 +584,8 @@ class Driver:
 
     def _reject(self, rec: PodRecord, message: str) -> None:
         rec.last_message = message
+        if message not in rec.reasons and len(rec.reasons) < MAX_REASONS:
+            rec.reasons.append(message)
         self.queue.backoff(rec.key, now=self.clock.now())
 
     # ---------------------------------------------------------------- checks

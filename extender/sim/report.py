@@ -338,19 +338,44 @@ def queue_summary(result: SimulationResult) -> dict[str, Any]:
         if e["bound"]
     ]
     held = {g for q in queues for g in q["held"]}
+    workloads = build_report(result)["workloads"]
     waiting = [
         {"gang": g["gang"], "queue": queue_of_workload.get(w["workload"]), "reason": g["reason"]}
-        for w in build_report(result)["workloads"]
+        for w in workloads
         for g in w["groups"]
         if g["state"] == "waiting" and g["gang"] not in held
+    ]
+    turned_away = [
+        {"gang": g["gang"], "queue": queue_of_workload.get(w["workload"]), "reason": reason}
+        for w in workloads
+        for g in w["groups"]
+        if g["gang"]
+        for reason in _queue_reasons(g["gang"], result.pods_of(w["workload"]))
     ]
     return {
         "queues": queues,
         "placed": placed,
         "evicted": evicted,
         "waiting": waiting,
+        "turnedAway": turned_away,
         "breaches": list(result.queue_breaches),
     }
+
+
+def _queue_reasons(gang: str, pods: list[PodRecord]) -> list[str]:
+    """The distinct reasons the service gave for turning `gang`'s pods away on account of a queue (a
+    limit, a fair-share hold, a reclaim under way), first seen first, each cut from kube-scheduler's
+    summary of every node's reason."""
+    out: list[str] = []
+    for p in pods:
+        for message in p.reasons:
+            at = message.find(f"gang {gang}: queue ")
+            if at < 0:
+                continue
+            reason = message[at + len(f"gang {gang}: ") :].rstrip(".")
+            if reason not in out:
+                out.append(reason)
+    return out
 
 
 def queue_text(result: SimulationResult, title: str) -> str:
@@ -387,6 +412,10 @@ def queue_text(result: SimulationResult, title: str) -> str:
             lines.append(f"  limit    {q['queue']}: peak in use {q['peak']}, limit {q['limit']}")
         for gang, why in q["held"].items():
             lines.append(f"  held     {gang} ({q['queue']}): {why}")
+    shown = {(gang, why) for q in rep["queues"] for gang, why in q["held"].items()}
+    for t in rep["turnedAway"]:
+        if (t["gang"], t["reason"]) not in shown:
+            lines.append(f"  earlier  {t['gang']} ({t['queue'] or '?'}): {t['reason']}")
     for w in rep["waiting"]:
         lines.append(f"  waiting  {w['gang']} ({w['queue'] or '?'}): {w['reason'] or 'no reason given'}")
     quota_kept = {q["queue"]: q for q in rep["queues"] if q["quotaKept"] is not None}

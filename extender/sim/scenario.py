@@ -11,10 +11,11 @@ arrives, evicts the cheapest gangs whole and lands in the rack they freed.
 
 The queue scenario runs on its own small cluster too (two racks of three 8-GPU nodes) with two KAI
 queues. team-b, alone first, already runs five 8-GPU gangs (40 of the 48 GPUs, far over its quota of
-8) and asks for one more; team-a (quota 8, limit 12) then submits a 4-GPU gang, which takes half of
-the free node, and two 8-GPU gangs. The first of those is within team-a's fair share but fits
-nowhere (4 GPUs are free), so it reclaims one whole team-b gang; the second would take team-a past
-its limit and is held. Both queues end with a gang waiting for the same 4 free GPUs.
+8). Then, in this order: team-a (quota 8, limit 12) submits a 4-GPU gang, which takes half of the
+free node; team-b asks for another 8-GPU gang, held by fair share while team-a, below its share,
+waits for the same capacity; team-a submits two 8-GPU gangs. The first is within team-a's fair share
+but fits nowhere (4 GPUs are free), so it reclaims one whole team-b gang; the second would take
+team-a past its limit and is held. Both queues end with a gang waiting for the same 4 free GPUs.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ QUEUE_RUNNING_SHAPE = (2, 4)  # (pods, GPUs per pod)
 # gangs still to be placed, in the order they are queued: (name, queue, pods, GPUs per pod)
 QUEUE_PENDING = (
     ("a1", "team-a", 2, 2),
+    ("b6", "team-b", 2, 4),
     ("a2", "team-a", 4, 2),
     ("a3", "team-a", 4, 2),
-    ("b6", "team-b", 2, 4),
 )
 
 

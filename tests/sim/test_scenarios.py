@@ -128,3 +128,13 @@ async def test_two_queues_a_limit_held_fair_shares_and_one_whole_gang_reclaimed(
         ("PodGroup queues/a2", 4),
     ]
     assert [(w["gang"], w["queue"]) for w in rep["waiting"]] == [("queues/b6", "team-b")]
+    # on the way: team-b's extra gang held by fair share while team-a, below its share, waited for
+    # the same capacity; team-a's first 8-GPU gang reclaiming
+    reasons = {(t["gang"], t["reason"].split(" (")[0].split(":")[0]) for t in rep["turnedAway"]}
+    assert reasons == {
+        ("queues/b6", "queue team-b is at its fair share of gpu"),
+        ("queues/a2", "queue team-a is below its fair share"),
+        ("queues/a3", "queue team-a"),
+    }
+    b6 = next(t["reason"] for t in rep["turnedAway"] if t["gang"] == "queues/b6")
+    assert b6.endswith("waits for the same capacity: held so that queue team-a gets its share first")
