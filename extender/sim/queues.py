@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.grouping.kai import labelled_queue
+from extender.grouping.owners import walk_owners
 from extender.model import labels as L
 from extender.model.keys import PodKey
 from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND, Queue, QueueError, amount_text, parse_queue
@@ -97,15 +98,16 @@ class QueueUsage:
         return chain
 
     def _queue_of(self, pod: Mapping[str, Any]) -> str | None:
-        """The queue the pod's KAI PodGroup names, else its label, else the default queue; None when
-        that queue does not exist or the pod is another scheduler's naming none (the service's rule)."""
+        """The queue the pod's KAI PodGroup names, else its workload's or its own label, else the default
+        queue; None when that queue does not exist or the pod is another scheduler's naming none (the
+        service's rules)."""
         meta = pod.get("metadata") or {}
         group = (meta.get("annotations") or {}).get(L.POD_GROUP_NAME)
         queue = None
         if group:
             pg = self._cluster.get(PODGROUP_GROUP, PODGROUP_KIND, meta.get("namespace"), str(group))
             queue = ((pg or {}).get("spec") or {}).get("queue") or None
-        queue = queue or labelled_queue(dict(pod), dict(pod))
+        queue = queue or labelled_queue(walk_owners(dict(pod), self._cluster).top, dict(pod))
         if queue is None:
             scheduler = (pod.get("spec") or {}).get("schedulerName") or OTHER_SCHEDULER
             queue = None if scheduler == OTHER_SCHEDULER else self._default

@@ -87,3 +87,35 @@ def test_another_schedulers_pod_naming_no_queue_and_a_cluster_without_queues_cou
     empty = QueueUsage(EmbeddedCluster([make_pod("p", gpu="1")]))
     empty.bound("default/p", make_pod("p", gpu="1"))
     assert empty.queues == {} and empty.in_use == {} and empty.queue_of == {}
+
+
+def test_a_jobsets_queue_label_counts_for_its_pods() -> None:
+    from extender.sim.expand import expand
+
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "namespace": "ml", "labels": {"kai.scheduler/queue": "team-b"}},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "w",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 1,
+                            "completions": 1,
+                            "template": {"spec": {"containers": [{"name": "c", "image": "sleep:v0.1.0"}]}},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    expansion = expand([jobset])
+    u, cluster = usage(*expansion.objects)
+    (pod,) = [o for o in cluster.list("", "Pod")]
+    assert "kai.scheduler/queue" not in (pod["metadata"].get("labels") or {})  # only the JobSet names it
+    key = f"ml/{pod['metadata']['name']}"
+    u.admitted(key, pod)
+    assert u.queue_of == {key: "team-b"}
