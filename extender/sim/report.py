@@ -409,7 +409,11 @@ def queue_text(result: SimulationResult, title: str) -> str:
         )
     for q in rep["queues"]:
         if q["limit"] is not None:
-            lines.append(f"  limit    {q['queue']}: peak in use {q['peak']}, limit {q['limit']}")
+            above = any(b.startswith(f"queue {q['queue']}: ") for b in rep["breaches"])
+            verdict = "!!! WENT ABOVE" if above else "never above"
+            lines.append(
+                f"  limit    {q['queue']}: peak in use {q['peak']} GPUs, {verdict} its limit of {q['limit']}"
+            )
         for gang, why in q["held"].items():
             lines.append(f"  held     {gang} ({q['queue']}): {why}")
     shown = {(gang, why) for q in rep["queues"] for gang, why in q["held"].items()}

@@ -92,6 +92,7 @@ def test_the_queue_scenario_is_reported_and_a_queue_past_its_limit_fails_the_com
     assert (
         "held     queues/a3 (team-a): queue team-a: gpu limit 12, in use 12, gang needs 8" in out.getvalue()
     )
+    assert "limit    team-a: peak in use 12 GPUs, never above its limit of 12" in out.getvalue()
     monkeypatch.setattr(command, "queue_scenario", team_b_past_its_limit)
     out = io.StringIO()
     assert run_simulation([], fmt="json", options=FAST, out=out) == 1
@@ -99,6 +100,10 @@ def test_the_queue_scenario_is_reported_and_a_queue_past_its_limit_fails_the_com
     assert breaches and breaches[0].startswith(
         "queue team-b: nvidia.com/gpu in use 20 > limit 16 once queues/b3-"
     )
+    out = io.StringIO()
+    assert run_simulation([], options=FAST, out=out) == 1
+    assert "limit    team-b: peak in use 40 GPUs, !!! WENT ABOVE its limit of 16" in out.getvalue()
+    assert "!!! QUEUE OVER ITS LIMIT queue team-b: nvidia.com/gpu in use 20 > limit 16" in out.getvalue()
 
 
 @pytest.fixture(scope="module")
