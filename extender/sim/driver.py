@@ -128,7 +128,7 @@ class SimulationResult:
     queue_breaches: list[str] = dataclasses.field(default_factory=list)
     """Every moment a queue's bound pods requested more than its limit: must stay empty."""
     pod_queues: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Pod key -> the queue it counted toward while bound."""
+    """Pod key -> its queue, for every pod seen whose queue exists (evicted pods included)."""
 
     def pods_of(self, workload: str) -> list[PodRecord]:
         return [p for p in self.pods if p.workload == workload]
@@ -412,8 +412,7 @@ class Driver:
         if rec.outcome is PodOutcome.BOUND:
             return
         rec.node, rec.bound_s, rec.outcome = node, self.clock.now(), PodOutcome.BOUND
-        pod = self._cluster.get("", "Pod", rec.namespace, rec.name)
-        if pod is not None:
+        if self.queue_usage.queues and (pod := self._cluster.get("", "Pod", rec.namespace, rec.name)):
             self.queue_usage.bound(rec.key, pod)
         self.queue.forget(rec.key)
         self._touch()
