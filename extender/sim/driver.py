@@ -37,10 +37,12 @@ from extender.model.keys import PodKey, pod_key
 from extender.model.resources import QuantityError, pod_requests
 from extender.sim.expand import DEFAULT_SCHEDULER, Expansion, Workload, expand
 from extender.sim.intree import NodeState, filter_nodes, fit_error
+from extender.sim.queues import QueueUsage
 
 log = logging.getLogger(__name__)
 
 KAI_SCHEDULER = "kai-scheduler"
+MAX_REASONS = 8  # per pod: enough to tell a story, bounded for a pod that fails for ever-changing reasons
 
 
 class PodOutcome(enum.Enum):
@@ -93,6 +95,8 @@ class PodRecord:
     bound_s: float | None = None
     last_message: str = ""
     outcome: PodOutcome = PodOutcome.PENDING
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    """Every distinct reason the pod was turned away for, first seen first (a hold that ended shows here)."""
 
     @property
     def key(self) -> PodKey:
@@ -116,6 +120,15 @@ class SimulationResult:
     sim_s: float
     stop_reason: StopReason
     requests: dict[str, int]  # verb -> calls made
+    queues_debug: Any = None  # GET /debug/queues at the end, when the cluster has Queue objects
+    queue_peak: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue and resource, the most its bound pods ever requested (counted by the driver)."""
+    queue_low_after_eviction: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue that lost pods to an eviction, the least it held right after one."""
+    queue_breaches: list[str] = dataclasses.field(default_factory=list)
+    """Every moment a queue's bound pods requested more than its limit: must stay empty."""
+    pod_queues: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Pod key -> its queue, for every pod seen whose queue exists (evicted pods included)."""
 
     def pods_of(self, workload: str) -> list[PodRecord]:
         return [p for p in self.pods if p.workload == workload]
@@ -281,6 +294,7 @@ class Driver:
         self._last_activity_sim = 0.0  # a bind, a bind answered, or a nudge: anything that can unblock
         self._last_activity_real = 0.0
         self.stop_reason = StopReason.IDLE
+        self.queue_usage = QueueUsage(cluster)
 
     # ---------------------------------------------------------------- setup
     def start(self) -> None:
@@ -313,12 +327,14 @@ class Driver:
             created_s=self.clock.now(),
         )
         self.records[key] = rec
+        self.queue_usage.admitted(key, pod)
         self._nudge_seen[key] = str((meta.get("annotations") or {}).get(L.NUDGE, ""))
         node = spec.get("nodeName")
         if node:
             rec.node, rec.bound_s, rec.outcome = node, rec.created_s, PodOutcome.BOUND
             rec.last_message = "already bound in the input"
             self._account(node, pod, sign=1)
+            self.queue_usage.bound(key, pod)
             return
         if rec.scheduler_name not in self._opt.scheduler_names:
             rec.outcome = PodOutcome.NOT_OURS
@@ -370,6 +386,7 @@ class Driver:
                 elif rec.outcome is PodOutcome.BOUND and rec.node:
                     # no kubelet here: the deletion completes at once and the node has the room back
                     self._account(rec.node, pod, sign=-1)
+                    self.queue_usage.evicted(key)
                     self._assumed.pop(key, None)
                     rec.outcome = PodOutcome.EVICTED
                     rec.last_message = "evicted"
@@ -381,6 +398,7 @@ class Driver:
                 if key not in self._assumed:
                     self._account(node, pod, sign=1)
                     self._assumed[key] = (node, {})
+                self.queue_usage.bound(key, pod)
                 self._mark_bound(rec, node)
                 continue
             nudge = str((meta.get("annotations") or {}).get(L.NUDGE, ""))
@@ -394,6 +412,8 @@ class Driver:
         if rec.outcome is PodOutcome.BOUND:
             return
         rec.node, rec.bound_s, rec.outcome = node, self.clock.now(), PodOutcome.BOUND
+        if self.queue_usage.queues and (pod := self._cluster.get("", "Pod", rec.namespace, rec.name)):
+            self.queue_usage.bound(rec.key, pod)
         self.queue.forget(rec.key)
         self._touch()
         self._release_sequenced()
@@ -563,6 +583,8 @@ class Driver:
 
     def _reject(self, rec: PodRecord, message: str) -> None:
         rec.last_message = message
+        if message not in rec.reasons and len(rec.reasons) < MAX_REASONS:
+            rec.reasons.append(message)
         self.queue.backoff(rec.key, now=self.clock.now())
 
     # ---------------------------------------------------------------- checks
@@ -650,6 +672,7 @@ async def simulate(
             await driver.run()
             await driver.drain()
             gangs = await client.get_json("/debug/gangs")
+            queues = await client.get_json("/debug/queues") if driver.queue_usage.queues else None
             sim_s, wall_s = driver.clock.now(), driver.clock.real()
     finally:
         await runner.cleanup()
@@ -665,6 +688,11 @@ async def simulate(
         sim_s=sim_s,
         stop_reason=driver.stop_reason,
         requests=dict(client.calls),
+        queues_debug=queues,
+        queue_peak=driver.queue_usage.peak,
+        queue_low_after_eviction=driver.queue_usage.low_after_eviction,
+        queue_breaches=driver.queue_usage.breaches,
+        pod_queues=dict(driver.queue_usage.queue_of),
     )
 
 

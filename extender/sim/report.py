@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from extender.sim.cluster import BLOCK, RACK, TPU_SLICE, ZONE
+from extender.sim.cluster import BLOCK, GPU, RACK, TPU_SLICE, ZONE
 from extender.sim.driver import PodOutcome, PodRecord, SimulationResult
 
 DOMAIN_LEVELS = (("zone", ZONE), ("block", BLOCK), ("rack", RACK), ("tpu-slice", TPU_SLICE))
@@ -293,4 +293,146 @@ def preemption_text(result: SimulationResult, title: str) -> str:
         lines.append(f"  evicted  {e['workload']}: {e['evicted']}/{e['pods']} pods ({state}) from {where(e)}")
     for e in rep["untouched"]:
         lines.append(f"  kept     {e['workload']}: {e['bound']}/{e['pods']} running in {where(e)}")
+    return "\n".join(lines)
+
+
+def queue_summary(result: SimulationResult) -> dict[str, Any]:
+    """Each queue's gpu quota, limit, fair share, use (now, peak, after an eviction) and held gangs;
+    the gangs placed in the run and those still waiting; the gangs a reclaim evicted (whole or not)
+    and whether their queue kept its quota; every moment a queue went past its limit."""
+    raw = result.queues_debug if isinstance(result.queues_debug, dict) else {}
+    queues = []
+    for q in raw.get("queues") or []:
+        if not isinstance(q, dict) or "resources" not in q:
+            continue
+        name = str(q.get("queue"))
+        gpu = (q.get("resources") or {}).get("gpu") or {}
+        low = result.queue_low_after_eviction.get(name, {}).get(GPU)
+        quota = gpu.get("quota")
+        queues.append(
+            {
+                "queue": name,
+                "quota": quota,
+                "limit": gpu.get("limit"),
+                "overQuotaWeight": gpu.get("overQuotaWeight"),
+                "fairShare": gpu.get("fairShare"),
+                "allocated": gpu.get("allocated"),
+                "requested": gpu.get("requested"),
+                "peak": result.queue_peak.get(name, {}).get(GPU, 0),
+                "lowAfterEviction": low,
+                "quotaKept": None if low is None else quota is None or low >= quota,
+                "held": dict(q.get("held") or {}),
+            }
+        )
+    queue_of_workload = {p.workload: result.pod_queues.get(p.key) for p in result.pods}
+    moved = preemption_summary(result)
+    evicted = [{**e, "queue": queue_of_workload.get(e["workload"])} for e in moved["evicted"]]
+    placed = [
+        {
+            "workload": e["workload"],
+            "queue": queue_of_workload.get(e["workload"]),
+            "bound": e["bound"],
+            "pods": e["pods"],
+        }
+        for e in moved["arrived"]
+        if e["bound"]
+    ]
+    held = {g for q in queues for g in q["held"]}
+    workloads = build_report(result)["workloads"]
+    waiting = [
+        {"gang": g["gang"], "queue": queue_of_workload.get(w["workload"]), "reason": g["reason"]}
+        for w in workloads
+        for g in w["groups"]
+        if g["state"] == "waiting" and g["gang"] not in held
+    ]
+    turned_away = [
+        {"gang": g["gang"], "queue": queue_of_workload.get(w["workload"]), "reason": reason}
+        for w in workloads
+        for g in w["groups"]
+        if g["gang"]
+        for reason in _queue_reasons(g["gang"], result.pods_of(w["workload"]))
+    ]
+    return {
+        "queues": queues,
+        "placed": placed,
+        "evicted": evicted,
+        "waiting": waiting,
+        "turnedAway": turned_away,
+        "breaches": list(result.queue_breaches),
+    }
+
+
+def _queue_reasons(gang: str, pods: list[PodRecord]) -> list[str]:
+    """The distinct reasons the service gave for turning `gang`'s pods away on account of a queue (a
+    limit, a fair-share hold, a reclaim under way), first seen first, each cut from kube-scheduler's
+    summary of every node's reason."""
+    out: list[str] = []
+    for p in pods:
+        for message in p.reasons:
+            at = message.find(f"gang {gang}: queue ")
+            if at < 0:
+                continue
+            reason = message[at + len(f"gang {gang}: ") :].rstrip(".")
+            if reason not in out:
+                out.append(reason)
+    return out
+
+
+def queue_text(result: SimulationResult, title: str) -> str:
+    rep = queue_summary(result)
+
+    def amount(v: Any) -> str:
+        return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    rows = [
+        (
+            q["queue"],
+            amount(q["quota"]),
+            amount(q["limit"]),
+            amount(q["overQuotaWeight"]),
+            amount(q["fairShare"]),
+            amount(q["allocated"]),
+            amount(q["peak"]),
+            amount(q["requested"]),
+        )
+        for q in rep["queues"]
+    ]
+    lines = [title, "  GPUs per queue:"]
+    if rows:
+        header = ("QUEUE", "QUOTA", "LIMIT", "WEIGHT", "FAIR SHARE", "IN USE", "PEAK", "REQUESTED")
+        lines.extend("    " + r for r in _table(header, rows))
+    else:
+        lines.append("    the service reported no queues")
+    for p in rep["placed"]:
+        lines.append(
+            f"  placed   {p['workload']} of {p['queue'] or '?'}: {p['bound']}/{p['pods']} pods bound"
+        )
+    for q in rep["queues"]:
+        if q["limit"] is not None:
+            above = any(b.startswith(f"queue {q['queue']}: ") for b in rep["breaches"])
+            verdict = "!!! WENT ABOVE" if above else "never above"
+            lines.append(
+                f"  limit    {q['queue']}: peak in use {q['peak']} GPUs, {verdict} its limit of {q['limit']}"
+            )
+        for gang, why in q["held"].items():
+            lines.append(f"  held     {gang} ({q['queue']}): {why}")
+    shown = {(gang, why) for q in rep["queues"] for gang, why in q["held"].items()}
+    for t in rep["turnedAway"]:
+        if (t["gang"], t["reason"]) not in shown:
+            lines.append(f"  earlier  {t['gang']} ({t['queue'] or '?'}): {t['reason']}")
+    for w in rep["waiting"]:
+        lines.append(f"  waiting  {w['gang']} ({w['queue'] or '?'}): {w['reason'] or 'no reason given'}")
+    quota_kept = {q["queue"]: q for q in rep["queues"] if q["quotaKept"] is not None}
+    for e in rep["evicted"]:
+        state = "whole" if e["whole"] else "!!! ONLY PART OF IT"
+        q = quota_kept.get(e["queue"] or "")
+        kept = ""
+        if q is not None:
+            verdict = "at or above" if q["quotaKept"] else "!!! BELOW"
+            low, quota = q["lowAfterEviction"], amount(q["quota"])
+            kept = f"; {q['queue']} kept {low} GPUs, {verdict} its quota of {quota}"
+        who = f"{e['workload']} of {e['queue'] or '?'}"
+        lines.append(f"  reclaim  evicted {who}: {e['evicted']}/{e['pods']} pods ({state}){kept}")
+    for msg in rep["breaches"]:
+        lines.append(f"!!! QUEUE OVER ITS LIMIT {msg}")
     return "\n".join(lines)

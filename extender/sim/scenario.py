@@ -8,6 +8,14 @@ can be placed; the other must wait whole, never half-bound.
 The preemption scenario runs on its own small cluster (two racks of four 8-GPU nodes, every node
 half taken by low-priority gangs already running): a priority-1000 JobSet that needs a whole rack
 arrives, evicts the cheapest gangs whole and lands in the rack they freed.
+
+The queue scenario runs on its own small cluster too (two racks of three 8-GPU nodes) with two KAI
+queues. team-b, alone first, already runs five 8-GPU gangs (40 of the 48 GPUs, far over its quota of
+8). Then, in this order: team-a (quota 8, limit 12) submits a 4-GPU gang, which takes half of the
+free node; team-b asks for another 8-GPU gang, held by fair share while team-a, below its share,
+waits for the same capacity; team-a submits two 8-GPU gangs. The first is within team-a's fair share
+but fits nowhere (4 GPUs are free), so it reclaims one whole team-b gang; the second would take
+team-a past its limit and is held. Both queues end with a gang waiting for the same 4 free GPUs.
 """
 
 from __future__ import annotations
@@ -36,6 +44,21 @@ PREEMPTION_VICTIMS = (
     ("research", "medium", "p-r1", 0, 4),
 )
 PRIORITY_CLASSES = (("low", 100), ("medium", 500), ("urgent", 1000))
+QUEUE_NS = "queues"
+QUEUE_RACKS = ("q-r0", "q-r1")
+QUEUE_NODES_PER_RACK = 3
+# KAI Queue gpu resources: (name, quota, limit, overQuotaWeight); a limit of -1 is no limit
+QUEUES = (("team-a", 8, 12, 1), ("team-b", 8, -1, 1))
+# team-b's gangs already running, one 8-GPU node each: 2 pods of 4 GPUs
+QUEUE_RUNNING = tuple(f"b{i}" for i in range(1, 6))
+QUEUE_RUNNING_SHAPE = (2, 4)  # (pods, GPUs per pod)
+# gangs still to be placed, in the order they are queued: (name, queue, pods, GPUs per pod)
+QUEUE_PENDING = (
+    ("a1", "team-a", 2, 2),
+    ("b6", "team-b", 2, 4),
+    ("a2", "team-a", 4, 2),
+    ("a3", "team-a", 4, 2),
+)
 
 
 class ScenarioError(ValueError):
@@ -219,3 +242,63 @@ def _urgent_jobset() -> dict[str, Any]:
     spec["priorityClassName"] = "urgent"
     spec["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU: "4"}}
     return js
+
+
+def queue_scenario() -> list[dict[str, Any]]:
+    """Its own cluster, the two Queues, team-b's running gangs and the gangs still to be placed."""
+    nodes = [f"{rack}-n{i}" for rack in QUEUE_RACKS for i in range(QUEUE_NODES_PER_RACK)]
+    objects: list[dict[str, Any]] = []
+    for rack in QUEUE_RACKS:
+        for i in range(QUEUE_NODES_PER_RACK):
+            name = f"{rack}-n{i}"
+            labels = {BLOCK: "q", RACK: rack, HOSTNAME: name}
+            alloc = {"cpu": "16", "memory": "64Gi", "pods": "110", GPU: "8"}
+            objects.append(node(name, labels=labels, allocatable=alloc))
+    for name, quota, limit, weight in QUEUES:
+        objects.append(
+            {
+                "apiVersion": "scheduling.run.ai/v2",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": {"resources": {"gpu": {"quota": quota, "limit": limit, "overQuotaWeight": weight}}},
+            }
+        )
+    pods, gpus = QUEUE_RUNNING_SHAPE
+    for i, group in enumerate(QUEUE_RUNNING):
+        objects.append(_queue_podgroup(group, "team-b", pods))
+        objects.extend(_queue_member(group, j, gpus, node_name=nodes[i]) for j in range(pods))
+    for group, queue, pods, gpus in QUEUE_PENDING:
+        objects.append(_queue_podgroup(group, queue, pods))
+        objects.extend(_queue_member(group, j, gpus, node_name=None) for j in range(pods))
+    return objects
+
+
+def _queue_podgroup(name: str, queue: str, pods: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": QUEUE_NS},
+        "spec": {"minMember": pods, "queue": queue},
+    }
+
+
+def _queue_member(group: str, i: int, gpus: int, *, node_name: str | None) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{group}-{i}", "namespace": QUEUE_NS, "annotations": {"pod-group-name": group}},
+        "spec": {
+            "schedulerName": DEFAULT_SCHEDULER,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "sleep:v0.1.0",
+                    "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU: str(gpus)}},
+                }
+            ],
+        },
+    }
+    if node_name:
+        pod["spec"]["nodeName"] = node_name
+        pod["status"] = {"phase": "Running"}
+    return pod

@@ -9,13 +9,14 @@ import pytest
 
 from extender.sim.cluster import BLOCK, RACK, TPU_SLICE, build_cluster
 from extender.sim.driver import DriverOptions, PodOutcome, SimulationResult, simulate
-from extender.sim.report import build_report, preemption_summary
+from extender.sim.report import build_report, preemption_summary, queue_summary
 from extender.sim.scenario import (
     SEED_DIR,
     builtin_scenario,
     contention_scenario,
     load_objects,
     preemption_scenario,
+    queue_scenario,
 )
 
 pytest.importorskip("extender.server.app")
@@ -102,3 +103,38 @@ async def test_an_urgent_jobset_evicts_the_cheapest_gangs_whole_and_lands_in_the
         ("PodGroup preemption/batch-b", 2, 2, True),
     ]
     assert [(e["workload"], e["bound"]) for e in rep["untouched"]] == [("PodGroup preemption/research", 4)]
+
+
+async def test_two_queues_a_limit_held_fair_shares_and_one_whole_gang_reclaimed() -> None:
+    result = await simulate(queue_scenario(), options=OPTIONS)
+    assert result.overcommit == [] and build_report(result)["summary"]["gangs_partial"] == 0
+    rep = queue_summary(result)
+    assert rep["breaches"] == []
+    queues = {q["queue"]: q for q in rep["queues"]}
+    a, b = queues["team-a"], queues["team-b"]
+    # team-a's limit is reached, never passed, and its third gang waits on it with the numbers
+    assert (a["limit"], a["peak"], a["allocated"]) == (12, 12, 12)
+    assert a["held"] == {"queues/a3": "queue team-a: gpu limit 12, in use 12, gang needs 8"}
+    # 48 GPUs: team-a's share is its limit, team-b gets the rest it asks for; each gets no more
+    assert (a["fairShare"], b["fairShare"]) == (12, 36)
+    assert b["allocated"] == 32 <= b["fairShare"] and b["peak"] == 40
+    # the reclaim: one team-b gang, whole, and team-b never below its quota
+    assert [(e["workload"], e["queue"], e["evicted"], e["pods"], e["whole"]) for e in rep["evicted"]] == [
+        ("PodGroup queues/b5", "team-b", 2, 2, True)
+    ]
+    assert b["lowAfterEviction"] == 32 >= b["quota"] == 8 and b["quotaKept"] is True
+    assert [(p["workload"], p["bound"]) for p in rep["placed"]] == [
+        ("PodGroup queues/a1", 2),
+        ("PodGroup queues/a2", 4),
+    ]
+    assert [(w["gang"], w["queue"]) for w in rep["waiting"]] == [("queues/b6", "team-b")]
+    # on the way: team-b's extra gang held by fair share while team-a, below its share, waited for
+    # the same capacity; team-a's first 8-GPU gang reclaiming
+    reasons = {(t["gang"], t["reason"].split(" (")[0].split(":")[0]) for t in rep["turnedAway"]}
+    assert reasons == {
+        ("queues/b6", "queue team-b is at its fair share of gpu"),
+        ("queues/a2", "queue team-a is below its fair share"),
+        ("queues/a3", "queue team-a"),
+    }
+    b6 = next(t["reason"] for t in rep["turnedAway"] if t["gang"] == "queues/b6")
+    assert b6.endswith("waits for the same capacity: held so that queue team-a gets its share first")
