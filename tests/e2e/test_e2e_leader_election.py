@@ -59,10 +59,12 @@ def test_only_the_leader_calls_its_sidecar_and_the_other_replica_takes_over(
         gang("second")
         assert verb_calls(probe) > 0, "the new leader's gang went through its own sidecar"
     finally:
-        for name in (SCHEDULER_B, SERVICE_B):
-            if name in plane.procs:
-                plane.kill(name, signal.SIGTERM)
-                del plane.procs[name]
+        if SCHEDULER_B in plane.procs:
+            plane.stop_scheduler(SCHEDULER_B)  # and its lease: the shared one need not wait for it to expire
+            del plane.procs[SCHEDULER_B]
+        if SERVICE_B in plane.procs:
+            plane.kill(SERVICE_B, signal.SIGTERM)
+            del plane.procs[SERVICE_B]
         if plane.procs["kube-scheduler"].poll() is not None:
             plane.start_scheduler(url_prefix=cluster.service_url)
         if replica_b:  # the shared kube-scheduler leads again before the next test

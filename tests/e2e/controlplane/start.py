@@ -404,6 +404,7 @@ class ControlPlane:
         self.argv: dict[str, tuple[list[str], dict[str, str] | None]] = {}
         self.etcd_url = ""
         self.kubelet: Any = None  # a KubeletStandIn once start_kubelet_standin() ran
+        self.leases: dict[str, str] = {}  # kube-scheduler process name -> the path of the lease it elects on
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -476,6 +477,20 @@ class ControlPlane:
         time.sleep(down_s)
         self.respawn("kube-scheduler")
         self._check_alive("kube-scheduler")
+
+    def revive_after_lost_lease(self, name: str = "kube-scheduler") -> bool:
+        """Start a kube-scheduler again (same command line) if it exited because it lost its lease: it
+        cannot renew it while kube-apiserver is down, and past renewDeadline (10 s; a restart under load
+        takes that long) it exits, as in a cluster, where its kubelet restarts it. Any other exit is left
+        for the test to see. Returns whether it was started again."""
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is None:
+            return False
+        log = self.workdir / f"{name}.log"
+        if not log.exists() or "leaderelection lost" not in log.read_text(errors="replace"):
+            return False
+        self.respawn(name)
+        return True
 
     def _check_alive(self, name: str) -> None:
         proc = self.procs[name]
@@ -819,6 +834,7 @@ class ControlPlane:
         ns = election.get("resourceNamespace", "kube-system")
         lease_name = election.get("resourceName", "kube-scheduler")
         lease = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{lease_name}"
+        self.leases[name] = lease
 
         def leading() -> bool:
             self._check_alive(name)
@@ -826,6 +842,21 @@ class ControlPlane:
             return status == 200 and bool((doc.get("spec") or {}).get("holderIdentity"))
 
         wait_until(leading, timeout_s=60, what=f"kube-scheduler to hold lease {lease}")
+
+    def stop_scheduler(self, name: str = "kube-scheduler") -> None:
+        """SIGTERM a kube-scheduler, wait until it is gone, and release its lease when no other running
+        kube-scheduler of this plane elects on it: 1.36 releases it on the way out, 1.20 does not, and
+        the next one would wait for it to expire (15 s). For the restarts the tests' fixtures make; a
+        test of lease expiry kills with kill() or restart_scheduler()."""
+        self.kill(name, signal.SIGTERM)
+        lease = self.leases.pop(name, None)
+        others = [
+            n
+            for n, path in self.leases.items()
+            if path == lease and n in self.procs and self.procs[n].poll() is None
+        ]
+        if lease and not others:
+            self.api.request("DELETE", lease, ok=(200, 202, 404))
 
     def start_kubelet_standin(self) -> None:
         """Complete the deletion of terminating pods on the fake nodes, as their kubelets would
