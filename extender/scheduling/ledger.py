@@ -137,6 +137,10 @@ class GangLedger:
         self.short_of_group: set[PodKey] = set()
         """Pods turned away because their group object was not in the cache yet (it may reach this
         process's watch after kube-scheduler's pod watch): nudged once it is."""
+        self.short_of_cache: dict[PodKey, float] = {}
+        """Pods whose bind was refused because the cache did not hold them yet (kube-scheduler's watch
+        ran ahead of this process's, after a watch cut say) -> when: nudged once the cache has them,
+        forgotten after CACHE_WAIT_S (deleted before this process ever saw them)."""
         """Gangs whose members were turned away because too few pods existed: once the quorum exists
         they are nudged (kube-scheduler learns nothing from another pod's arrival)."""
         """Pods whose last filter passed no node: they sit in kube-scheduler's backoff or
@@ -238,6 +242,12 @@ class GangLedger:
 
     def await_group(self, pod: PodKey) -> None:
         self.short_of_group.add(pod)
+
+    def await_cache(self, pod: PodKey) -> None:
+        self.short_of_cache[pod] = self.clock()
+
+    def cache_arrived(self, pod: PodKey) -> None:
+        self.short_of_cache.pop(pod, None)
 
     def group_arrived(self, pod: PodKey) -> None:
         self.short_of_group.discard(pod)
@@ -630,6 +640,7 @@ class GangLedger:
             self.rejected.discard(pk)
             self.binding.discard(pk)
             self.short_of_group.discard(pk)
+            self.short_of_cache.pop(pk, None)
         if e is None or pk in e.releasing:
             if gone:
                 self._forget_if_empty(obj)

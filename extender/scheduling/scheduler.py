@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 RECLAIM_ABOVE = 2**62
 """The priority a reclaim evicts below: every priority, since reclaim is between queues, not priorities."""
+CACHE_WAIT_S = 300.0
+"""How long a pod whose bind was refused for want of it in the cache is waited for (quorum_arrived)."""
 RECLAIM_LOOK_S = 5.0
 """How often reclaims_tick takes one waiting gang through its filter path: a plan over every node."""
 QUEUE_STATUS_INTERVAL_S = 5.0
@@ -829,6 +831,7 @@ class Scheduler:
         key = pod_key(namespace, name)
         rec = self.store.pods.get(key)
         if rec is None:
+            self.ledger.await_cache(key)  # kube-scheduler parks it after the error: bring it back
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key} is not in the extender's cache")
         if uid and rec.uid and rec.uid != uid:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key} has uid {rec.uid}, not {uid}")
@@ -977,10 +980,23 @@ class Scheduler:
         itself, so no filter call would ever plan the gang. Checked only when a pod or a grouping
         object appeared since the last look."""
         mark = (self.store.pods_added, self.store.grouping_gen)
-        if mark == self._arrivals_seen or not (self.ledger.short_of_pods or self.ledger.short_of_group):
+        ledger = self.ledger
+        if mark == self._arrivals_seen or not (
+            ledger.short_of_pods or ledger.short_of_group or ledger.short_of_cache
+        ):
             return []
         self._arrivals_seen = mark
         effects: list[Effect] = []
+        now = ledger.clock()
+        for pk, since in list(ledger.short_of_cache.items()):
+            rec = self.store.pods.get(pk)
+            if rec is None:
+                if now - since > CACHE_WAIT_S:
+                    ledger.cache_arrived(pk)  # deleted before this process saw it: bounded memory
+                continue
+            ledger.cache_arrived(pk)
+            if not rec.node_name and is_live(rec.obj):
+                effects.append(Effect("nudge", *pod_ref(pk), {"value": "cached"}))
         for pk in sorted(self.ledger.short_of_group):
             rec = self.store.pods.get(pk)
             if rec is None:

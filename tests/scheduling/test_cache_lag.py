@@ -1,10 +1,12 @@
-"""A preemptor's retry is not turned away by a cache that has not yet seen its victims go.
+"""When this process's watch lags kube-scheduler's: neither a preemptor's retry nor a parked pod may
+be lost to it.
 
 kube-scheduler retries the preemptor as soon as its own cache shows the victim deleted; this service
 follows the same watch and may be a few milliseconds behind. Were its filter to turn the nominated
 node away then, kube-scheduler would preempt a second time elsewhere (an e2e run on 1.36.2 saw two
 plain pods evicted for one). The preempt verb's kept victims are forgiven to that preemptor, on its
-node, and to nobody else (scheduling/preemption.py, Evictions).
+node, and to nobody else (scheduling/preemption.py, Evictions). And a pod whose bind was refused
+because the cache had not seen it yet is brought back as soon as it has.
 """
 
 from __future__ import annotations
@@ -46,9 +48,12 @@ class World:
             ]
         )
         self.cluster.attach(self.store)
+        self.clock_s = 0.0
         self.scheduler = Scheduler(
             self.store,
-            GangLedger(self.store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: 0.0),
+            GangLedger(
+                self.store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: self.clock_s
+            ),
         )
 
     def preempt(self, name: str, victims: dict[str, list[str]]) -> set[str]:
@@ -180,3 +185,27 @@ def test_a_deleted_preemptor_leaves_nothing_behind_and_memory_is_bounded() -> No
         and "p4" in w.scheduler.evictions
         and "p0" not in w.scheduler.evictions
     )
+
+
+def test_a_pod_refused_at_bind_for_want_of_it_in_the_cache_is_brought_back_once_cached() -> None:
+    """After a watch cut kube-scheduler's pod watch may run ahead of this process's: a bind for a pod
+    the cache has not seen is refused, kube-scheduler parks the pod, and nothing else would retry it
+    for up to a minute (an e2e fault test on 1.20.2 waited 82 s)."""
+    w = World()
+    late = pod("late", None, 0)
+    late["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "0"
+    refused = w.scheduler.bind(namespace="default", name="late", uid="uid-late", node="n1")
+    assert refused.verdict is BindVerdict.REFUSE and "not in the extender's cache" in refused.message
+    gone = w.scheduler.bind(namespace="default", name="never", uid="uid-never", node="n1")
+    assert gone.verdict is BindVerdict.REFUSE
+    assert w.scheduler.quorum_arrived() == [], "nothing arrived yet"
+    w.cluster.apply(late)
+    nudges = [(e.kind, e.name) for e in w.scheduler.quorum_arrived()]
+    assert nudges == [("nudge", "late")]
+    assert w.scheduler.quorum_arrived() == [], "once"
+    # the one never seen is forgotten after a while, so the memory stays bounded
+    assert "default/never" in w.scheduler.ledger.short_of_cache
+    w.clock_s += 301
+    w.cluster.apply(pod("another", None, 0))
+    w.scheduler.quorum_arrived()
+    assert w.scheduler.ledger.short_of_cache == {}
