@@ -26,6 +26,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from extender.model import labels
 from extender.model.keys import object_key
+from extender.state.projection import project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
 if TYPE_CHECKING:
@@ -530,7 +531,7 @@ class KubeClusterSource:
                     continue
                 item["apiVersion"] = served.api_version
                 item["kind"] = served.kind
-                items.append(item)
+                items.append(project(item))  # the page's whole objects go with the page
             meta = doc.get("metadata") or {}
             cont = meta.get("continue") or ""
             if not cont:
@@ -625,7 +626,7 @@ class KubeClusterSource:
                 if kind == "ADDED" or kind == "MODIFIED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)
-                    self._apply(store.upsert, obj, served)
+                    self._apply(store.upsert, project(obj), served)
                 elif kind == "DELETED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)

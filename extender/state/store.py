@@ -31,7 +31,6 @@ from extender.model import nodematch, podaffinity, resources
 from extender.model.group import Membership, MembershipState
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement.layout import ClusterArrays
-from extender.state.projection import project
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +128,6 @@ class ClusterStore:
         self._listeners.append(fn)
 
     def upsert(self, obj: dict[str, Any]) -> None:
-        obj = project(obj)
         kind = kind_of(obj)
         key = key_of(obj)
         bucket = self.objects.setdefault(kind, {})
