@@ -60,7 +60,7 @@ NODE_METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletio
 NODE_SPEC = ("unschedulable", "taints")
 
 
-@functools.lru_cache(maxsize=65_536)
+@functools.lru_cache(maxsize=4096)  # recent parts; a list brings a workload's pods together
 def _canonical(encoded: bytes) -> Any:
     return orjson.loads(encoded)
 
@@ -169,6 +169,7 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
                     kept["conditions"] = read
             elif conds is not None:
                 kept["conditions"] = conds
+            out["status"] = shared(kept)  # most pods are Running and nothing else
     return out
 
 
