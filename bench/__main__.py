@@ -13,6 +13,7 @@ BENCHES = {
     "nudge": "bench.nudge",
     "versus": "bench.versus",
     "soak": "bench.soak",
+    "memory": "bench.memory",
 }
 
 

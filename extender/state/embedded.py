@@ -21,6 +21,7 @@ import orjson
 import yaml
 
 from extender.model.keys import object_uid
+from extender.state.projection import project
 from extender.state.source import BindError, SkippedObjects
 from extender.state.store import ClusterStore, Kind, key_of, kind_of
 
@@ -148,8 +149,9 @@ class EmbeddedCluster:
 
     def _feed(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any]) -> None:
         """`op(obj)` (store.upsert or store.remove); an object the store cannot take is skipped (it
-        stays here): one bad object never stops the source."""
-        self.skipped.apply(op, obj, kind_of(obj)[1])
+        stays here): one bad object never stops the source. The store gets its projection: this
+        cluster keeps the whole object, as an API server does."""
+        self.skipped.apply(op, project(obj), kind_of(obj)[1])
 
     @property
     def bad_objects(self) -> int:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import datetime
+import gc
 import logging
 import os
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -26,6 +28,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from extender.model import labels
 from extender.model.keys import object_key
+from extender.state.projection import project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
 if TYPE_CHECKING:
@@ -187,6 +190,21 @@ class _Cursor:
     """Where one kind's watch stands: the resourceVersion of the last event applied."""
 
     rv: str | None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off while a list page is decoded and projected, and while a list is
+    applied. A page's objects (tens of thousands, acyclic) are alive at once: each collection they
+    set off would walk the whole cache, and the initial sync of 150,000 pods spent about 40% of
+    its CPU there. Refcounting frees them with the page; collection resumes right after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Gone(Exception):
@@ -528,18 +546,21 @@ class KubeClusterSource:
                 continue
             if status != 200:
                 raise _status_message(status, data)
-            doc = orjson.loads(data)
-            for item in doc.get("items") or []:
-                if not isinstance(item, dict):
-                    self._skip(item, ValueError("a listed item that is not a mapping"), served)
-                    continue
-                item["apiVersion"] = served.api_version
-                item["kind"] = served.kind
-                items.append(item)
-            meta = doc.get("metadata") or {}
+            with _collector_paused():
+                doc = orjson.loads(data)
+                for item in doc.get("items") or []:
+                    if not isinstance(item, dict):
+                        self._skip(item, ValueError("a listed item that is not a mapping"), served)
+                        continue
+                    item["apiVersion"] = served.api_version
+                    item["kind"] = served.kind
+                    items.append(project(item))  # the page's whole objects go with the page
+                meta = doc.get("metadata") or {}
+                del doc
             cont = meta.get("continue") or ""
             if not cont:
-                self._replace_all(store, served, items)
+                with _collector_paused():
+                    self._replace_all(store, served, items)
                 return str(meta.get("resourceVersion", ""))
 
     def _apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], served: ServedKind) -> bool:
@@ -630,7 +651,7 @@ class KubeClusterSource:
                 if kind == "ADDED" or kind == "MODIFIED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)
-                    self._apply(store.upsert, obj, served)
+                    self._apply(store.upsert, project(obj), served)
                 elif kind == "DELETED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)

@@ -31,6 +31,7 @@ from extender.model import nodematch, podaffinity, resources
 from extender.model.group import Membership, MembershipState
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement.layout import ClusterArrays
+from extender.state.projection import shared
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def is_live(pod: dict[str, Any]) -> bool:
     return not (pod.get("spec") or {}).get("schedulingGates")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one per pod: 150,000 of them
 class PodRecord:
     key: PodKey
     obj: dict[str, Any]
@@ -141,7 +142,7 @@ class ClusterStore:
         if kind == NODE:
             self._apply_node(obj, old)
         elif kind == POD:
-            self._apply_pod(obj)
+            self._apply_pod(obj, PodKey(key))
         if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
             self.grouping_gen += 1
         self._notify(event, kind, obj)
@@ -352,10 +353,9 @@ class ClusterStore:
             self.arrays.add(rec.bound_row, self.vector(rec.requests))
             rec.bound_row = -1
 
-    def _apply_pod(self, pod: dict[str, Any]) -> None:
-        key = PodKey(key_of(pod))
+    def _apply_pod(self, pod: dict[str, Any], key: PodKey) -> None:
         try:
-            reqs = resources.pod_requests(pod)
+            reqs = shared(resources.pod_requests(pod))  # never edited in place; most pods ask alike
         except resources.QuantityError as exc:
             log.warning("pod %s: %s; counting only its pod slot", key, exc)
             reqs = {resources.PODS: 1}

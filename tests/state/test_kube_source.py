@@ -145,6 +145,10 @@ async def test_watch_feeds_creates_updates_and_deletes(plane: ControlPlane, name
         make_pod(plane, namespace, "after")
         added = await store.wait_for(lambda op: op[:3] == ("upsert", "Pod", "after"))
         assert added[3]["apiVersion"] == "v1" and added[3]["metadata"]["resourceVersion"]
+        assert "managedFields" not in added[3]["metadata"], "the store gets the projection"
+        assert set(added[3]["spec"]["containers"][0]) <= {"name", "resources"}, (
+            "no image: what decisions read"
+        )
         plane.api.patch(f"/api/v1/namespaces/{namespace}/pods/after", {"metadata": {"labels": {"x": "1"}}})
         await store.wait_for(
             lambda op: op[1:3] == ("Pod", "after") and op[3]["metadata"].get("labels") == {"x": "1"}

@@ -1,0 +1,219 @@
+"""What the store keeps of each object: the fields the decisions read, nothing else.
+
+An API server's pod carries managedFields, container images, commands, env, probes, volumes and a
+full status; a node carries its image list, addresses and every condition. None of it is read
+here, and at 150,000 pods it is most of the service's memory. The sources apply `project` where
+objects enter the store: the live source to every listed item as its page is decoded (so a page's
+whole objects are dropped with the page) and to every watch event, the embedded cluster to every
+object it feeds (it keeps the whole objects itself, as an API server does).
+
+Pods and nodes are cut to what `extender/` reads of them (grouping, resources, nodematch,
+podaffinity, priority, disruption, the scheduler); any other kind loses only its managedFields
+and the last-applied annotation: they are few, and grouping reads their specs and statuses deeply.
+Parts equal across many objects (a Deployment's tolerations, owner, container resources) are
+kept once (`shared`). A field of an unexpected shape is kept
+as it came, so the decisions report it as they would have on the whole object.
+
+tests/state/test_projection.py runs the decisions on whole objects and on their projections.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import orjson
+
+from extender.model.keys import api_group
+
+DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+
+POD_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+)
+POD_SPEC = (
+    "nodeName",
+    "priority",
+    "priorityClassName",
+    "preemptionPolicy",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "schedulingGates",
+    "schedulingGroup",
+    "overhead",
+    "resources",
+)
+CONTAINER = ("name", "resources", "restartPolicy")
+POD_STATUS = ("phase",)
+NODE_METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
+NODE_SPEC = ("unschedulable", "taints")
+
+
+@functools.lru_cache(maxsize=4096)  # recent parts; a list brings a workload's pods together
+def _canonical(encoded: bytes) -> Any:
+    return orjson.loads(encoded)
+
+
+def shared(value: Any) -> Any:
+    """One object for every equal `value`: a Deployment's pods carry the same tolerations, owner,
+    labels and container resources, and 150,000 copies of each cost more than the rest of a pod.
+
+    The canonical copy is decoded from the encoding, so it is no source's object: a source that
+    edits its own objects in place (the embedded cluster) never edits another pod's part. Nothing
+    may edit a stored object's parts in place; sources replace objects, they do not patch them.
+    """
+    if not value or not isinstance(value, (dict, list)):
+        return value
+    try:
+        return _canonical(orjson.dumps(value))
+    except orjson.JSONEncodeError:  # nested past orjson's depth limit: kept as it came
+        return value
+
+
+def _name(value: Any) -> Any:
+    """Node names, namespaces and the like, one string each."""
+    return sys.intern(value) if type(value) is str else value
+
+
+def project(obj: dict[str, Any]) -> dict[str, Any]:
+    """The part of `obj` the store keeps; a new top-level mapping, sharing the kept values."""
+    kind = obj.get("kind")
+    if not api_group(str(obj.get("apiVersion", ""))):
+        if kind == "Pod":
+            return project_pod(obj)
+        if kind == "Node":
+            return project_node(obj)
+    return project_other(obj)
+
+
+def _pick(part: Any, fields: tuple[str, ...]) -> Any:
+    if not isinstance(part, dict):
+        return part
+    return {f: part[f] for f in fields if f in part}
+
+
+def _annotations(meta: dict[str, Any]) -> None:
+    notes = meta.get("annotations")
+    if isinstance(notes, dict) and not DROPPED_ANNOTATIONS.isdisjoint(notes):
+        meta["annotations"] = {k: v for k, v in notes.items() if k not in DROPPED_ANNOTATIONS}
+
+
+def _containers(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [_pick(c, CONTAINER) for c in value]
+
+
+def _pod_condition_read(cond: Any) -> bool:
+    """PodScheduled=False (kube-scheduler's last attempt failed) and DisruptionTarget (an eviction or
+    preemption under way) are the pod conditions read; a bound pod's PodScheduled=True, Ready and
+    the rest are not, and every running pod has them."""
+    if not isinstance(cond, dict):
+        return True
+    kind = cond.get("type")
+    return kind == "DisruptionTarget" or (kind == "PodScheduled" and cond.get("status") != "True")
+
+
+_SHARED_POD_METADATA = ("labels", "annotations", "ownerReferences")
+_NAMED_POD_METADATA = ("namespace", "creationTimestamp")
+_SHARED_POD_SPEC = ("tolerations", "nodeSelector", "affinity", "schedulingGates", "overhead", "resources")
+_NAMED_POD_SPEC = ("nodeName", "priorityClassName", "preemptionPolicy")
+
+
+def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"apiVersion": _name(pod.get("apiVersion")), "kind": _name(pod.get("kind"))}
+    if "metadata" in pod:
+        out["metadata"] = meta = _pick(pod["metadata"], POD_METADATA)
+        if isinstance(meta, dict):
+            _annotations(meta)
+            for field in _SHARED_POD_METADATA:
+                if field in meta:
+                    meta[field] = shared(meta[field])
+            for field in _NAMED_POD_METADATA:
+                if field in meta:
+                    meta[field] = _name(meta[field])
+    if "spec" in pod:
+        spec = pod["spec"]
+        out["spec"] = kept = _pick(spec, POD_SPEC)
+        if isinstance(spec, dict):
+            for field in _SHARED_POD_SPEC:
+                if field in kept:
+                    kept[field] = shared(kept[field])
+            for field in _NAMED_POD_SPEC:
+                if field in kept:
+                    kept[field] = _name(kept[field])
+            for field in ("containers", "initContainers"):
+                if field in spec:
+                    kept[field] = shared(_containers(spec[field]))
+    if "status" in pod:
+        status = pod["status"]
+        out["status"] = kept = _pick(status, POD_STATUS)
+        if isinstance(status, dict):
+            if "phase" in kept:
+                kept["phase"] = _name(kept["phase"])
+            conds = status.get("conditions")
+            if isinstance(conds, list):
+                read = [c for c in conds if _pod_condition_read(c)]
+                if read:
+                    kept["conditions"] = read
+            elif conds is not None:
+                kept["conditions"] = conds
+            out["status"] = shared(kept)  # most pods are Running and nothing else
+    return out
+
+
+def project_node(node: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"apiVersion": _name(node.get("apiVersion")), "kind": _name(node.get("kind"))}
+    if "metadata" in node:
+        out["metadata"] = _pick(node["metadata"], NODE_METADATA)
+    if "spec" in node:
+        out["spec"] = kept = _pick(node["spec"], NODE_SPEC)
+        if isinstance(kept, dict) and "taints" in kept:
+            kept["taints"] = shared(kept["taints"])
+    if "status" in node:
+        status = node["status"]
+        if not isinstance(status, dict):
+            out["status"] = status
+        else:
+            # capacity stands in for a missing allocatable (resources.node_allocatable)
+            kept = {f: shared(status[f]) for f in ("allocatable", "capacity") if f in status}
+            conds = status.get("conditions")
+            if isinstance(conds, list):
+                # only Ready's status is read; its heartbeat times would make every node's differ
+                ready = [
+                    _pick(c, ("type", "status"))
+                    for c in conds
+                    if not isinstance(c, dict) or c.get("type") == "Ready"
+                ]
+                if ready:
+                    kept["conditions"] = shared(ready)
+            elif conds is not None:
+                kept["conditions"] = conds
+            out["status"] = kept
+    return out
+
+
+def project_other(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    notes = meta.get("annotations")
+    if "managedFields" not in meta and not (
+        isinstance(notes, dict) and not DROPPED_ANNOTATIONS.isdisjoint(notes)
+    ):
+        return obj
+    out = dict(obj)
+    out["metadata"] = kept = {k: v for k, v in meta.items() if k != "managedFields"}
+    _annotations(kept)
+    return out
