@@ -43,6 +43,7 @@ POD_METADATA = (
 )
 POD_SPEC = (
     "nodeName",
+    "schedulerName",
     "priority",
     "priorityClassName",
     "preemptionPolicy",
@@ -55,7 +56,7 @@ POD_SPEC = (
     "resources",
 )
 CONTAINER = ("name", "resources", "restartPolicy")
-POD_STATUS = ("phase",)
+POD_STATUS = ("phase", "nominatedNodeName")
 NODE_METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
 NODE_SPEC = ("unschedulable", "taints")
 
@@ -128,7 +129,7 @@ def _pod_condition_read(cond: Any) -> bool:
 _SHARED_POD_METADATA = ("labels", "annotations", "ownerReferences")
 _NAMED_POD_METADATA = ("namespace", "creationTimestamp")
 _SHARED_POD_SPEC = ("tolerations", "nodeSelector", "affinity", "schedulingGates", "overhead", "resources")
-_NAMED_POD_SPEC = ("nodeName", "priorityClassName", "preemptionPolicy")
+_NAMED_POD_SPEC = ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy")
 
 
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -160,8 +161,9 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
         status = pod["status"]
         out["status"] = kept = _pick(status, POD_STATUS)
         if isinstance(status, dict):
-            if "phase" in kept:
-                kept["phase"] = _name(kept["phase"])
+            for field in ("phase", "nominatedNodeName"):
+                if field in kept:
+                    kept[field] = _name(kept[field])
             conds = status.get("conditions")
             if isinstance(conds, list):
                 read = [c for c in conds if _pod_condition_read(c)]

@@ -15,11 +15,12 @@ import pytest
 
 from extender.grouping import derive_membership
 from extender.model import nodematch, podaffinity, priority, resources
+from extender.scheduling import queues
 from extender.scheduling.disruption import _created_s, _deleted_at, _disruption_condition, _how
 from extender.scheduling.scheduler import _marked_unschedulable
 from extender.sim import driver
 from extender.sim.expand import expand
-from extender.sim.scenario import builtin_scenario, preemption_scenario
+from extender.sim.scenario import builtin_scenario, preemption_scenario, queue_scenario
 from extender.state import embedded, projection
 from extender.state.projection import project, shared
 from extender.state.store import ClusterStore, is_live, is_terminal
@@ -93,6 +94,9 @@ TERM = {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}
 ANTI = {"labelSelector": {"matchLabels": {"app": "a"}}, "topologyKey": "kubernetes.io/hostname"}
 PODS = [
     pod("plain"),
+    pod("of another scheduler", {"schedulerName": "default-scheduler"}),
+    pod("of ours", {"schedulerName": "gang-scheduler"}),
+    pod("nominated", {"priority": 1000}, {"phase": "Pending", "nominatedNodeName": "n1"}),
     pod("bound", {"nodeName": "n1"}, {"phase": "Running"}),
     pod("done", {"nodeName": "n1"}, {"phase": "Succeeded"}),
     pod("failed", {"nodeName": "n1"}, {"phase": "Failed"}),
@@ -202,6 +206,9 @@ def decisions(store: ClusterStore, p: dict[str, Any]) -> dict[str, Any]:
         ("created", lambda o: _created_s(types.SimpleNamespace(obj=o))),
         ("membership", lambda o: repr(derive_membership(o, store))),
         ("eligible", lambda o: None if (m := store.eligible_mask(o)) is None else m.tolist()),
+        ("another scheduler's", queues._another_schedulers),
+        ("queue", lambda o: queues.named_queue(store, None, o)),
+        ("nominated", lambda o: (o.get("status") or {}).get("nominatedNodeName")),
     ]:
         try:
             out[name] = fn(p)
@@ -270,7 +277,9 @@ def scenario_result(objects: list[dict[str, Any]], monkeypatch: pytest.MonkeyPat
     ), result.problems
 
 
-@pytest.mark.parametrize("scenario", [builtin_scenario, preemption_scenario], ids=lambda s: s.__name__)
+@pytest.mark.parametrize(
+    "scenario", [builtin_scenario, preemption_scenario, queue_scenario], ids=lambda s: s.__name__
+)
 def test_scenarios_schedule_the_same_on_projections(scenario: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     objects = scenario()
     assert any(o.get("kind") == "Pod" for o in expand(objects).objects)
