@@ -132,6 +132,7 @@ class Scheduler:
         self.node_names_gen = 0
         """Bumps when a node is added or removed: a list of names known before may no longer be."""
         self.exact_refusals_max = exact_refusals_max
+        self._all_rows = np.zeros(0, dtype=np.int32)  # 0..n_rows-1, for a fit over the whole cache
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -189,7 +190,10 @@ class Scheduler:
             return None
         arrays = self.store.arrays
         n = arrays.n_rows
-        refused = np.flatnonzero(~arrays.schedulable[:n] | (arrays.free[:n] < request).any(axis=1))
+        if len(self._all_rows) != n:
+            self._all_rows = np.arange(n, dtype=np.int32)
+        fits = placement.fit_mask(arrays, self._all_rows, request)
+        refused = np.flatnonzero(~(fits & arrays.schedulable[:n]))
         if len(refused) > self.exact_refusals_max:
             refused = refused[~arrays.schedulable[refused] | np.isin(refused, self._constrained_rows())]
         names = self.store.row_names
