@@ -607,6 +607,9 @@ class Bench:
             fast = delta(e1, e0, "gang_extender_filter_fast_path_total")
             if fast:
                 row["filter_fast_path"] = int(fast)
+            plain_fast = delta(e1, e0, "gang_extender_filter_plain_fast_path_total")
+            if plain_fast:
+                row["filter_plain_fast_path"] = int(plain_fast)
         await self.clean(namespace, gangs=bool(gangs))
         return row
 
