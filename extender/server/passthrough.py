@@ -11,20 +11,26 @@ as bytes, until a node is added or removed.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import orjson
 
 from extender.scheduling.scheduler import Scheduler
 from extender.server import wire
 
 _LISTS_KEPT = 4
 _REFUSALS_SEARCHED = 64  # refused names looked for in the raw array; more: decode it
+# A name JSON writes byte for byte (no quote, backslash or control character to escape).
+_RAW_NAME = re.compile(r'[^"\\\x00-\x1f]+')
 
 
 class Passthrough:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        self._gen = -1  # the scheduler's node_names_gen the lists below were checked at
+        self._gen = -1  # the scheduler's node_names_gen the fields below were made at
         self._known: list[bytes] = []  # NodeNames arrays, raw, whose every name the cache holds
+        self._names: frozenset[bytes] = frozenset()  # the cache's node names that JSON writes as is
 
     def reply(self, body: bytes, pod: dict[str, Any]) -> bytes | None:
         """The filter reply for `pod` (peeked from `body`, already checked), or None: the general path
@@ -38,28 +44,32 @@ class Passthrough:
             return None
         if scheduler.node_names_gen != self._gen:
             self._gen, self._known = scheduler.node_names_gen, []
-        if len(refusals) <= _REFUSALS_SEARCHED:
-            # names need no JSON escaping: a refused name not quoted in the array is not offered
+            self._names = frozenset(n.encode() for n in scheduler.store.node_rows if _RAW_NAME.fullmatch(n))
+        raw = b"\\" not in array  # no escape sequence: each name's bytes are the name itself
+        if raw and len(refusals) <= _REFUSALS_SEARCHED:
+            # a refused name not found quoted in the array is not offered
             refusals = frozenset(n for n in refusals if b'"%s"' % n.encode() in array)
         if not refusals and array in self._known:
             scheduler.plain_passed(pod)
             return wire.filter_echo(array)
-        names = wire.node_names(array)
-        if not names:
-            return None  # empty or malformed: the general path says why
-        scheduler.check_known(names)
+        shaped = raw and array.startswith(b'["') and array.endswith(b'"]')
+        parts = array[2:-2].split(b'","') if shaped else None
+        if parts is None or not self._names.issuperset(parts):
+            # the exact check, on decoded names: an unknown one is an HTTP 400
+            names = wire.node_names(array)
+            if not names:
+                return None  # empty or malformed: the general path says why
+            scheduler.check_known(names)
+            parts = [n.encode() for n in names]
+        # every name is known (a part equal to a known name's bytes, with no escape in the array, is it)
         self._known = [array, *self._known[: _LISTS_KEPT - 1]]
         if refusals:
-            passed = [n for n in names if n not in refusals]
-            if not passed:
+            refused = {n.encode() for n in refusals}
+            kept = [p for p in parts if p not in refused]
+            if not kept:
                 return None  # refused everywhere: the general path gives the reason
-            if len(passed) < len(names):
+            if len(kept) < len(parts):
                 scheduler.plain_passed(pod)
-                return wire.filter_result(
-                    args=wire.ExtenderArgs(pod=pod, node_names=names, nodes=None),
-                    passed=passed,
-                    failed=None,
-                    unresolvable=None,
-                )
+                return wire.filter_echo(orjson.dumps([p.decode() for p in kept]))
         scheduler.plain_passed(pod)
         return wire.filter_echo(array)

@@ -133,3 +133,19 @@ async def test_a_gangs_release_keeps_its_nodes_refused_to_plain_pods_while_they_
     # the service bound them itself; a kube-scheduler that has not seen it offers their nodes
     assert await passed_by(svc, "p", ["n2", "n3", "n4"]) == ["n4"]
     svc.check_invariants()
+
+
+async def test_names_written_with_escapes_are_decoded_before_they_are_judged(make_service):
+    svc = await make_service(world())
+
+    async def post_raw(names: list[str], escaped: bytes, as_: bytes) -> tuple[int, bytes]:
+        doc = {"Pod": svc.pod("p"), "Nodes": None, "NodeNames": names}
+        resp = await svc.client.post("/filter", data=orjson.dumps(doc).replace(escaped, as_))
+        return resp.status, await resp.read()
+
+    # n0 (full) spelled \u006e0: still n0, still refused
+    status, body = await post_raw(["n0", "n4"], b'"n0"', b'"\\u006e0"')
+    assert status == 200 and orjson.loads(body)["NodeNames"] == ["n4"]
+    # an unknown name spelled with an escape is still unknown
+    status, body = await post_raw(["n4", "gh"], b'"gh"', b'"\\u0067h"')
+    assert status == 400 and "unknown to the extender's cluster cache: 'gh'" in body.decode()
