@@ -8,7 +8,9 @@ Both services run as separate processes on loopback; one client sends filter cal
 noise from other tenants falls on both. Cases per cluster size:
 
 - null:          the null handler (bench/null_extender.py)
-- plain:         a plain pod: fit mask over every offered node, the general path
+- plain:         a plain pod, offered the same list each call (its fast path compares it as bytes)
+- plain-shuffled: a plain pod offered the names in a new order each call, as kube-scheduler's parallel
+                 filters return them (its fast path decodes and checks every name)
 - gang-plan:     a gang's first member with quorum present: plans and reserves 8 pods in a rack
 - gang-planned:  a member whose plan already names its node: answered without decoding the names
 - gang-all:      every gang member's filter call together (1 planning + 7 planned calls per gang)
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -198,6 +201,7 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
                 samples: dict[str, list[float]] = {
                     "null": [],
                     "plain": [],
+                    "plain-shuffled": [],
                     "gang-plan": [],
                     "gang-planned": [],
                 }
@@ -210,9 +214,18 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
                     samples[case].append(ms)
                     return doc
 
+                rng = random.Random(15)
+                shuffled = []
+                for _ in range(16):
+                    order = list(names)
+                    rng.shuffle(order)
+                    shuffled.append(filter_body(pods["plain"], order))
                 for _ in range(rounds):
                     await timed("null", null, plain_body)
                     await timed("plain", real, plain_body)
+                for i in range(rounds):  # after "plain": its list stays among those the service knows
+                    await timed("null", null, shuffled[i % len(shuffled)])
+                    await timed("plain-shuffled", real, shuffled[i % len(shuffled)])
                 for g in range(n_gangs):
                     await timed("null", null, plain_body)
                     doc = await timed("gang-plan", real, filter_body(pods[f"gang-{g}-0"], names))

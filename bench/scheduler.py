@@ -1,6 +1,6 @@
 """End-to-end scheduling throughput through a real kube-scheduler 1.20 calling the service, side by side.
 
-    python -m bench.scheduler [--quick] [--nodes 1000] [--pods 2000] [--series 3] [--configs A,B,C,D,E]
+    python -m bench.scheduler [--quick] [--nodes 1000] [--pods 2000] [--series 3] [--configs A,B,C,D,E,N]
 
 One loopback control plane (tests/e2e/controlplane/start.py: etcd + kube-apiserver; the
 controller-manager is left out, nothing here needs it) with fake Nodes (cpu 64, memory 256Gi,
@@ -14,11 +14,13 @@ fresh kube-scheduler and a fresh `python -m extender serve --kubeconfig`:
 - E: configuration B with kube-scheduler's own bin-packing score (NodeResourcesMostAllocated in place of
      NodeResourcesLeastAllocated and NodeResourcesBalancedAllocation), the in-tree alternative to our
      prioritize for plain pods
+- N: the null extender (bench/null_extender.py --echo) with E's verbs and scoring: filter passes every
+     offered node, bind POSTs the Binding; the yardstick of E (issue 15: E keeps at least 0.95x of N)
 - F (only on request): configuration C with D's gangs
 
 Rate = pods / (first create sent -> last spec.nodeName seen on a watch), after one warm-up pod.
 Pods are created 32 at a time with aiohttp (token auth), in order, so a gang's members arrive together.
-Every run prints one JSON object; the summary prints medians, ratios to A in the same series, and a
+Every run prints one JSON object; the summary prints medians, ratios to A and to N in the same series, and a
 Markdown table. Per-process CPU comes from /proc; the scheduling-cycle time from kube-scheduler's
 scheduler_scheduling_algorithm_duration_seconds (its insecure metrics port, which 1.20 still has);
 "other cores" is what the rest of the machine (other tenants) used during the run.
@@ -85,6 +87,7 @@ class Variant:
     verbs: tuple[str, ...]  # empty: no extender at all
     gangs: bool = False
     most_allocated: bool = False  # in-tree bin-packing score in place of NodeResourcesLeastAllocated
+    null: bool = False  # the null extender in place of the service
 
 
 VARIANTS = {
@@ -93,6 +96,9 @@ VARIANTS = {
     "C": Variant("C", "+ filter + prioritize + bind", ("filter", "prioritize", "bind", "preempt")),
     "D": Variant("D", "B with gangs of 8 in one rack", ("filter", "bind", "preempt"), gangs=True),
     "E": Variant("E", "B + in-tree MostAllocated", ("filter", "bind", "preempt"), most_allocated=True),
+    "N": Variant(
+        "N", "null extender, E's verbs", ("filter", "bind", "preempt"), most_allocated=True, null=True
+    ),
     # Not in the default run: shows that gang members are never prioritized (their filter answer holds
     # one node, and kube-scheduler skips scoring when one node is feasible).
     "F": Variant(
@@ -148,11 +154,13 @@ class Proc:
             self.popen.wait(timeout=5)
 
 
-def spawn(name: str, argv: list[str], *, workdir: Path) -> Proc:
+def spawn(name: str, argv: list[str], *, workdir: Path, cwd: Path | None = None) -> Proc:
     log = workdir / f"{name}.log"
     with open(log, "wb") as fh:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        popen = subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd
+        )
     return Proc(name, popen, log)
 
 
@@ -363,12 +371,17 @@ class Bench:
 
     # -- processes ---------------------------------------------------------------------------
 
-    def start_service(self, tag: str) -> tuple[Proc, str]:
+    def start_service(self, tag: str, *, null: bool = False) -> tuple[Proc, str]:
         port = free_port()
         python = REPO / ".venv" / "bin" / "python"
         argv = [str(python if python.exists() else sys.executable), "-m", "extender", "serve"]
         argv += ["--kubeconfig", self.plane.kubeconfig, "--port", str(port), "--log-level", "WARNING"]
-        proc = spawn(f"service-{tag}", argv, workdir=self.workdir)
+        if null:
+            token = self.workdir / "null-token"
+            token.write_text(TOKEN)
+            argv = [argv[0], "-m", "bench.null_extender", "--echo", "--port", str(port)]
+            argv += ["--api-server", self.plane.server, "--token-file", str(token)]
+        proc = spawn(f"service-{tag}", argv, workdir=self.workdir, cwd=REPO)
         url = f"http://127.0.0.1:{port}"
 
         def ready() -> bool:
@@ -489,7 +502,7 @@ class Bench:
             service: Proc | None = None
             t_start = time.monotonic()
             if variant.verbs:
-                service, url = self.start_service(tag)
+                service, url = self.start_service(tag, null=variant.null)
                 procs.append(service)
             t_service = time.monotonic() - t_start
             scheduler, metrics_url = self.start_scheduler(variant, url=url, tag=tag)
@@ -594,6 +607,9 @@ class Bench:
             fast = delta(e1, e0, "gang_extender_filter_fast_path_total")
             if fast:
                 row["filter_fast_path"] = int(fast)
+            plain_fast = delta(e1, e0, "gang_extender_filter_plain_fast_path_total")
+            if plain_fast:
+                row["filter_plain_fast_path"] = int(plain_fast)
         await self.clean(namespace, gangs=bool(gangs))
         return row
 
@@ -640,6 +656,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for nodes in sorted({r["nodes"] for r in rows}):
         at = [r for r in rows if r["nodes"] == nodes]
         a_by_series = {r["series"]: r["pods_per_s"] for r in at if r["config"] == "A"}
+        n_by_series = {r["series"]: r["pods_per_s"] for r in at if r["config"] == "N"}
         for cfg in sorted({r["config"] for r in at}):
             runs = [r for r in at if r["config"] == cfg]
             rates = [r["pods_per_s"] for r in runs]
@@ -654,8 +671,15 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "pods_per_s_median": round(statistics.median(rates), 1),
                 "runs": rates,
                 "ratio_to_A_median": round(statistics.median(ratios), 2) if ratios else None,
+                "ratios_to_N": [
+                    round(r["pods_per_s"] / n_by_series[r["series"]], 2)
+                    for r in runs
+                    if n_by_series.get(r["series"])
+                ],
                 "all_complete": all(r["complete"] for r in runs),
             }
+            to_n = row["ratios_to_N"]
+            row["ratio_to_N_median"] = round(statistics.median(to_n), 2) if to_n else None
             for key in (
                 "cycle_ms_per_attempt",
                 "cpu_ms_per_pod_scheduler",
@@ -679,12 +703,14 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(summary: list[dict[str, Any]]) -> str:
     head = (
-        "| nodes | config | pods/s median (runs) | ratio to A | cycle ms/attempt | scheduler CPU ms/pod "
-        "| service CPU ms/pod | filter ms | prioritize ms | bind ms | gangs/s | nodes used | other cores |"
+        "| nodes | config | pods/s median (runs) | ratio to A | ratio to N | cycle ms/attempt "
+        "| scheduler CPU ms/pod | service CPU ms/pod | filter ms | prioritize ms | bind ms | gangs/s "
+        "| nodes used | other cores |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     keys = (
         "ratio_to_A_median",
+        "ratio_to_N_median",
         "cycle_ms_per_attempt",
         "cpu_ms_per_pod_scheduler",
         "cpu_ms_per_pod_service",
@@ -734,7 +760,7 @@ def parse(argv: list[str] | None) -> Settings:
         "--series", type=int, default=None, help="series of all configurations per size (default 3; quick 2)"
     )
     parser.add_argument(
-        "--configs", default="A,B,C,D,E", help="configurations in run order (default A,B,C,D,E)"
+        "--configs", default="A,B,C,D,E,N", help="configurations in run order (default A,B,C,D,E,N)"
     )
     parser.add_argument("--pod-cpu", default="10m", help="cpu request of every pod (default 10m)")
     parser.add_argument("--run-timeout-s", type=float, default=180.0, help="give up on a run after this long")

@@ -76,6 +76,8 @@ from extender.model.queue import (
 )
 from extender.state.store import POD, ClusterStore, is_live, is_terminal
 
+QUEUE_KIND_KEY = (QUEUE_API_GROUP, QUEUE_KIND)
+"""The store's key for Queue objects: queues are in use when it holds any."""
 TRACKED = tuple(RESOURCES.values())
 """The resources queues account for, in this project's names."""
 

@@ -52,8 +52,9 @@ from extender.scheduling.decisions import (
 )
 from extender.scheduling.ledger import Expiry, GangLedger, Preemption, Victim
 from extender.scheduling.reasons import ReasonsTold
+from extender.scheduling.settling import SettlingRows
 from extender.scheduling.status import group_status
-from extender.state.store import POD, ClusterStore, PodRecord, is_live, kind_of
+from extender.state.store import NODE, POD, ClusterStore, PodRecord, is_live, is_terminal, kind_of
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,8 @@ class Scheduler:
         native_gang_scheduling: bool = False,
         preemption_hold_s: float = 60.0,
         default_queue: str = "default-queue",
+        settle_s: float = 5.0,
+        exact_refusals_max: int = 64,
     ) -> None:
         self.store = store
         self.ledger = ledger
@@ -147,6 +150,11 @@ class Scheduler:
         self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
         self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
+        self.settling = SettlingRows(settle_s=settle_s, clock=ledger.clock)
+        self.node_names_gen = 0
+        """Bumps when a node is added or removed: a list of names known before may no longer be."""
+        self.exact_refusals_max = exact_refusals_max
+        self._all_rows = np.zeros(0, dtype=np.int32)  # 0..n_rows-1, for a fit over the whole cache
         store.add_listener(self._on_change)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
@@ -162,12 +170,70 @@ class Scheduler:
         try:
             return np.fromiter(map(rows.__getitem__, node_names), dtype=np.int32, count=len(node_names))
         except KeyError:
-            unknown = [n for n in node_names if n not in rows]
-            shown = ", ".join(repr(n[:64]) for n in unknown[:5])
-            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-            raise UnknownNodesError(
-                f"{len(unknown)} node name(s) unknown to the extender's cluster cache: {shown}{more}"
-            ) from None
+            raise self._unknown_nodes(node_names) from None
+
+    def check_known(self, node_names: Sequence[str]) -> None:
+        """Raise UnknownNodesError (the caller's input, HTTP 400) when a name is not in the cache."""
+        if not all(map(self.store.node_rows.__contains__, node_names)):
+            raise self._unknown_nodes(node_names)
+
+    def _unknown_nodes(self, node_names: Sequence[str]) -> UnknownNodesError:
+        unknown = [n for n in node_names if n not in self.store.node_rows]
+        shown = ", ".join(repr(n[:64]) for n in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        return UnknownNodesError(
+            f"{len(unknown)} node name(s) unknown to the extender's cluster cache: {shown}{more}"
+        )
+
+    def plain_refusals(self, pod: dict[str, Any]) -> frozenset[str] | None:
+        """For a plain pod: the nodes it must not have; every other known node passes. None: the
+        general path decides (a gang, a plan, a topology, a preemptor's forgiveness, a resource no
+        node offers, anything unusual).
+
+        The rows where the pod does not fit (or that are not schedulable) are found over the whole
+        cache at once, without mapping offered names to rows. When they are few (up to
+        `exact_refusals_max`) they are all refused: exactly what `_filter_single` refuses. When they
+        are many (a full cluster), only those where this cache can know more than kube-scheduler's,
+        whose own fit ran on its cache before this call, are refused: rows holding reservations
+        (plans, binds, preemptions), not schedulable here, or whose room changed within the settle
+        time (`settling`); kube-scheduler did not offer the others.
+        """
+        key, uid = _pod_identity(pod)
+        if not self._gated_natively(pod):
+            m = self.store.membership_of(pod)
+            group = m.group if m.state is MembershipState.MEMBER else None
+            if group is None or group.source is not Source.SINGLE_POD:
+                return None
+        ledger = self.ledger
+        if ledger.planned(key) is not None or ledger.gang_of(key) is not None or uid in self.evictions:
+            return None
+        if self.store.objects.get(queues.QUEUE_KIND_KEY):
+            return None  # queues in use: a plain pod counts against its queue's limits (_filter_single)
+        request, missing = self.store.request_vector(self._requests(pod, key, uid))
+        if missing:
+            return None
+        arrays = self.store.arrays
+        n = arrays.n_rows
+        if len(self._all_rows) != n:
+            self._all_rows = np.arange(n, dtype=np.int32)
+        fits = placement.fit_mask(arrays, self._all_rows, request)
+        refused = np.flatnonzero(~(fits & arrays.schedulable[:n]))
+        if len(refused) > self.exact_refusals_max:
+            refused = refused[~arrays.schedulable[refused] | np.isin(refused, self._constrained_rows())]
+        names = self.store.row_names
+        return frozenset(names[r] for r in refused.tolist() if r in names)
+
+    def plain_passed(self, pod: dict[str, Any]) -> None:
+        """A plain pod passed on `plain_refusals`: what `filter` notes of a pass."""
+        key = _pod_identity(pod)[0]
+        self.ledger.note_answer(key, turned_away=False)
+        self.told.forget_pod(key)
+
+    def _constrained_rows(self) -> np.ndarray:
+        """Rows where this cache may know more than kube-scheduler's: held, settling (cordoned rows
+        are refused whatever their number)."""
+        held = [res.row for res in self.store.reservations.values()]
+        return np.concatenate([np.asarray(held, dtype=np.int64), self.settling.rows()])
 
     def node_usable(self, node: str) -> bool:
         row = self.store.node_rows.get(node)
@@ -1113,10 +1179,23 @@ class Scheduler:
         return out
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
-        """A pod deleted or bound is no longer ours to tell: its entry goes (bounded memory)."""
+        """A pod deleted or bound is no longer ours to tell: its entry goes (bounded memory). A node
+        changed or a pod seen bound: the row settles (see `plain_refusals`)."""
+        meta = obj.get("metadata") or {}
+        if kind == NODE:
+            if event != "MODIFIED":
+                self.node_names_gen += 1
+            row = self.store.node_rows.get(str(meta.get("name", "")))
+            if row is not None:
+                self.settling.mark(row)
+            return
         if kind != POD:
             return
-        meta = obj.get("metadata") or {}
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node and event != "DELETED" and not is_terminal(obj):
+            row = self.store.node_rows.get(node)
+            if row is not None:
+                self.settling.mark(row)
         if event == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
             self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
             self.evictions.forget(str(meta.get("uid") or ""))

@@ -37,6 +37,7 @@ from extender.scheduling.scheduler import Scheduler
 from extender.scheduling.status import status_now
 from extender.server import wire
 from extender.server.metrics import Metrics
+from extender.server.passthrough import Passthrough
 from extender.state.source import BindError, ClusterSource, SourceFatalError
 from extender.state.store import ClusterStore
 
@@ -54,6 +55,7 @@ PROBE_PORT = web.AppKey("probe_port", int)  # the bound port of --probe-host; 0:
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 PODGROUPER = web.AppKey("podgrouper", object)  # a Podgrouper, or None with --podgrouper=false
 DISRUPTION = web.AppKey("disruption", GangDisruption)
+PASSTHROUGH = web.AppKey("passthrough", Passthrough)
 
 Clock = Callable[[], float]
 
@@ -184,6 +186,16 @@ async def handle_filter(request: web.Request) -> web.Response:
                         }
                     )
                 )
+            try:
+                reply = app[PASSTHROUGH].reply(body, pod)
+            except UnknownNodesError:
+                raise  # the caller's input: HTTP 400
+            except Exception:
+                log.exception("plain filter failed for pod %s; deciding in full", _pod_ref(pod))
+                reply = None
+            if reply is not None:
+                app[METRICS].plain_fast_path.inc()
+                return _json(reply)
         args = wire.parse_extender_args(body)
         try:
             decision = scheduler.filter(args.pod, args.node_names)
@@ -760,6 +772,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler
+    app[PASSTHROUGH] = Passthrough(scheduler)
     app[PODGROUPER] = Podgrouper(store, clock=clock) if settings.cluster.podgrouper else None
     app[DISRUPTION] = GangDisruption(store, ledger, stale_grace_s=settings.gang.stale_grace_s, clock=clock)
     app[METRICS] = Metrics()

@@ -84,6 +84,11 @@ class Metrics:
             "Filter calls answered from a plan without decoding node names",
             registry=r,
         )
+        self.plain_fast_path = Counter(
+            "gang_extender_filter_plain_fast_path",
+            "Filter calls for plain pods answered by checking only held, cordoned or settling nodes",
+            registry=r,
+        )
         self.gangs_bound = Counter(
             "gang_extender_gangs_bound", "Gangs whose quorum was bound together", registry=r
         )

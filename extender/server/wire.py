@@ -431,6 +431,38 @@ def names_contain(body: bytes, node: str) -> bool:
     return body.find(b'"' + node.encode() + b'"', start, end) >= 0
 
 
+def names_array(body: bytes) -> bytes | None:
+    """The NodeNames array of a body shaped as `names_contain` requires, as its raw bytes `[…]`, not
+    decoded; None for any other shape. The bytes are not checked: decode them before trusting them."""
+    start = body.find(_NODES_KEY)
+    if start < 0 or not body.startswith(_NAMES_AFTER_NODES, start + len(_NODES_KEY)):
+        return None
+    start += len(_NODES_KEY) + len(_NAMES_AFTER_NODES) - 1
+    end = body.find(b"]", start)
+    if end < 0 or body[end + 1 :].strip() != b"}":
+        return None
+    return body[start : end + 1]
+
+
+def node_names(array: bytes) -> list[str] | None:
+    """A NodeNames array from `names_array`, decoded; None unless it is a JSON array of strings."""
+    try:
+        names = orjson.loads(array)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(names, list) or not set(map(type, names)) <= {str}:
+        return None
+    return names
+
+
+def filter_echo(array: bytes) -> bytes:
+    """A cache-mode filter reply passing exactly the nodes of `array` (a checked NodeNames array)."""
+    return b'{"Nodes":null,"NodeNames":' + array + _ECHO_TAIL
+
+
+_ECHO_TAIL = b',"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
+
+
 def parse_binding_args(body: bytes) -> BindingArgs:
     doc = _loads(body)
     values = {}

@@ -3,7 +3,10 @@
 A seeded driver plays kube-scheduler against the real HTTP service (built as the `make_service`
 fixture builds it, over an embedded cluster whose binds can fail or be slow) and interleaves at
 random: filters for pending pods, offered the nodes kube-scheduler's own filters pass (schedulable,
-room for the pod beside the bound and assumed pods), a subset of them, or all but the planned node;
+room for the pod beside the bound and assumed pods, its cache missing, at times, the pods bound in the
+last seconds whose bind call is over: a cache that lags the watch), a subset of them, or all but the
+planned node; plain pods answered on their fast path, which some seeds make trust kube-scheduler's fit
+everywhere but on held, cordoned and settling nodes (exact_refusals_max=0);
 binds launched as concurrent tasks on a passed node (kube-scheduler's binding goroutines); the fake
 clock moving (barrier timeouts, backoffs); nodes gaining a new extended resource, cordoned, deleted
 or added; a filter for a pod asking for a resource no node has; pending gang members replaced by a
@@ -18,7 +21,9 @@ After every step it checks, from the API's objects and the service's public surf
   flight, or after the API refused part of its release (it binds pods one at a time);
 - no bind call outlives kube-scheduler's httpTimeout, counted on the service's clock;
 - no verb answers HTTP 500, HTTP 400 to a well-formed call, or an internal error, the cache takes
-  every watch event, and a filter that passes no node says why.
+  every watch event, and a filter that passes no node says why;
+- a plain pod's filter passes only nodes where it fits as the API stands, whatever kube-scheduler's
+  lagging cache offered.
 Then faults and churn stop and the driver schedules every pending pod until two rounds change
 nothing: no gang is partially bound, except one the API left short whose domain has no room left
 for its missing members (it could not heal); every gang whose quorum fits is bound; every member
@@ -193,11 +198,15 @@ class Faults:
 class FlakyCluster(EmbeddedCluster):
     """The embedded API server, whose binds fail or take a while as a busy or failing one's do."""
 
-    def __init__(self, objects, *, faults: Faults, api: ApiBinds) -> None:
+    def __init__(
+        self, objects, *, faults: Faults, api: ApiBinds, bound_at: dict[str, float], clock: FakeClock
+    ) -> None:
         super().__init__(objects)
         self.faults = faults
         self.api = api
         self.dead = False  # the process that used it is gone: its in-flight writes never land
+        self.bound_at = bound_at  # pod -> when the API wrote its binding (the driver's clock)
+        self.clock = clock
 
     async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
         self.api.start(name)
@@ -212,6 +221,7 @@ class FlakyCluster(EmbeddedCluster):
             if fail:
                 raise BindError("injected: the API server refused the binding (etcd unavailable)")
             wrote = True
+            self.bound_at[name] = self.clock.now
             await super().bind_pod(namespace=namespace, name=name, uid=uid, node=node)
             error = ""
         except BaseException as exc:
@@ -329,6 +339,14 @@ class Driver:
         self.last_bind: dict[str, str] = {}
         self.debug: list[dict] = []
         self.counter = 0
+        # its own stream, so that the seeds' other draws stay as they were
+        self.lag_rng = random.Random(seed * 104729 + 3)
+        self.trust_fit = self.lag_rng.random() < 0.5  # plain pods: refusals outside held/settling rows
+        self.bound_at: dict[str, float] = {}
+        self.lag_s = 0.0  # how far behind the watch kube-scheduler's cache is, this schedule step
+        for i in range(self.lag_rng.choice((0, 2, 4))):  # more plain pods among the gangs' releases
+            self.objects.append(make_pod(f"small-{i}", cpu="1"))
+            self.plain.append(f"small-{i}")
 
     # ------------------------------------------------------------------ service
     async def start(self, cluster: FlakyCluster) -> None:
@@ -339,6 +357,8 @@ class Driver:
         self.clients.append(client)
         await wait_ready(client)
         self.svc = Service(client, cluster, self.clock)
+        if self.trust_fit:
+            self.svc.scheduler.exact_refusals_max = 0
 
     def log(self, line: str) -> None:
         self.lines.append(f"{self.step:03d} t=+{self.clock.now - 1000:.1f}s {line}")
@@ -376,8 +396,12 @@ class Driver:
         the pods bound there and those it assumed there while their binds are in flight."""
         pods, nodes = self.pods(), self.nodes()
         used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-        for p in pods.values():
+        busy = self.in_flight()
+        recent = self.clock.now - self.lag_s
+        for n, p in pods.items():
             if p["spec"].get("nodeName"):
+                if self.lag_s and n not in busy and self.bound_at.get(n, -1.0) > recent:
+                    continue  # kube-scheduler's cache has not seen this binding yet
                 used[p["spec"]["nodeName"]].update(pod_requests(p))
         for b in self.binds:
             if not b.task.done() and b.pod in pods and not pods[b.pod]["spec"].get("nodeName"):
@@ -415,6 +439,15 @@ class Driver:
             self.fail(f"filter {name} passed no node and gave no reason: {out}")
         if set(passed) - set(offered):
             self.fail(f"filter {name} passed nodes it was not offered: {sorted(set(passed) - set(offered))}")
+        if passed and name in self.plain and name != "wants-foo":
+            # whatever kube-scheduler's cache missed, a plain pod is passed only where it fits as the
+            # API stands: the bound pods and the binds in flight (its fast path keeps held and
+            # settling nodes checked)
+            lag_s, self.lag_s = self.lag_s, 0.0
+            no_room = sorted(set(passed) - set(self.with_room(name)))
+            self.lag_s = lag_s
+            if no_room:
+                self.fail(f"filter {name} passed nodes without room for it: {no_room}")
         self.last_filter[name] = f"passed {passed}" if passed else reason
         self.log(f"filter {name} offered {len(offered)} -> {passed if passed else reason}")
         return passed
@@ -607,7 +640,15 @@ class Driver:
         self.api.progress(flush=True)
         await self.spin()
         await old.client.close()
-        await self.start(FlakyCluster(old.cluster.all_objects(), faults=self.faults, api=self.api))
+        await self.start(
+            FlakyCluster(
+                old.cluster.all_objects(),
+                faults=self.faults,
+                api=self.api,
+                bound_at=self.bound_at,
+                clock=self.clock,
+            )
+        )
 
     # ------------------------------------------------------------------ invariants
     def bound(self) -> dict[str, str]:
@@ -688,7 +729,11 @@ class Driver:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> None:
-        await self.start(FlakyCluster(self.objects, faults=self.faults, api=self.api))
+        await self.start(
+            FlakyCluster(
+                self.objects, faults=self.faults, api=self.api, bound_at=self.bound_at, clock=self.clock
+            )
+        )
         self.log(
             f"world: nodes {sorted(self.nodes())}; gangs "
             + "; ".join(
@@ -723,8 +768,11 @@ class Driver:
                 if pending:
                     picked = self.rng.sample(pending, min(len(pending), self.rng.randint(1, 5)))
                     mode = self.rng.choices(("all", "subset", "not-planned"), (6, 2, 2))[0]
-                    self.log(f"schedule {picked} offering {mode}")
+                    # below the service's settle time (5 s): how long kube-scheduler may lag the watch
+                    self.lag_s = self.lag_rng.choice((0.0, 0.0, 1.0, 3.0, 4.5))
+                    self.log(f"schedule {picked} offering {mode}, kube-scheduler {self.lag_s}s behind")
                     await self.schedule(picked, mode)
+                    self.lag_s = 0.0
             elif kind == "clock":
                 await self.advance(self.rng.choice((0.5, 1.0, 2.0, 3.0, 5.5, 11.0)))
             elif kind == "let-run":

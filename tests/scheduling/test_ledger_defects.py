@@ -336,6 +336,7 @@ async def test_a_value_error_of_our_own_is_an_internal_error_not_a_400(make_serv
         raise ValueError("operands could not be broadcast together with shapes (5,) (6,)")
 
     monkeypatch.setattr(svc.scheduler, "filter", broken)
+    monkeypatch.setattr(svc.scheduler, "plain_refusals", broken)  # the plain pods' path falls back
     doc = await svc.filter("plain")  # asserts HTTP 200
     assert doc["Error"].startswith("internal error in gang-extender filter: operands could not be broadcast")
 

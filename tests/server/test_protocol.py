@@ -222,12 +222,14 @@ async def test_an_internal_fault_answers_in_the_error_field_and_logs_the_pod(
         raise RuntimeError("placement state is inconsistent")
 
     monkeypatch.setattr(svc.scheduler, "filter", broken)
+    monkeypatch.setattr(svc.scheduler, "plain_refusals", broken)  # the plain pods' path falls back
     status, body = await svc.post("filter", args_names(pod, ["n000"]))
     assert status == 200
     doc = orjson.loads(body)
     assert set(doc) == FILTER_KEYS
     assert doc["Error"] == "internal error in gang-extender filter: placement state is inconsistent"
-    assert any("filter failed for pod ml/p" in r.getMessage() for r in caplog.records)
+    assert any("plain filter failed for pod ml/p" in r.getMessage() for r in caplog.records)
+    assert any(r.getMessage().startswith("filter failed for pod ml/p") for r in caplog.records)
     text = await (await svc.client.get("/metrics")).text()
     assert 'gang_extender_internal_errors_total{verb="filter"} 1.0' in text
     monkeypatch.setattr(svc.scheduler, "bind", broken)
