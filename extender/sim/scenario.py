@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -170,15 +171,21 @@ def _contention_jobset(name: str) -> dict[str, Any]:
     }
 
 
-def preemption_scenario() -> list[dict[str, Any]]:
-    """Its own cluster, the PriorityClasses, the running low-priority gangs and the urgent JobSet."""
+def _gpu_racks(block: str, racks: Sequence[str], per_rack: int) -> list[dict[str, Any]]:
+    """A small scenario's own cluster: `per_rack` 8-GPU nodes named `<rack>-n<i>` in each rack."""
     objects: list[dict[str, Any]] = []
-    for rack in PREEMPTION_RACKS:
-        for i in range(PREEMPTION_NODES_PER_RACK):
+    for rack in racks:
+        for i in range(per_rack):
             name = f"{rack}-n{i}"
-            labels = {BLOCK: "p", RACK: rack, HOSTNAME: name}
+            labels = {BLOCK: block, RACK: rack, HOSTNAME: name}
             alloc = {"cpu": "16", "memory": "64Gi", "pods": "110", GPU: "8"}
             objects.append(node(name, labels=labels, allocatable=alloc))
+    return objects
+
+
+def preemption_scenario() -> list[dict[str, Any]]:
+    """Its own cluster, the PriorityClasses, the running low-priority gangs and the urgent JobSet."""
+    objects = _gpu_racks("p", PREEMPTION_RACKS, PREEMPTION_NODES_PER_RACK)
     values = dict(PRIORITY_CLASSES)
     for pc, value in PRIORITY_CLASSES:
         objects.append(
@@ -247,13 +254,7 @@ def _urgent_jobset() -> dict[str, Any]:
 def queue_scenario() -> list[dict[str, Any]]:
     """Its own cluster, the two Queues, team-b's running gangs and the gangs still to be placed."""
     nodes = [f"{rack}-n{i}" for rack in QUEUE_RACKS for i in range(QUEUE_NODES_PER_RACK)]
-    objects: list[dict[str, Any]] = []
-    for rack in QUEUE_RACKS:
-        for i in range(QUEUE_NODES_PER_RACK):
-            name = f"{rack}-n{i}"
-            labels = {BLOCK: "q", RACK: rack, HOSTNAME: name}
-            alloc = {"cpu": "16", "memory": "64Gi", "pods": "110", GPU: "8"}
-            objects.append(node(name, labels=labels, allocatable=alloc))
+    objects = _gpu_racks("q", QUEUE_RACKS, QUEUE_NODES_PER_RACK)
     for name, quota, limit, weight in QUEUES:
         objects.append(
             {

@@ -132,28 +132,28 @@ _SHARED_POD_SPEC = ("tolerations", "nodeSelector", "affinity", "schedulingGates"
 _NAMED_POD_SPEC = ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy")
 
 
+def _share_parts(part: dict[str, Any], shared_fields: tuple[str, ...], named: tuple[str, ...]) -> None:
+    """Replace, in place in a fresh projection, the parts many pods have equal by one copy each."""
+    for field in shared_fields:
+        if field in part:
+            part[field] = shared(part[field])
+    for field in named:
+        if field in part:
+            part[field] = _name(part[field])
+
+
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": _name(pod.get("apiVersion")), "kind": _name(pod.get("kind"))}
     if "metadata" in pod:
         out["metadata"] = meta = _pick(pod["metadata"], POD_METADATA)
         if isinstance(meta, dict):
             _annotations(meta)
-            for field in _SHARED_POD_METADATA:
-                if field in meta:
-                    meta[field] = shared(meta[field])
-            for field in _NAMED_POD_METADATA:
-                if field in meta:
-                    meta[field] = _name(meta[field])
+            _share_parts(meta, _SHARED_POD_METADATA, _NAMED_POD_METADATA)
     if "spec" in pod:
         spec = pod["spec"]
         out["spec"] = kept = _pick(spec, POD_SPEC)
         if isinstance(spec, dict):
-            for field in _SHARED_POD_SPEC:
-                if field in kept:
-                    kept[field] = shared(kept[field])
-            for field in _NAMED_POD_SPEC:
-                if field in kept:
-                    kept[field] = _name(kept[field])
+            _share_parts(kept, _SHARED_POD_SPEC, _NAMED_POD_SPEC)
             for field in ("containers", "initContainers"):
                 if field in spec:
                     kept[field] = shared(_containers(spec[field]))
