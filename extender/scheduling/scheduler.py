@@ -657,9 +657,17 @@ class Scheduler:
         )
         if priority <= 0:
             return None, no_fit
+        admit = None
+        if self.queue_snapshot() is not None:
+            # KAI: preemption is within a queue, by priority; across queues only reclaim evicts
+            queue = self.queue_name(group, call.pod)
+
+            def admit(u: preemptor.Unit) -> bool:
+                return self._queue_of_unit(u) == queue
+
         try:
             plan = preemptor.plan_preemption(
-                self.store, self.ledger, group, members, leaves, me=me, priority=priority
+                self.store, self.ledger, group, members, leaves, me=me, priority=priority, admit=admit
             )
         except topology.TopologyError:
             return None, no_fit
@@ -724,6 +732,14 @@ class Scheduler:
         )
         return FilterDecision(Verdict.WAITING, [], reason, effects=effects)
 
+    def _queue_of_unit(self, u: preemptor.Unit) -> str:
+        """The queue whose usage a preemption or reclaim unit's eviction lowers."""
+        rec = self.store.pods.get(u.victims[0].pod)
+        if rec is None:
+            return ""
+        m = self.store.membership(rec)
+        return self.queue_name(m.group or single_pod_group(rec.obj), rec.obj)
+
     def _reclaim(
         self, call: FilterCall, members: Sequence[planning.Member], leaves: Sequence[str | None]
     ) -> FilterDecision | None:
@@ -742,13 +758,6 @@ class Scheduler:
         ):
             return None
 
-        def queue_of_unit(u: preemptor.Unit) -> str:
-            rec = self.store.pods.get(u.victims[0].pod)
-            if rec is None:
-                return ""
-            m = self.store.membership(rec)
-            return self.queue_name(m.group or single_pod_group(rec.obj), rec.obj)
-
         def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
             total: dict[str, int] = {}
             for u in units:
@@ -759,7 +768,7 @@ class Scheduler:
             return total
 
         def admit(u: preemptor.Unit) -> bool:
-            return queues.reclaimable(snap, queue, queue_of_unit(u), freed([u]))
+            return queues.reclaimable(snap, queue, self._queue_of_unit(u), freed([u]))
 
         try:
             plan = preemptor.plan_preemption(
@@ -771,7 +780,7 @@ class Scheduler:
             return None
         by_queue: dict[str, list[preemptor.Unit]] = {}
         for u in plan.units:
-            by_queue.setdefault(queue_of_unit(u), []).append(u)
+            by_queue.setdefault(self._queue_of_unit(u), []).append(u)
         if not all(queues.reclaimable(snap, queue, vq, freed(us)) for vq, us in by_queue.items()):
             return None  # each unit alone keeps its queue at its quota, not all of them together
         where = f" in {plan.domain}" if plan.domain else ""

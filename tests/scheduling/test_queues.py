@@ -507,3 +507,31 @@ def test_the_reclaim_tick_looks_at_a_gang_at_most_every_few_seconds() -> None:
     clock.now += 5
     w.scheduler.reclaims_tick()
     assert looks == ["b-0", "b-0"]
+
+
+def test_with_queues_a_high_priority_gang_preempts_within_its_own_queue_only() -> None:
+    # team-b's gang is the cheapest victim by priority (50), but it is another queue's, within its quota:
+    # across queues only a reclaim evicts; the preemptor takes its own queue's priority-100 gang
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 8, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+
+    def gang_at(name: str, queue: str, priority: int) -> list[str]:
+        members = w.gang(name, 2, queue, gpu="4")
+        for m in members:
+            pod = w.pod(m)
+            w.cluster.apply({**pod, "spec": {**pod["spec"], "priority": priority}})
+        return members
+
+    for name, queue, priority in (("b-low", "team-b", 50), ("a-low", "team-a", 100)):
+        members = gang_at(name, queue, priority)
+        w.schedule(*members)
+        assert w.bound(*members)
+    urgent = gang_at("urgent", "team-a", 1000)
+    decision = w.filter(urgent[0])
+    evicted = {e.data["gang"] for e in decision.effects if e.kind == "evict"}
+    assert evicted == {"default/a-low"}, (decision.reason, evicted)
