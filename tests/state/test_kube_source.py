@@ -125,6 +125,7 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         ("kubeflow.org", "PyTorchJob"): "v1",
         ("scheduling.run.ai", "PodGroup"): "v2alpha2",
         ("kai.scheduler", "Topology"): "v1alpha1",
+        ("scheduling.run.ai", "Queue"): "v2",
     }
     if plane.version != "1.20.2":  # the tier's 1.36 serves the Workload API (GenericWorkload, v1alpha2)
         expected[("scheduling.k8s.io", "PodGroup")] = "v1alpha2"
