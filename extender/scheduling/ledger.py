@@ -371,12 +371,15 @@ class GangLedger:
         for pk, error in sorted(results.items()):
             e.releasing.discard(pk)
             e.arrived.pop(pk, None)
-            if error:
+            rec = self.store.pods.get(pk)
+            if error and not (rec is not None and rec.node_name):
                 failed.append(pk)
                 continue
+            # bound; or the API bound it and the reply was lost (the connection cut as the API server
+            # died): the watch already shows it bound, and kube-scheduler will never bring it back to
+            # the barrier, so left planned it would hold the rest of the gang there until the hold ends
             bound.append(pk)
             planned = self._unplan(e, pk)
-            rec = self.store.pods.get(pk)
             if rec is not None and rec.node_name:
                 self.store.unhold(pk)  # the watch was first: the pod is charged already
             elif rec is not None and planned is not None:

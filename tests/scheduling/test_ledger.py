@@ -137,3 +137,24 @@ def test_a_hold_on_a_removed_node_gives_nothing_back_to_the_row_s_next_owner():
     assert store.node_rows["n9"] == row
     assert store.arrays.free[row, 0] == 4000
     assert store.reservations == {}
+
+
+def test_a_member_whose_binding_landed_though_its_reply_was_lost_counts_as_bound():
+    """The API server died mid-release: one POST bound its pod but the reply never came (the retries
+    then met a refused connection). The watch showed the binding while the release was in flight. Left
+    planned, that member would never reach the barrier again and hold its gang there until the hold
+    ended (an e2e fault run on 1.36.2: a gang partly bound for 6 s)."""
+    store, ledger, _clock, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="rack r0")
+    for i, node in enumerate(["n0", "n0", "n1"]):
+        ledger.arrive(f"default/train-{i}", node, f"u{i}")
+    pod = store.pods["default/train-1"].obj
+    store.upsert({**pod, "spec": {**pod["spec"], "nodeName": "n0"}})  # the watch, mid-release
+    lost = "Cannot connect to host"
+    settled = ledger.settle(GANG, {f"default/train-{i}": lost for i in range(3)})
+    assert settled.bound == ("default/train-1",) and settled.failed == ("default/train-0", "default/train-2")
+    assert set(ledger.entry(GANG).plan) == {"default/train-0", "default/train-2"}
+    assert "default/train-1" not in store.reservations, "its own charge replaced the hold"
+    # the two kube-scheduler retries are the whole barrier now
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
+    assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.RELEASE
