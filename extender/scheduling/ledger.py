@@ -598,6 +598,29 @@ class GangLedger:
         if waiting:
             self._answers.append(Answer(waiting, f"gang {e.key}: {e.last_reason}"))
 
+    def _drop_plans_overcommitted_by(self, pk: PodKey) -> None:
+        """A pod bound where a plan holds room the node no longer has: someone else's binding landed
+        on it (a predecessor's release whose POSTs were still in flight when it died, a pod another
+        scheduler placed). Releasing that plan would over-commit the node, so every plan holding room
+        there is dropped now (its waiting binds answered, kube-scheduler retries, the gang replans);
+        a release already in flight is past recall."""
+        rec = self.store.pods.get(pk)
+        if rec is None or rec.bound_row < 0:
+            return
+        row = rec.bound_row
+        if not bool((self.store.arrays.free[row] < 0).any()):
+            return
+        node = self.store.row_names.get(row, "?")
+        holders = {
+            self._pod_gang[held]
+            for held, res in self.store.reservations.items()
+            if res.row == row and held in self._pod_gang
+        }
+        for gang in sorted(holders):
+            e = self.gangs.get(gang)
+            if e is not None and e.plan and not e.releasing:
+                self._discard(e, f"node {node} was filled by pods bound since the plan ({pk} among them)")
+
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         if kind == POD:
@@ -639,6 +662,8 @@ class GangLedger:
             # bound: its own charge replaces the hold; gone: there is nothing left to hold for
             self.assumed.pop(pk, None)
             self.store.unhold(pk)
+        if node and not gone:
+            self._drop_plans_overcommitted_by(pk)
         if gone:
             self.rejected.discard(pk)
             self.binding.discard(pk)

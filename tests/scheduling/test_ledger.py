@@ -158,3 +158,34 @@ def test_a_member_whose_binding_landed_though_its_reply_was_lost_counts_as_bound
     # the two kube-scheduler retries are the whole barrier now
     assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
     assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.RELEASE
+
+
+@pytest.mark.parametrize(
+    ("foreign_cpu", "releasing", "dropped"),
+    [
+        ("1", False, False),  # fits beside the plan's holds: the plan stands
+        ("3", False, True),  # the node no longer has the room the plan holds: dropped, not released
+        ("3", True, False),  # a release in flight is past recall
+    ],
+)
+def test_a_plan_on_a_node_someone_else_filled_is_dropped_before_it_can_overcommit(
+    foreign_cpu, releasing, dropped
+):
+    """A restarted service planned on a node where its predecessor's release POSTs were still in flight;
+    they landed afterwards. An e2e fault run on 1.36.2 bound both: cpu 6000 requested of 4000."""
+    store, ledger, _clock, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="rack r0")
+    ledger.arrive("default/train-0", "n0", "u0")
+    if releasing:
+        ledger.arrive("default/train-1", "n0", "u1")
+        assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.RELEASE
+    foreign = gang_pod("landed", "other", cpu=foreign_cpu)
+    store.upsert({**foreign, "spec": {**foreign["spec"], "nodeName": "n0"}})
+    entry = ledger.entry(GANG)
+    assert bool(entry.plan) is not dropped
+    if dropped:
+        (answer,) = ledger.take_answers()
+        assert answer.pods == ("default/train-0",)
+        assert "node n0 was filled by pods bound since the plan (default/landed among them)" in answer.message
+        assert store.reservations == {}
+        assert (store.arrays.free[store.node_rows["n0"]] >= 0).all()
