@@ -149,27 +149,29 @@ def plan_figures(n_nodes: int, repeats: int) -> dict[str, Any]:
     return out
 
 
-async def measure_size(settings: Settings, n_nodes: int, step: Callable[[str], None]) -> dict[str, Any]:
-    row: dict[str, Any] = {"nodes": n_nodes}
-    if "filter" in settings.parts:
-        step("filter through HTTP, against the null handler")
+async def measure_part(settings: Settings, part: str, n_nodes: int) -> dict[str, Any]:
+    """One part's figures at one node count, keyed as they go into the size's row."""
+    if part == "filter":
         rows = await http.bench_size(n_nodes, settings.gangs, settings.rounds)
-        row["filter"] = {
-            r["case"]: {k: v for k, v in r.items() if k not in ("bench", "nodes", "case")} for r in rows
-        }
-    if "plan" in settings.parts:
-        step("plan_gang in process")
-        row["plan_ms"] = plan_figures(n_nodes, settings.plan_repeats)
-    if "memory" in settings.parts:
-        n_pods = n_nodes * settings.pods_per_node
-        step(f"memory and sync with {n_pods:,} pods (live)")
-        nodes, pods = live_cluster(n_nodes, n_pods)
-        with tempfile.TemporaryDirectory() as tmp:
-            row["memory"] = await memory.measure("live", nodes, pods, tmp)  # type: ignore[arg-type]
-    return row
+        skip = ("bench", "nodes", "case")
+        return {"filter": {r["case"]: {k: v for k, v in r.items() if k not in skip} for r in rows}}
+    if part == "plan":
+        return {"plan_ms": plan_figures(n_nodes, settings.plan_repeats)}
+    nodes, pods = live_cluster(n_nodes, n_nodes * settings.pods_per_node)
+    with tempfile.TemporaryDirectory() as tmp:
+        return {"memory": await memory.measure("live", nodes, pods, tmp)}  # type: ignore[arg-type]
+
+
+PART_TITLES = {
+    "filter": "filter through HTTP, against the null handler",
+    "plan": "plan_gang in process",
+    "memory": "memory and sync through the stand-in API server",
+}
 
 
 async def run(settings: Settings, argv: Sequence[str]) -> dict[str, Any]:
+    """Every part at every node count; the figures are written after each size, so a failed or
+    interrupted long run still leaves what it measured."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
     t0 = time.monotonic()
@@ -185,29 +187,35 @@ async def run(settings: Settings, argv: Sequence[str]) -> dict[str, Any]:
     }
     if "memory" in settings.parts:
         memory.warm_kernel_cache()  # no row pays a cold compile
-    steps = len(settings.nodes) * len(settings.parts)
     with Progress(
         SpinnerColumn(),
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        transient=False,
     ) as progress:
-        task = progress.add_task("scale", total=steps)
+        task = progress.add_task("scale", total=len(settings.nodes) * len(settings.parts))
         for n in settings.nodes:
-            started = [False]
-
-            def step(what: str, n: int = n, started: list[bool] = started) -> None:
-                if started[0]:
-                    progress.advance(task)
-                started[0] = True
-                progress.update(task, description=f"{n:,} nodes: {what}")
-
-            result["sizes"].append(await measure_size(settings, n, step))
-            progress.advance(task)
+            row: dict[str, Any] = {"nodes": n}
+            if "memory" in settings.parts:
+                row["pods"] = n * settings.pods_per_node
+            result["sizes"].append(row)
+            for part in settings.parts:
+                what = f"{n:,} nodes: {PART_TITLES[part]}"
+                progress.update(task, description=what)
+                part_t0 = time.monotonic()
+                try:
+                    row.update(await measure_part(settings, part, n))
+                # a failed part is reported with the figures, and the other parts and sizes still run
+                except Exception as exc:
+                    row.setdefault("errors", {})[part] = f"{type(exc).__name__}: {exc}"[:2000]
+                    progress.console.log(f"[red]{what} failed[/red]: {row['errors'][part]}")
+                else:
+                    progress.console.log(f"{what}: {time.monotonic() - part_t0:.1f} s")
+                progress.advance(task)
+            result["wall_s"] = round(time.monotonic() - t0, 1)
+            write_report(result, settings.png_path, settings.json_path)
         progress.update(task, description="done")
-    result["wall_s"] = round(time.monotonic() - t0, 1)
     return result
 
 
@@ -334,9 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     result = asyncio.run(run(settings, argv))
     print_tables(result)
-    write_report(result, settings.png_path, settings.json_path)
     print(f"wrote {settings.json_path} and {settings.png_path}", flush=True)
-    return 0
+    failed = [f"{s['nodes']} nodes: {part}" for s in result["sizes"] for part in s.get("errors", {})]
+    if failed:
+        print(f"failed: {'; '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench import memory
+from bench import memory, scale
 from bench.scale import PARTS, live_cluster, parse_args, write_report
 
 
@@ -23,7 +23,7 @@ def filter_case(p50_ms: float, null_p50_ms: float) -> dict[str, float]:
     }
 
 
-def fake_result(*, with_memory: bool = True) -> dict:
+def fake_result(*, with_memory: bool = True, filter_failed_at_largest: bool = False) -> dict:
     sizes = []
     for nodes, null in ((300, 0.4), (1000, 0.5)):
         size = {
@@ -54,12 +54,18 @@ def fake_result(*, with_memory: bool = True) -> dict:
                 "listed_mib": nodes / 100,
             }
         sizes.append(size)
+    if filter_failed_at_largest:
+        del sizes[-1]["filter"]
+        sizes[-1]["errors"] = {"filter": "RuntimeError: filter answered 500"}
     return {"bench": "scale", "command": "python -m bench scale --quick", "pods_per_node": 10, "sizes": sizes}
 
 
-@pytest.mark.parametrize("with_memory", [True, False], ids=["all parts", "no memory part"])
-def test_the_json_and_the_png_are_written_from_a_result(tmp_path: Path, with_memory: bool) -> None:
-    result = fake_result(with_memory=with_memory)
+@pytest.mark.parametrize(
+    "result",
+    [fake_result(), fake_result(with_memory=False), fake_result(filter_failed_at_largest=True)],
+    ids=["all parts", "no memory part", "a part failed"],
+)
+def test_the_json_and_the_png_are_written_from_a_result(tmp_path: Path, result: dict) -> None:
     png, js = tmp_path / "out" / "scale.png", tmp_path / "out" / "scale.json"
     write_report(result, png, js)
     assert orjson.loads(js.read_bytes()) == result
@@ -114,3 +120,30 @@ def test_matplotlib_is_imported_only_to_plot() -> None:
     code = "import sys, bench.scale; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_a_run_records_a_failed_part_and_measures_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = {size["nodes"]: size for size in fake_result()["sizes"]}
+    calls: list[tuple[str, int]] = []
+
+    async def fake_part(settings: object, part: str, n_nodes: int) -> dict:
+        calls.append((part, n_nodes))
+        if (part, n_nodes) == ("filter", 300):
+            raise RuntimeError("filter answered 500")
+        key = {"plan": "plan_ms"}.get(part, part)
+        return {key: figures[n_nodes][key]}
+
+    monkeypatch.setattr(scale, "measure_part", fake_part)
+    monkeypatch.setattr(memory, "warm_kernel_cache", lambda: None)
+    settings = parse_args(["--nodes", "1000,300", "--out", str(tmp_path / "s.png")])
+    result = await scale.run(settings, ["--nodes", "1000,300"])
+
+    assert calls == [(p, n) for n in (300, 1000) for p in PARTS]
+    small, large = result["sizes"]
+    assert small["errors"] == {"filter": "RuntimeError: filter answered 500"}
+    assert "filter" not in small and small["memory"] == figures[300]["memory"]
+    assert "errors" not in large and large["filter"] == figures[1000]["filter"]
+    assert orjson.loads((tmp_path / "s.json").read_bytes())["sizes"] == result["sizes"]
+    assert (tmp_path / "s.png").read_bytes().startswith(b"\x89PNG")
