@@ -177,7 +177,7 @@ async def run(settings: Settings, argv: Sequence[str]) -> dict[str, Any]:
     t0 = time.monotonic()
     result: dict[str, Any] = {
         "bench": "scale",
-        "command": "python -m bench scale " + " ".join(argv),
+        "command": " ".join(["python -m bench scale", *argv]),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
