@@ -14,6 +14,7 @@ BENCHES = {
     "versus": "bench.versus",
     "soak": "bench.soak",
     "memory": "bench.memory",
+    "scale": "bench.scale",
 }
 
 
