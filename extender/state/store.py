@@ -441,10 +441,10 @@ class ClusterStore:
             self._group_index_gen = self.grouping_gen
             for rec in self.pods.values():
                 self._index_pod(rec)
-        keys = set(self._group_index.get(group, ()))
+        keys: Iterable[PodKey] = self._group_index.get(group, ())
         single = self._single_member(group)
-        if single is not None:
-            keys.add(single)
+        if single is not None and single not in keys:
+            keys = (*keys, single)
         return [self.pods[k] for k in sorted(keys) if k in self.pods]
 
     def _single_member(self, group: GroupKey) -> PodKey | None:
