@@ -29,11 +29,10 @@ from extender.model.keys import api_group
 
 DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
-POD_METADATA = (
+POD_METADATA = (  # not resourceVersion: the watch reads it from the event, and nothing else does
     "name",
     "namespace",
     "uid",
-    "resourceVersion",
     "creationTimestamp",
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
