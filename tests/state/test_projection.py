@@ -97,6 +97,8 @@ PODS = [
     pod("of another scheduler", {"schedulerName": "default-scheduler"}),
     pod("of ours", {"schedulerName": "gang-scheduler"}),
     pod("nominated", {"priority": 1000}, {"phase": "Pending", "nominatedNodeName": "n1"}),
+    pod("never preempts", {"priority": 1000, "preemptionPolicy": "Never"}),
+    pod("preempts", {"priority": 1000, "preemptionPolicy": "PreemptLowerPriority"}),
     pod("bound", {"nodeName": "n1"}, {"phase": "Running"}),
     pod("done", {"nodeName": "n1"}, {"phase": "Succeeded"}),
     pod("failed", {"nodeName": "n1"}, {"phase": "Failed"}),
