@@ -31,7 +31,7 @@ import orjson
 
 from extender.model import labels
 from extender.model.keys import object_key
-from extender.state.projection import project
+from extender.state.projection import page_decoder, project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
 if TYPE_CHECKING:
@@ -630,7 +630,10 @@ class KubeClusterSource:
             if status != 200:
                 raise _status_message(status, data)
             with _collector_paused():
-                doc = orjson.loads(data)
+                decode = page_decoder(served.kind) if not served.group else None
+                doc = decode(data) if decode is not None else None
+                if doc is None:
+                    doc = orjson.loads(data)
                 for item in doc.get("items") or []:
                     if not isinstance(item, dict):
                         self._skip(item, ValueError("a listed item that is not a mapping"), served)

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
+import msgspec
 import orjson
 
 from extender.model.keys import api_group
@@ -58,6 +60,7 @@ CONTAINER = ("name", "resources", "restartPolicy")
 POD_STATUS = ("phase", "nominatedNodeName")
 NODE_METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
 NODE_SPEC = ("unschedulable", "taints")
+NODE_STATUS = ("allocatable", "capacity", "conditions")
 
 
 @functools.lru_cache(maxsize=4096)  # recent parts; a list brings a workload's pods together
@@ -209,6 +212,60 @@ def project_node(node: dict[str, Any]) -> dict[str, Any]:
                 kept["conditions"] = conds
             out["status"] = kept
     return out
+
+
+def _fields(name: str, fields: tuple[str, ...], **typed: Any) -> Any:
+    """A TypedDict of `fields` (any JSON value each) whose decoding skips every other key."""
+    return TypedDict(name, {**dict.fromkeys(fields, Any), **typed}, total=False)
+
+
+_Container = _fields("Container", CONTAINER)
+_PodList = _fields(
+    "PodList",
+    ("metadata",),
+    items=list[
+        _fields(
+            "Pod",
+            ("apiVersion", "kind"),
+            metadata=_fields("PodMetadata", POD_METADATA),
+            spec=_fields("PodSpec", POD_SPEC, containers=list[_Container], initContainers=list[_Container]),
+            status=_fields("PodStatus", (*POD_STATUS, "conditions")),
+        )
+    ],
+)
+_NodeList = _fields(
+    "NodeList",
+    ("metadata",),
+    items=list[
+        _fields(
+            "Node",
+            ("apiVersion", "kind"),
+            metadata=_fields("NodeMetadata", NODE_METADATA),
+            spec=_fields("NodeSpec", NODE_SPEC),
+            status=_fields("NodeStatus", NODE_STATUS),
+        )
+    ],
+)
+_PAGE_DECODERS = {"Pod": msgspec.json.Decoder(_PodList), "Node": msgspec.json.Decoder(_NodeList)}
+
+
+def page_decoder(kind: str) -> Callable[[bytes], dict[str, Any] | None] | None:
+    """For a core list of pods or nodes: a decoder of one page that builds only the fields `project`
+    keeps (a served pod is mostly managedFields, images, env, probes and status, and decoding them
+    into objects cost as much as the rest of the sync). It answers None for a page of another shape
+    (a part that is not a mapping, an item that is not an object): decode that one whole and project
+    it, which keeps or reports such fields as they came. Its items still go through `project`."""
+    decoder = _PAGE_DECODERS.get(kind)
+    if decoder is None:
+        return None
+
+    def decode(data: bytes) -> dict[str, Any] | None:
+        try:
+            return decoder.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None  # decoded again whole: a shape kept as it came, or the JSON error as always
+
+    return decode
 
 
 def project_other(obj: dict[str, Any]) -> dict[str, Any]:
