@@ -5,7 +5,8 @@ full status; a node carries its image list, addresses and every condition. None 
 here, and at 150,000 pods it is most of the service's memory. The sources apply `project` where
 objects enter the store: the live source to every listed item as its page is decoded (so a page's
 whole objects are dropped with the page) and to every watch event, the embedded cluster to every
-object it feeds (it keeps the whole objects itself, as an API server does).
+object it feeds (it keeps the whole objects itself, as an API server does). A listed page of pods
+or nodes is decoded into the kept fields alone (`page_decoder`): the rest is never built as objects.
 
 Pods and nodes are cut to what `extender/` reads of them (grouping, resources, nodematch,
 podaffinity, priority, disruption, the scheduler); any other kind loses only its managedFields
