@@ -148,6 +148,27 @@ def _share_parts(part: dict[str, Any], shared_fields: tuple[str, ...], named: tu
             part[field] = _name(part[field])
 
 
+_POD_SPEC_PARTS = {**dict.fromkeys(_SHARED_POD_SPEC, shared), **dict.fromkeys(_NAMED_POD_SPEC, _name)}
+_POD_SPEC_DEFAULTS = dict(_DEFAULT_POD_SPEC)
+
+
+def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The kept spec, built in one pass: a dict never shrinks, so one picked, then trimmed of its
+    defaults and grown by the containers would keep a table of twice the size."""
+    kept: dict[str, Any] = {}
+    for field in POD_SPEC:
+        if field in spec:
+            value = spec[field]
+            if field in _POD_SPEC_DEFAULTS and value == _POD_SPEC_DEFAULTS[field]:
+                continue
+            part = _POD_SPEC_PARTS.get(field)
+            kept[field] = part(value) if part is not None else value
+    for field in ("containers", "initContainers"):
+        if field in spec:
+            kept[field] = shared(_containers(spec[field]))
+    return kept
+
+
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": _name(pod.get("apiVersion")), "kind": _name(pod.get("kind"))}
     if "metadata" in pod:
@@ -157,15 +178,7 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
             _share_parts(meta, _SHARED_POD_METADATA, _NAMED_POD_METADATA)
     if "spec" in pod:
         spec = pod["spec"]
-        out["spec"] = kept = _pick(spec, POD_SPEC)
-        if isinstance(spec, dict):
-            for field, default in _DEFAULT_POD_SPEC:
-                if kept.get(field) == default:
-                    del kept[field]
-            _share_parts(kept, _SHARED_POD_SPEC, _NAMED_POD_SPEC)
-            for field in ("containers", "initContainers"):
-                if field in spec:
-                    kept[field] = shared(_containers(spec[field]))
+        out["spec"] = _pod_spec(spec) if isinstance(spec, dict) else spec
     if "status" in pod:
         status = pod["status"]
         out["status"] = kept = _pick(status, POD_STATUS)
