@@ -53,6 +53,10 @@ GROUPING_KINDS = frozenset(
 )
 
 
+_REQUEST_FIELDS = ("containers", "initContainers", "resources", "overhead")  # what pod_requests reads
+_REQUESTS_KEPT = 4096
+
+
 def kind_of(obj: dict[str, Any]) -> Kind:
     return api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))
 
@@ -123,6 +127,7 @@ class ClusterStore:
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
+        self._requests_by_spec: dict[bytes, dict[str, int]] = {}
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
@@ -354,9 +359,26 @@ class ClusterStore:
             self.arrays.add(rec.bound_row, self.vector(rec.requests))
             rec.bound_row = -1
 
+    def _pod_requests(self, pod: dict[str, Any]) -> dict[str, int]:
+        """resources.pod_requests, once per distinct set of the fields it reads (a Deployment's pods
+        ask alike), as one shared mapping that is never edited in place."""
+        spec = pod.get("spec")
+        try:
+            key = orjson.dumps([spec.get(f) for f in _REQUEST_FIELDS]) if isinstance(spec, dict) else None
+        except orjson.JSONEncodeError:
+            key = None
+        found = self._requests_by_spec.get(key) if key is not None else None
+        if found is None:
+            found = shared(resources.pod_requests(pod))
+            if key is not None:
+                if len(self._requests_by_spec) >= _REQUESTS_KEPT:
+                    self._requests_by_spec.clear()
+                self._requests_by_spec[key] = found
+        return found
+
     def _apply_pod(self, pod: dict[str, Any], key: PodKey) -> None:
         try:
-            reqs = shared(resources.pod_requests(pod))  # never edited in place; most pods ask alike
+            reqs = self._pod_requests(pod)
         except resources.QuantityError as exc:
             log.warning("pod %s: %s; counting only its pod slot", key, exc)
             reqs = {resources.PODS: 1}
