@@ -73,22 +73,29 @@ def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
     and no readable owner. At most one lookup, so a cache can tell its plain pods (most of a cluster)
     apart without deriving a membership for each; False when unsure (derive_membership decides)."""
     spec = pod.get("spec")
-    if (spec is not None and not isinstance(spec, dict)) or kind_of(pod) == kai.JOBSET:
+    if spec is not None and not isinstance(spec, dict):
         return False
     if spec and spec.get("schedulingGroup") is not None:
         return False
-    notes = meta(pod).get("annotations")
-    if notes is not None and not isinstance(notes, dict):
+    if pod.get("kind") == kai.JOBSET[1] and kind_of(pod) == kai.JOBSET:
         return False
-    if notes and (keys.POD_GROUP_NAME in notes or keys.SKIP_PODGROUPER in notes):
+    m = pod.get("metadata")
+    if not isinstance(m, dict):
+        m = {}
+    notes = m.get("annotations")
+    if notes and (
+        not isinstance(notes, dict) or keys.POD_GROUP_NAME in notes or keys.SKIP_PODGROUPER in notes
+    ):
         return False
+    if not m.get("ownerReferences"):
+        return True
     ref = controller_ref(pod)
     if ref is None:
         return True
     found = lookup.get(
         api_group(str(ref.get("apiVersion", ""))),
         str(ref.get("kind", "")),
-        meta(pod).get("namespace"),
+        m.get("namespace"),
         str(ref.get("name", "")),
     )
     return found is None
