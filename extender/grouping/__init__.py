@@ -8,6 +8,7 @@ from extender.grouping.membership import (
     derive_membership,
     groups_for_workload,
     invalid_subgroup_message,
+    is_single_pod,
     podgroup_objects,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "derive_membership",
     "groups_for_workload",
     "invalid_subgroup_message",
+    "is_single_pod",
     "podgroup_objects",
 ]

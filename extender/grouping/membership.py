@@ -28,10 +28,18 @@ from extender.grouping.jobset_scheduling import (
     is_suspended,
     spec_group,
 )
-from extender.grouping.owners import OwnerChain, annotations, kind_of, labels, meta, walk_owners
+from extender.grouping.owners import (
+    OwnerChain,
+    annotations,
+    controller_ref,
+    kind_of,
+    labels,
+    meta,
+    walk_owners,
+)
 from extender.model import labels as keys
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
-from extender.model.keys import group_key
+from extender.model.keys import api_group, group_key
 
 K8S_PODGROUP = ("scheduling.k8s.io", "PodGroup")
 K8S_WORKLOAD = ("scheduling.k8s.io", "Workload")
@@ -60,6 +68,39 @@ def single_pod_group(pod: dict[str, Any]) -> GroupSpec:
 DEFAULT_SUBGROUP = "default"
 
 
+def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
+    """Whether the pod is surely a group of one (rule 4): no grouping annotation, no scheduling group
+    and no readable owner. At most one lookup, so a cache can tell its plain pods (most of a cluster)
+    apart without deriving a membership for each; False when unsure (derive_membership decides)."""
+    spec = pod.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        return False
+    if spec and spec.get("schedulingGroup") is not None:
+        return False
+    if pod.get("kind") == kai.JOBSET[1] and kind_of(pod) == kai.JOBSET:
+        return False
+    m = pod.get("metadata")
+    if not isinstance(m, dict):
+        m = {}
+    notes = m.get("annotations")
+    if notes and (
+        not isinstance(notes, dict) or keys.POD_GROUP_NAME in notes or keys.SKIP_PODGROUPER in notes
+    ):
+        return False
+    if not m.get("ownerReferences"):
+        return True
+    ref = controller_ref(pod)
+    if ref is None:
+        return True
+    found = lookup.get(
+        api_group(str(ref.get("apiVersion", ""))),
+        str(ref.get("kind", "")),
+        m.get("namespace"),
+        str(ref.get("name", "")),
+    )
+    return found is None
+
+
 def derive_membership(pod: dict, lookup: ObjectLookup) -> Membership:
     """The pod's gang and leaf. Pure; never raises."""
     try:
@@ -72,6 +113,8 @@ def derive_membership(pod: dict, lookup: ObjectLookup) -> Membership:
 
 
 def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
+    if is_single_pod(pod, lookup):
+        return Membership(state=MembershipState.MEMBER, group=single_pod_group(pod))
     chain = walk_owners(pod, lookup)
     ns = _namespace(pod)
 

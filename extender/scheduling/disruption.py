@@ -186,8 +186,8 @@ class GangDisruption:
 
     # ----------------------------------------------------------------- watching
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
-        if kind != POD:
-            return
+        if kind != POD or self.store.is_plain(obj):
+            return  # a group of one is never a gang nor disruption-all: no membership derived
         meta = obj.get("metadata") or {}
         pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
         m = self.store.membership_of(obj)
@@ -223,6 +223,8 @@ class GangDisruption:
         """Once, after the cache is synced: every gang is looked at (a restart finishes the job)."""
         self._scanned = True
         for rec in self.store.pods.values():
+            if self.store.is_plain(rec.obj):
+                continue
             m = self.store.membership(rec)
             if m.state is MembershipState.MEMBER and m.group is not None and _watched(m.group):
                 self._dirty.add(m.group.key)

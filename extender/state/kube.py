@@ -13,25 +13,32 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import importlib
+import importlib.machinery
+import importlib.util
 import logging
 import os
 import random
 import ssl
+import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from extender.model import labels
 from extender.model.keys import object_key
-from extender.state.projection import project
+from extender.state.projection import page_decoder, project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from kubernetes_asyncio.client.configuration import Configuration
+
     from extender.state.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,82 @@ log = logging.getLogger(__name__)
 _JSON = "application/json"
 _MERGE_PATCH = "application/merge-patch+json"
 _STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+_PACKAGES = ("kubernetes_asyncio", "kubernetes_asyncio.client")
+_MODELS = "kubernetes_asyncio.client.models"
+
+
+def _import_kube_config() -> tuple[type[Configuration], ModuleType]:
+    """kubernetes_asyncio's Configuration and its `config` package (kubeconfig and in-cluster loading),
+    without the API classes and models it never uses here.
+
+    The `kubernetes_asyncio` and `kubernetes_asyncio.client` packages import every API class and
+    model on import (34 MiB resident, a sixth of an idle service), and `config` imports `client`. The
+    loader needs only `client.configuration` and `client.api_client`, which reads `client.models` only
+    to deserialize responses, never asked of it here. So both packages are entered without running
+    their `__init__` (run after all, should anything ask them for a name they lack), and `client.models`
+    stands in for the real package until anything reads it. When kubernetes_asyncio is already
+    imported, or its layout differs, the plain import is used.
+    """
+    if "kubernetes_asyncio" not in sys.modules:
+        try:
+            for name in _PACKAGES:
+                spec = importlib.util.find_spec(name)
+                if spec is None or spec.loader is None:
+                    raise ImportError(name)
+                package = importlib.util.module_from_spec(spec)
+                package.__getattr__ = _completion(package, spec)  # type: ignore[method-assign]
+                sys.modules[name] = package
+            top, client = sys.modules["kubernetes_asyncio"], sys.modules["kubernetes_asyncio.client"]
+            top.client = client  # type: ignore[attr-defined]
+            models = types.ModuleType(_MODELS, "kubernetes_asyncio.client.models, imported on first use")
+            models.__getattr__ = _real_models  # type: ignore[method-assign]
+            sys.modules[_MODELS] = models
+            client.models = models  # type: ignore[attr-defined]
+            configuration = importlib.import_module("kubernetes_asyncio.client.configuration")
+            api_client = importlib.import_module("kubernetes_asyncio.client.api_client")
+            client.Configuration = configuration.Configuration  # type: ignore[attr-defined]
+            client.ApiClient = api_client.ApiClient  # type: ignore[attr-defined]
+            return configuration.Configuration, importlib.import_module("kubernetes_asyncio.config")
+        except Exception:  # a layout this was not written for: import it whole
+            log.debug("importing kubernetes_asyncio whole", exc_info=True)
+            for name in [n for n in sys.modules if n.partition(".")[0] == "kubernetes_asyncio"]:
+                del sys.modules[name]  # none was imported before: all are this attempt's
+    from kubernetes_asyncio import client, config
+
+    return client.Configuration, config
+
+
+def _real_models(name: str) -> Any:
+    """The stand-in's attributes: the real `client.models`, imported now, replaces it."""
+    real = sys.modules.get(_MODELS)
+    if real is None or isinstance(getattr(real, "__dict__", {}).get("__getattr__"), types.FunctionType):
+        sys.modules.pop(_MODELS, None)
+        real = importlib.import_module(_MODELS)
+        sys.modules["kubernetes_asyncio.client"].models = real  # type: ignore[attr-defined]
+    return getattr(real, name)
+
+
+def _completion(package: ModuleType, spec: importlib.machinery.ModuleSpec) -> Callable[[str], Any]:
+    """A package's `__getattr__` that runs its own `__init__` on the first name it lacks (a submodule
+    is left to the import system, which asks for it before importing it)."""
+
+    def complete(name: str) -> Any:
+        if name.startswith("__") or "__getattr__" not in package.__dict__:
+            raise AttributeError(name)
+        if importlib.util.find_spec(f"{package.__name__}.{name}") is not None:
+            raise AttributeError(name)
+        del package.__dict__["__getattr__"]
+        _real_models("__name__")  # the package's __init__ imports model modules from it
+        assert spec.loader is not None
+        spec.loader.exec_module(package)
+        return getattr(package, name)
+
+    return complete
+
+
+_Configuration, k8s_config = _import_kube_config()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,12 +327,12 @@ class SourceConfigError(Exception):
     """The API server's client configuration cannot be loaded: a fatal start-up error (one line)."""
 
 
-def load_client_config(kubeconfig: str | None) -> k8s_client.Configuration:
+def load_client_config(kubeconfig: str | None) -> Configuration:
     """The client configuration from a kubeconfig file, or in-cluster when `kubeconfig` is None.
 
     Called once at start-up, before serving: a configuration that cannot load never gets better by
     retrying, and a process left running with it would only ever answer /readyz 503."""
-    cfg = k8s_client.Configuration()
+    cfg = _Configuration()
     if kubeconfig and not os.path.isfile(kubeconfig):
         raise SourceConfigError(f"cannot load kubeconfig {kubeconfig!r}: no such file")
     if kubeconfig and not os.access(kubeconfig, os.R_OK):
@@ -279,7 +362,7 @@ class KubeClusterSource:
         settings: Any = None,
         kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
         clock: Callable[[], float] = time.monotonic,
-        client_config: k8s_client.Configuration | None = None,
+        client_config: Configuration | None = None,
         _iterations: int | None = None,
     ) -> None:
         self._kubeconfig = kubeconfig
@@ -315,7 +398,7 @@ class KubeClusterSource:
             if self._api is None:
                 cfg = self._client_config
                 if cfg is None:
-                    cfg = k8s_client.Configuration()
+                    cfg = _Configuration()
                     if self._kubeconfig:
                         await k8s_config.load_kube_config(
                             config_file=self._kubeconfig, client_configuration=cfg
@@ -547,7 +630,10 @@ class KubeClusterSource:
             if status != 200:
                 raise _status_message(status, data)
             with _collector_paused():
-                doc = orjson.loads(data)
+                decode = page_decoder(served.kind) if not served.group else None
+                doc = decode(data) if decode is not None else None
+                if doc is None:
+                    doc = orjson.loads(data)
                 for item in doc.get("items") or []:
                     if not isinstance(item, dict):
                         self._skip(item, ValueError("a listed item that is not a mapping"), served)

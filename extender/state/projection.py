@@ -5,7 +5,8 @@ full status; a node carries its image list, addresses and every condition. None 
 here, and at 150,000 pods it is most of the service's memory. The sources apply `project` where
 objects enter the store: the live source to every listed item as its page is decoded (so a page's
 whole objects are dropped with the page) and to every watch event, the embedded cluster to every
-object it feeds (it keeps the whole objects itself, as an API server does).
+object it feeds (it keeps the whole objects itself, as an API server does). A listed page of pods
+or nodes is decoded into the kept fields alone (`page_decoder`): the rest is never built as objects.
 
 Pods and nodes are cut to what `extender/` reads of them (grouping, resources, nodematch,
 podaffinity, priority, disruption, the scheduler); any other kind loses only its managedFields
@@ -21,19 +22,20 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
+import msgspec
 import orjson
 
 from extender.model.keys import api_group
 
 DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
-POD_METADATA = (
+POD_METADATA = (  # not resourceVersion: the watch reads it from the event, and nothing else does
     "name",
     "namespace",
     "uid",
-    "resourceVersion",
     "creationTimestamp",
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
@@ -59,6 +61,7 @@ CONTAINER = ("name", "resources", "restartPolicy")
 POD_STATUS = ("phase", "nominatedNodeName")
 NODE_METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
 NODE_SPEC = ("unschedulable", "taints")
+NODE_STATUS = ("allocatable", "capacity", "conditions")
 
 
 @functools.lru_cache(maxsize=4096)  # recent parts; a list brings a workload's pods together
@@ -130,6 +133,9 @@ _SHARED_POD_METADATA = ("labels", "annotations", "ownerReferences")
 _NAMED_POD_METADATA = ("namespace", "creationTimestamp")
 _SHARED_POD_SPEC = ("tolerations", "nodeSelector", "affinity", "schedulingGates", "overhead", "resources")
 _NAMED_POD_SPEC = ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy")
+# Values every reader takes an absent field for (queues._another_schedulers, priority.may_preempt):
+# left out, most pods' spec fits CPython's smallest dict (five keys), 88 bytes less a pod.
+_DEFAULT_POD_SPEC = (("schedulerName", "default-scheduler"), ("preemptionPolicy", "PreemptLowerPriority"))
 
 
 def _share_parts(part: dict[str, Any], shared_fields: tuple[str, ...], named: tuple[str, ...]) -> None:
@@ -142,6 +148,27 @@ def _share_parts(part: dict[str, Any], shared_fields: tuple[str, ...], named: tu
             part[field] = _name(part[field])
 
 
+_POD_SPEC_PARTS = {**dict.fromkeys(_SHARED_POD_SPEC, shared), **dict.fromkeys(_NAMED_POD_SPEC, _name)}
+_POD_SPEC_DEFAULTS = dict(_DEFAULT_POD_SPEC)
+
+
+def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The kept spec, built in one pass: a dict never shrinks, so one picked, then trimmed of its
+    defaults and grown by the containers would keep a table of twice the size."""
+    kept: dict[str, Any] = {}
+    for field in POD_SPEC:
+        if field in spec:
+            value = spec[field]
+            if field in _POD_SPEC_DEFAULTS and value == _POD_SPEC_DEFAULTS[field]:
+                continue
+            part = _POD_SPEC_PARTS.get(field)
+            kept[field] = part(value) if part is not None else value
+    for field in ("containers", "initContainers"):
+        if field in spec:
+            kept[field] = shared(_containers(spec[field]))
+    return kept
+
+
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": _name(pod.get("apiVersion")), "kind": _name(pod.get("kind"))}
     if "metadata" in pod:
@@ -151,12 +178,7 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
             _share_parts(meta, _SHARED_POD_METADATA, _NAMED_POD_METADATA)
     if "spec" in pod:
         spec = pod["spec"]
-        out["spec"] = kept = _pick(spec, POD_SPEC)
-        if isinstance(spec, dict):
-            _share_parts(kept, _SHARED_POD_SPEC, _NAMED_POD_SPEC)
-            for field in ("containers", "initContainers"):
-                if field in spec:
-                    kept[field] = shared(_containers(spec[field]))
+        out["spec"] = _pod_spec(spec) if isinstance(spec, dict) else spec
     if "status" in pod:
         status = pod["status"]
         out["status"] = kept = _pick(status, POD_STATUS)
@@ -204,6 +226,60 @@ def project_node(node: dict[str, Any]) -> dict[str, Any]:
                 kept["conditions"] = conds
             out["status"] = kept
     return out
+
+
+def _fields(name: str, fields: tuple[str, ...], **typed: Any) -> Any:
+    """A TypedDict of `fields` (any JSON value each) whose decoding skips every other key."""
+    return TypedDict(name, {**dict.fromkeys(fields, Any), **typed}, total=False)
+
+
+_Container = _fields("Container", CONTAINER)
+_PodList = _fields(
+    "PodList",
+    ("metadata",),
+    items=list[
+        _fields(
+            "Pod",
+            ("apiVersion", "kind"),
+            metadata=_fields("PodMetadata", POD_METADATA),
+            spec=_fields("PodSpec", POD_SPEC, containers=list[_Container], initContainers=list[_Container]),
+            status=_fields("PodStatus", (*POD_STATUS, "conditions")),
+        )
+    ],
+)
+_NodeList = _fields(
+    "NodeList",
+    ("metadata",),
+    items=list[
+        _fields(
+            "Node",
+            ("apiVersion", "kind"),
+            metadata=_fields("NodeMetadata", NODE_METADATA),
+            spec=_fields("NodeSpec", NODE_SPEC),
+            status=_fields("NodeStatus", NODE_STATUS),
+        )
+    ],
+)
+_PAGE_DECODERS = {"Pod": msgspec.json.Decoder(_PodList), "Node": msgspec.json.Decoder(_NodeList)}
+
+
+def page_decoder(kind: str) -> Callable[[bytes], dict[str, Any] | None] | None:
+    """For a core list of pods or nodes: a decoder of one page that builds only the fields `project`
+    keeps (a served pod is mostly managedFields, images, env, probes and status, and decoding them
+    into objects cost as much as the rest of the sync). It answers None for a page of another shape
+    (a part that is not a mapping, an item that is not an object): decode that one whole and project
+    it, which keeps or reports such fields as they came. Its items still go through `project`."""
+    decoder = _PAGE_DECODERS.get(kind)
+    if decoder is None:
+        return None
+
+    def decode(data: bytes) -> dict[str, Any] | None:
+        try:
+            return decoder.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None  # decoded again whole: a shape kept as it came, or the JSON error as always
+
+    return decode
 
 
 def project_other(obj: dict[str, Any]) -> dict[str, Any]:

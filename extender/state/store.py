@@ -11,7 +11,8 @@ It owns:
 - resource columns: only nodes add them (a device plugin registering a resource). A request
   for a name no node offers adds nothing: it fits nowhere (`request_vector` reports it). When a
   column appears, bound pods and holds that ask for it are charged in it at once;
-- each pod's gang membership, derived lazily and re-derived when workloads or group objects change.
+- each pod's gang membership, derived lazily and re-derived when workloads or group objects change;
+  a group of one (a plain pod) is derived on demand and neither kept nor indexed.
 
 It does no I/O and never awaits; sources call `upsert`/`remove`/`replace_all`.
 """
@@ -28,7 +29,7 @@ import orjson
 
 from extender import grouping
 from extender.model import nodematch, podaffinity, resources
-from extender.model.group import Membership, MembershipState
+from extender.model.group import Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement.layout import ClusterArrays
 from extender.state.projection import shared
@@ -50,6 +51,10 @@ GROUPING_KINDS = frozenset(
         ("kai.scheduler", "Topology"),
     }
 )
+
+
+_REQUEST_FIELDS = ("containers", "initContainers", "resources", "overhead")  # what pod_requests reads
+_REQUESTS_KEPT = 4096
 
 
 def kind_of(obj: dict[str, Any]) -> Kind:
@@ -122,6 +127,7 @@ class ClusterStore:
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
+        self._requests_by_spec: dict[bytes, dict[str, int]] = {}
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
@@ -353,9 +359,26 @@ class ClusterStore:
             self.arrays.add(rec.bound_row, self.vector(rec.requests))
             rec.bound_row = -1
 
+    def _pod_requests(self, pod: dict[str, Any]) -> dict[str, int]:
+        """resources.pod_requests, once per distinct set of the fields it reads (a Deployment's pods
+        ask alike), as one shared mapping that is never edited in place."""
+        spec = pod.get("spec")
+        try:
+            key = orjson.dumps([spec.get(f) for f in _REQUEST_FIELDS]) if isinstance(spec, dict) else None
+        except orjson.JSONEncodeError:
+            key = None
+        found = self._requests_by_spec.get(key) if key is not None else None
+        if found is None:
+            found = shared(resources.pod_requests(pod))
+            if key is not None:
+                if len(self._requests_by_spec) >= _REQUESTS_KEPT:
+                    self._requests_by_spec.clear()
+                self._requests_by_spec[key] = found
+        return found
+
     def _apply_pod(self, pod: dict[str, Any], key: PodKey) -> None:
         try:
-            reqs = shared(resources.pod_requests(pod))  # never edited in place; most pods ask alike
+            reqs = self._pod_requests(pod)
         except resources.QuantityError as exc:
             log.warning("pod %s: %s; counting only its pod slot", key, exc)
             reqs = {resources.PODS: 1}
@@ -405,10 +428,21 @@ class ClusterStore:
 
     # ----------------------------------------------------------------- grouping
     def membership(self, rec: PodRecord) -> Membership:
-        if rec.membership is None or rec.membership_gen != self.grouping_gen:
-            rec.membership = grouping.derive_membership(rec.obj, self)
-            rec.membership_gen = self.grouping_gen
-        return rec.membership
+        if rec.membership is not None and rec.membership_gen == self.grouping_gen:
+            return rec.membership
+        m = grouping.derive_membership(rec.obj, self)
+        if m.group is not None and m.group.source is Source.SINGLE_POD:
+            # a group of one is derived again in microseconds; kept, it would cost every plain pod
+            # (most of a cluster) a membership and a group object
+            rec.membership = None
+            return m
+        rec.membership = m
+        rec.membership_gen = self.grouping_gen
+        return m
+
+    def is_plain(self, pod: dict[str, Any]) -> bool:
+        """Surely a group of one (no grouping marks, no readable owner): never a gang, without deriving."""
+        return grouping.is_single_pod(pod, self)
 
     def membership_of(self, pod: dict[str, Any]) -> Membership:
         """Membership of a pod as kube-scheduler sent it; the cached one when the store knows the pod."""
@@ -429,16 +463,34 @@ class ClusterStore:
             self._group_index_gen = self.grouping_gen
             for rec in self.pods.values():
                 self._index_pod(rec)
-        return [self.pods[k] for k in sorted(self._group_index.get(group, ())) if k in self.pods]
+        keys: Iterable[PodKey] = self._group_index.get(group, ())
+        single = self._single_member(group)
+        if single is not None and single not in keys:
+            keys = (*keys, single)
+        return [self.pods[k] for k in sorted(keys) if k in self.pods]
+
+    def _single_member(self, group: GroupKey) -> PodKey | None:
+        """The pod whose group of one is `group`: groups of one are not indexed (a set per plain pod)."""
+        ns, _, name = group.partition("/")
+        for key in (group, name) if ns == "default" else (group,):
+            rec = self.pods.get(PodKey(key))
+            if rec is None or is_terminal(rec.obj):
+                continue
+            m = self.membership(rec)
+            if m.state is MembershipState.MEMBER and m.group is not None and m.group.key == group:
+                if m.group.source is Source.SINGLE_POD:
+                    return rec.key
+        return None
 
     def _index_pod(self, rec: PodRecord) -> None:
         self._unindex_pod(rec.key)
-        if is_terminal(rec.obj):
+        if is_terminal(rec.obj) or self.is_plain(rec.obj):
             return
         m = self.membership(rec)
-        if m.group is not None and m.state is MembershipState.MEMBER:
-            self._group_index.setdefault(m.group.key, set()).add(rec.key)
-            self._pod_group[rec.key] = m.group.key
+        group = m.group if m.state is MembershipState.MEMBER else None
+        if group is not None and group.source is not Source.SINGLE_POD:  # groups of one: _single_member
+            self._group_index.setdefault(group.key, set()).add(rec.key)
+            self._pod_group[rec.key] = group.key
 
     def _unindex_pod(self, key: PodKey) -> None:
         group = self._pod_group.pop(key, None)

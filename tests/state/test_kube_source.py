@@ -145,7 +145,8 @@ async def test_watch_feeds_creates_updates_and_deletes(plane: ControlPlane, name
         assert "before" in listed[3]
         make_pod(plane, namespace, "after")
         added = await store.wait_for(lambda op: op[:3] == ("upsert", "Pod", "after"))
-        assert added[3]["apiVersion"] == "v1" and added[3]["metadata"]["resourceVersion"]
+        assert added[3]["apiVersion"] == "v1" and added[3]["metadata"]["uid"]
+        assert "resourceVersion" not in added[3]["metadata"], "the watch reads it from the event"
         assert "managedFields" not in added[3]["metadata"], "the store gets the projection"
         assert set(added[3]["spec"]["containers"][0]) <= {"name", "resources"}, (
             "no image: what decisions read"

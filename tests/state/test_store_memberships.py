@@ -1,0 +1,112 @@
+"""Plain pods (groups of one) cost the store no membership and no index entry, and every answer about
+groups stays what deriving each pod's membership would give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.grouping import membership as grouping_membership
+from extender.model.group import MembershipState, Source
+from extender.model.keys import group_key
+from extender.scheduling.disruption import GangDisruption
+from extender.state.store import ClusterStore, is_terminal
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
+
+JOB = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "train", "namespace": "default", "uid": "job-1"},
+    "spec": {"parallelism": 2, "completions": 2},
+}
+REPLICASET = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-1", "uid": "rs-1"}}
+
+
+def _terminal(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["status"] = {"phase": "Succeeded"}
+    return pod
+
+
+def _no_namespace(pod: dict[str, Any]) -> dict[str, Any]:
+    del pod["metadata"]["namespace"]
+    return pod
+
+
+def _with(pod: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    obj = pod
+    for part in path[:-1]:
+        obj = obj.setdefault(part, {})
+    obj[path[-1]] = value
+    return pod
+
+
+# (pod, whether it is surely a group of one)
+POD_CASES = [
+    (make_pod("plain"), True),
+    (make_pod("bound", node="n1"), True),
+    (make_pod("web-1-abc", owner=REPLICASET), True),  # its owner is not a kind the store holds
+    (_no_namespace(make_pod("nameless")), True),
+    (make_pod("job-0", owner=JOB), False),
+    (make_pod("job-gone", owner={**JOB, "metadata": {**JOB["metadata"], "uid": "other"}}), False),
+    (gang_pod("g-0", "g"), False),
+    (gang_pod("g-missing", "nope"), False),
+    (make_pod("skip", annotations={"kai.scheduler/skip-podgrouper": "true"}), False),
+    (make_pod("k8s", scheduling_group="pg"), False),
+    (_with(make_pod("bad-spec"), ("spec",), ["not", "a", "dict"]), False),
+    (_with(make_pod("bad-notes"), ("metadata", "annotations"), "x"), False),
+    (_with(make_pod("bad-owners"), ("metadata", "ownerReferences"), "x"), True),
+    (_terminal(make_pod("done")), True),
+    (_terminal(make_pod("job-done", owner=JOB)), False),
+]
+
+
+def _store(pods: list[dict[str, Any]]) -> ClusterStore:
+    store = ClusterStore()
+    store.upsert(make_node("n1"))
+    store.upsert(JOB)
+    store.upsert(make_kai_podgroup("g", min_member=2))
+    store.replace_all("", "Pod", pods)
+    return store
+
+
+@pytest.mark.parametrize(("pod", "single"), POD_CASES, ids=[p["metadata"]["name"] for p, _ in POD_CASES])
+def test_is_single_pod_agrees_with_the_full_derivation(pod, single, monkeypatch):
+    store = _store([])
+    assert grouping_membership.is_single_pod(pod, store) is single
+    fast = grouping_membership.derive_membership(pod, store)
+    monkeypatch.setattr(grouping_membership, "is_single_pod", lambda *_: False)
+    assert fast == grouping_membership.derive_membership(pod, store)
+    if single:
+        assert fast.group is not None and fast.group.source is Source.SINGLE_POD
+
+
+def test_group_members_are_what_each_pods_membership_says():
+    pods = [p for p, _ in POD_CASES if isinstance(p["spec"], dict)]
+    store = _store(pods)
+    expected: dict[str, list[str]] = {}
+    for rec in store.pods.values():
+        m = grouping_membership.derive_membership(rec.obj, store)
+        if m.state is MembershipState.MEMBER and m.group is not None and not is_terminal(rec.obj):
+            expected.setdefault(m.group.key, []).append(rec.key)
+    assert len(expected) > 5
+    for key, members in expected.items():
+        assert [r.key for r in store.group_members(key)] == sorted(members), key
+    assert store.group_members(group_key("default", "done")) == []  # terminal: in no group
+
+
+def test_a_synced_cluster_of_plain_pods_keeps_no_membership_nor_index_entry():
+    pods = [
+        make_pod(f"p{i}", node="n1" if i % 2 else None, owner=REPLICASET if i % 3 else None)
+        for i in range(30)
+    ]
+    store = ClusterStore()
+    disruption = GangDisruption(store, clock=lambda: 0.0, wall_clock=lambda: 0.0)
+    store.upsert(make_node("n1"))
+    store.replace_all("", "Pod", pods)
+    assert disruption.decide() == []
+    members = store.group_members(group_key("default", "p7"))
+    assert [r.key for r in members] == ["default/p7"]
+    assert store.membership(members[0]).group.source is Source.SINGLE_POD
+    assert all(rec.membership is None for rec in store.pods.values())
+    assert store._group_index == {} and store._pod_group == {}
