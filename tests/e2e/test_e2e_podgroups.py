@@ -125,7 +125,11 @@ def test_a_derived_podgroup_appears_gets_status_and_goes_with_its_workload(
         status = (read_podgroup(api, namespace, name) or {}).get("status") or {}
         return status if status.get("phase") == "Running" else None
 
-    status = wait_until(running, timeout_s=30, what=f"PodGroup {name} phase Running")
+    try:
+        status = wait_until(running, timeout_s=30, what=f"PodGroup {name} phase Running")
+    except AssertionError as exc:
+        writes = "\n".join(cluster.plane.status_writes("podgroups", name))
+        raise AssertionError(f"{exc}\nstatus writes (audit log):\n{writes}") from None
     # the API server kept every field (the CRD prunes what KAI's schema lacks): counts of this gang
     assert status["running"] >= quorum and status["running"] + status["pending"] == pod_count, status
     assert not status.get("schedulingConditions"), status

@@ -53,7 +53,17 @@ AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
     "omitStages": ["RequestReceived", "ResponseStarted"],
-    "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}],
+    "rules": [
+        # the bodies of group status writes, so a status test that fails shows what was written
+        {
+            "level": "Request",
+            "userGroups": ["system:serviceaccounts"],
+            "verbs": ["patch"],
+            "resources": [{"group": "scheduling.run.ai", "resources": ["podgroups/status", "queues/status"]}],
+        },
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+        {"level": "None"},
+    ],
 }
 SCHEDULER_NAME = "gang-scheduler"
 
@@ -672,6 +682,25 @@ class ControlPlane:
 
     def audit_offset(self) -> int:
         return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def status_writes(self, resource: str, name: str) -> list[str]:
+        """Each status PATCH of the object `name` of `resource` (e.g. "podgroups") in the audit log, as
+        "time code body" lines: what a status test that fails was written."""
+        if not self.audit_log.exists():
+            return []
+        out = []
+        for line in self.audit_log.read_bytes().splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            ref = event.get("objectRef") or {}
+            wanted = (resource, name, "status")
+            if (ref.get("resource"), ref.get("name"), ref.get("subresource")) == wanted:
+                code = (event.get("responseStatus") or {}).get("code")
+                body = json.dumps(event.get("requestObject"))[:400]
+                out.append(f"{event.get('requestReceivedTimestamp')} {code} {body}")
+        return out
 
     def forbidden_since(
         self, offset: int, *, accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT)
