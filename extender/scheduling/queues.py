@@ -76,8 +76,12 @@ from extender.model.queue import (
 )
 from extender.state.store import POD, ClusterStore, is_live, is_terminal
 
-QUEUE_KIND_KEY = (QUEUE_API_GROUP, QUEUE_KIND)
-"""The store's key for Queue objects: queues are in use when it holds any."""
+
+def in_use(store: ClusterStore) -> bool:
+    """Whether the cluster has Queue objects: until it has, nothing here is enforced."""
+    return bool(store.objects.get((QUEUE_API_GROUP, QUEUE_KIND)))
+
+
 TRACKED = tuple(RESOURCES.values())
 """The resources queues account for, in this project's names."""
 
@@ -417,11 +421,11 @@ class QueueBook:
     def snapshot(self, planned: Iterable[GroupKey]) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
         queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing)."""
-        objects = self.store.list(QUEUE_API_GROUP, QUEUE_KIND)
-        if not objects:
+        if not in_use(self.store):
             if self.tracking:
                 self._forget()
             return None
+        objects = self.store.list(QUEUE_API_GROUP, QUEUE_KIND)
         self.tracking = True
         self.refresh()
         tree = read_tree(objects)

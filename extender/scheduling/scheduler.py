@@ -207,7 +207,7 @@ class Scheduler:
         ledger = self.ledger
         if ledger.planned(key) is not None or ledger.gang_of(key) is not None or uid in self.evictions:
             return None
-        if self.store.objects.get(queues.QUEUE_KIND_KEY):
+        if queues.in_use(self.store):
             return None  # queues in use: a plain pod counts against its queue's limits (_filter_single)
         request, missing = self.store.request_vector(self._requests(pod, key, uid))
         if missing:
