@@ -348,6 +348,94 @@ def _fit_mask(free, rows, request, out):
 
 
 @njit(cache=True, nogil=True)
+def _fingerprint_step(h1, h2, c):
+    """One byte into two 32- and 31-bit FNV-1a-style lanes, in int64 so no step overflows."""
+    return ((h1 ^ c) * 16777619) & 0xFFFFFFFF, ((h2 ^ c) * 1540483477) & 0x7FFFFFFF
+
+
+@njit(cache=True, nogil=True)
+def _fingerprint(h1, h2):
+    """A name's 63-bit fingerprint from its lanes; never 0 (an empty slot)."""
+    f = (h2 << 32) | h1
+    return f if f != 0 else 1
+
+
+@njit(cache=True, nogil=True)
+def _index_names(chars, offsets, rows, fps, slot_rows):
+    """Open addressing of name i (chars[offsets[i]:offsets[i + 1]], on row rows[i]) by fingerprint.
+
+    fps: int64[2^m] zeroed, slot_rows: int32[2^m]. Two names with one fingerprint share a slot whose
+    row is -2: a lookup that meets it declines, so no name is ever taken for another indexed name."""
+    mask = fps.shape[0] - 1
+    for i in range(offsets.shape[0] - 1):
+        h1, h2 = 2166136261, 5381
+        for j in range(offsets[i], offsets[i + 1]):
+            h1, h2 = _fingerprint_step(h1, h2, np.int64(chars[j]))
+        f = _fingerprint(h1, h2)
+        s = f & mask
+        while fps[s] != 0 and fps[s] != f:
+            s = (s + 1) & mask
+        slot_rows[s] = rows[i] if fps[s] == 0 else -2
+        fps[s] = f
+
+
+@njit(cache=True, nogil=True)
+def _skip_space(array, i):
+    while i < array.shape[0] and (array[i] == 32 or array[i] == 9 or array[i] == 10 or array[i] == 13):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _rows_of_names(array, fps, slot_rows, out):
+    """array (uint8): a JSON array of strings. out[j] = the row of the j-th string's name, -1 when
+    no indexed name has its fingerprint. Returns the number of strings, or -1 to decline: array is
+    not a plain array of strings whose bytes are their text (an escape, a control byte, another
+    value, trailing bytes), or a string's fingerprint is shared by two indexed names."""
+    n = array.shape[0]
+    mask = fps.shape[0] - 1
+    i = _skip_space(array, 0)
+    if i >= n or array[i] != 91:  # [
+        return -1
+    i = _skip_space(array, i + 1)
+    count = 0
+    if i < n and array[i] == 93:  # ]
+        return count if _skip_space(array, i + 1) == n else -1
+    while True:
+        if i >= n or array[i] != 34:  # "
+            return -1
+        end = i + 1
+        h1, h2 = 2166136261, 5381  # the fingerprint, in the same pass as the scan
+        while end < n and array[end] != 34:
+            c = np.int64(array[end])
+            if c == 92 or c < 32:  # backslash, control byte
+                return -1
+            h1, h2 = _fingerprint_step(h1, h2, c)
+            end += 1
+        if end >= n:
+            return -1
+        f = _fingerprint(h1, h2)
+        s = f & mask
+        row = -1
+        while fps[s] != 0:
+            if fps[s] == f:
+                row = slot_rows[s]
+                break
+            s = (s + 1) & mask
+        if row == -2:
+            return -1
+        out[count] = row
+        count += 1
+        i = _skip_space(array, end + 1)
+        if i < n and array[i] == 44:  # ,
+            i = _skip_space(array, i + 1)
+        elif i < n and array[i] == 93:
+            return count if _skip_space(array, i + 1) == n else -1
+        else:
+            return -1
+
+
+@njit(cache=True, nogil=True)
 def _score_nodes(free, allocatable, scarce, domains, rows, request, anchor_rows, anchor_levels, out):
     """out[i] in 0..10 for rows[i]: bin-packing after placing request, blended with closeness.
 
@@ -590,3 +678,18 @@ def score_nodes(
     out = np.zeros(rows.shape[0], dtype=np.int64)
     _score_nodes(free, allocatable, scarce, domains, rows, request, anchor_rows, anchor_levels, out)
     return out
+
+
+def index_names(*, chars: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fps, slot_rows) for `rows_of_names`: about two slots per name, 12 bytes each."""
+    slots = 1 << max(4, (2 * (offsets.shape[0] - 1)).bit_length())
+    fps = np.zeros(slots, dtype=np.int64)
+    slot_rows = np.full(slots, -1, dtype=np.int32)
+    _index_names(chars, offsets, rows, fps, slot_rows)
+    return fps, slot_rows
+
+
+def rows_of_names(*, array: np.ndarray, fps: np.ndarray, slot_rows: np.ndarray) -> np.ndarray | None:
+    out = np.empty(array.shape[0] // 3 + 1, dtype=np.int32)  # each string takes at least `"",`
+    count = _rows_of_names(array, fps, slot_rows, out)
+    return None if count < 0 else out[:count]

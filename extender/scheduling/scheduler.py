@@ -151,8 +151,6 @@ class Scheduler:
         self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         self.settling = SettlingRows(settle_s=settle_s, clock=ledger.clock)
-        self.node_names_gen = 0
-        """Bumps when a node is added or removed: a list of names known before may no longer be."""
         self.exact_refusals_max = exact_refusals_max
         self._all_rows = np.zeros(0, dtype=np.int32)  # 0..n_rows-1, for a fit over the whole cache
         store.add_listener(self._on_change)
@@ -185,8 +183,8 @@ class Scheduler:
             f"{len(unknown)} node name(s) unknown to the extender's cluster cache: {shown}{more}"
         )
 
-    def plain_refusals(self, pod: dict[str, Any]) -> frozenset[str] | None:
-        """For a plain pod: the nodes it must not have; every other known node passes. None: the
+    def plain_refusals(self, pod: dict[str, Any]) -> np.ndarray | None:
+        """For a plain pod: the rows it must not have; every other known node passes. None: the
         general path decides (a gang, a plan, a topology, a preemptor's forgiveness, a resource no
         node offers, anything unusual).
 
@@ -220,8 +218,7 @@ class Scheduler:
         refused = np.flatnonzero(~(fits & arrays.schedulable[:n]))
         if len(refused) > self.exact_refusals_max:
             refused = refused[~arrays.schedulable[refused] | np.isin(refused, self._constrained_rows())]
-        names = self.store.row_names
-        return frozenset(names[r] for r in refused.tolist() if r in names)
+        return refused
 
     def plain_passed(self, pod: dict[str, Any]) -> None:
         """A plain pod passed on `plain_refusals`: what `filter` notes of a pass."""
@@ -1192,8 +1189,6 @@ class Scheduler:
         changed or a pod seen bound: the row settles (see `plain_refusals`)."""
         meta = obj.get("metadata") or {}
         if kind == NODE:
-            if event != "MODIFIED":
-                self.node_names_gen += 1
             row = self.store.node_rows.get(str(meta.get("name", "")))
             if row is not None:
                 self.settling.mark(row)

@@ -31,6 +31,7 @@ from extender import grouping
 from extender.model import nodematch, podaffinity, resources
 from extender.model.group import Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
+from extender.placement import NameIndex, index_names, rows_of_names
 from extender.placement.layout import ClusterArrays
 from extender.state.projection import shared
 
@@ -114,6 +115,7 @@ class ClusterStore:
         self.arrays.add_resource(podaffinity.ONE_PER_NODE, scarce=False)
         self.node_rows: dict[str, int] = {}
         self.row_names: dict[int, str] = {}
+        self._name_index: NameIndex | None = None  # of row_names; None when the node set changed
         self.pods: dict[PodKey, PodRecord] = {}
         self.reservations: dict[PodKey, Reservation] = {}
         self.grouping_gen = 0
@@ -288,6 +290,7 @@ class ClusterStore:
             row = self.arrays.add_row(allocatable=alloc, labels=labels, schedulable=schedulable)
             self.node_rows[name] = row
             self.row_names[row] = name
+            self._name_index = None
             # pods seen before their node
             for rec in self.pods.values():
                 if rec.node_name == name and rec.bound_row < 0 and not is_terminal(rec.obj):
@@ -309,12 +312,20 @@ class ClusterStore:
         self.node_gen += 1
         self.tainted_rows.discard(row)
         self.row_names.pop(row, None)
+        self._name_index = None
         for rec in self.pods.values():
             if rec.bound_row == row:
                 rec.bound_row = -1
         # holds on the row stay until the ledger drops them; `unhold` then finds the row gone (or
         # reused by another node) and gives nothing back
         self.arrays.remove_row(row)
+
+    def rows_of_names(self, array: bytes) -> np.ndarray | None:
+        """The row of each node named in `array` (a NodeNames array's raw bytes), -1 for a name the
+        cache does not hold; None when the bytes need decoding first (see `placement.rows_of_names`)."""
+        if self._name_index is None:
+            self._name_index = index_names(self.row_names)
+        return rows_of_names(self._name_index, array)
 
     def eligible_mask(self, pod: dict[str, Any]) -> np.ndarray | None:
         """bool[n_rows]: nodes whose taints, labels and affinity admit `pod`; None when all do.
