@@ -116,6 +116,7 @@ class ClusterStore:
         self.node_rows: dict[str, int] = {}
         self.row_names: dict[int, str] = {}
         self._name_index: NameIndex | None = None  # of row_names; None when the node set changed
+        self._last_names: tuple[bytes, np.ndarray | None] = (b"", None)  # the last array mapped, by it
         self.pods: dict[PodKey, PodRecord] = {}
         self.reservations: dict[PodKey, Reservation] = {}
         self.grouping_gen = 0
@@ -325,7 +326,14 @@ class ClusterStore:
         cache does not hold; None when the bytes need decoding first (see `placement.rows_of_names`)."""
         if self._name_index is None:
             self._name_index = index_names(self.row_names)
-        return rows_of_names(self._name_index, array)
+            self._last_names = (b"", None)
+        last, rows = self._last_names
+        if array != last:  # kube-scheduler sends one list again while its feasible nodes hold
+            rows = rows_of_names(self._name_index, array)
+            if rows is not None:
+                rows.flags.writeable = False  # handed out again for the same list
+            self._last_names = (array, rows)
+        return rows
 
     def eligible_mask(self, pod: dict[str, Any]) -> np.ndarray | None:
         """bool[n_rows]: nodes whose taints, labels and affinity admit `pod`; None when all do.
