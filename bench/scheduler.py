@@ -117,6 +117,7 @@ class Settings:
     pod_cpu: str = "10m"
     run_timeout_s: float = 180.0
     keep_dir: bool = False
+    profile_dir: str = ""  # run the service under cProfile, one file per run here
 
 
 @dataclass
@@ -376,6 +377,9 @@ class Bench:
         python = REPO / ".venv" / "bin" / "python"
         argv = [str(python if python.exists() else sys.executable), "-m", "extender", "serve"]
         argv += ["--kubeconfig", self.plane.kubeconfig, "--port", str(port), "--log-level", "WARNING"]
+        if self.settings.profile_dir and not null:  # written when SIGTERM ends the run
+            out = Path(self.settings.profile_dir) / f"service-{tag}.prof"
+            argv = [argv[0], "-m", "cProfile", "-o", str(out), *argv[1:]]
         if null:
             token = self.workdir / "null-token"
             token.write_text(TOKEN)
@@ -765,6 +769,12 @@ def parse(argv: list[str] | None) -> Settings:
     parser.add_argument("--pod-cpu", default="10m", help="cpu request of every pod (default 10m)")
     parser.add_argument("--run-timeout-s", type=float, default=180.0, help="give up on a run after this long")
     parser.add_argument("--keep-dir", action="store_true", help="keep the work directory (logs, configs)")
+    parser.add_argument(
+        "--profile-service",
+        default="",
+        metavar="DIR",
+        help="run the service under cProfile (slower); one service-<run>.prof per run in DIR",
+    )
     args = parser.parse_args(argv)
     variants = tuple(v.strip().upper() for v in args.configs.split(",") if v.strip())
     unknown = [v for v in variants if v not in VARIANTS]
@@ -784,6 +794,7 @@ def parse(argv: list[str] | None) -> Settings:
         pod_cpu=args.pod_cpu,
         run_timeout_s=args.run_timeout_s,
         keep_dir=args.keep_dir,
+        profile_dir=args.profile_service,
     )
 
 
