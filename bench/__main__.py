@@ -15,6 +15,7 @@ BENCHES = {
     "soak": "bench.soak",
     "memory": "bench.memory",
     "scale": "bench.scale",
+    "names": "bench.names",
 }
 
 
