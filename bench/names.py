@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--nodes: expected comma-separated integers, e.g. 5000,15000")
     if any(n < 1 for n in sizes):
         parser.error("--nodes: sizes must be positive")
-    calls = args.calls or (100 if args.quick else 300)
+    calls = args.calls if args.calls is not None else (100 if args.quick else 300)
     if calls < 1:
         parser.error("--calls: must be positive")
     rows_of_names(index_names({0: "warm"}), b'["warm"]')  # load the kernels before timing
