@@ -615,8 +615,11 @@ class KubeClusterSource:
                 delay = min(delay * 2, s.backoff_max_s)
 
     async def _list_into(self, store: ClusterStore, served: ServedKind) -> str:
-        """List every page, replace the store's objects of this kind, return the list's resourceVersion."""
-        items: list[dict[str, Any]] = []
+        """List every page into `store`, then remove what the list no longer has; returns the list's
+        resourceVersion. Each page is applied as it arrives: 150,000 pods held until the last page
+        would all be alive at once as mappings, where the store keeps them compact; a relist thus
+        shows the store each page's objects before the next page's, as a watch would."""
+        fresh: set[str] = set()
         cont = ""
         while True:
             query = [("limit", str(self._settings.list_page_size))]
@@ -624,8 +627,8 @@ class KubeClusterSource:
                 query.append(("continue", cont))
             status, data = await self._request("GET", served.collection_path, query=query)
             if status == 410:
-                # The continue token expired mid-list: start over.
-                items, cont = [], ""
+                # The continue token expired mid-list: start over (what was applied stays, is listed again).
+                fresh, cont = set(), ""
                 continue
             if status != 200:
                 raise _status_message(status, data)
@@ -640,13 +643,15 @@ class KubeClusterSource:
                         continue
                     item["apiVersion"] = served.api_version
                     item["kind"] = served.kind
-                    items.append(project(item))  # the page's whole objects go with the page
+                    obj = project(item)  # the page's whole objects go with the page
+                    fresh.add(object_key(obj))
+                    self._apply(store.upsert, obj, served)
                 meta = doc.get("metadata") or {}
                 del doc
             cont = meta.get("continue") or ""
             if not cont:
                 with _collector_paused():
-                    self._replace_all(store, served, items)
+                    self._remove_unlisted(store, served, fresh)
                 return str(meta.get("resourceVersion", ""))
 
     def _apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], served: ServedKind) -> bool:
@@ -664,26 +669,11 @@ class KubeClusterSource:
     def last_bad_object(self) -> str:
         return self.skipped.last
 
-    def _replace_all(self, store: ClusterStore, served: ServedKind, items: list[dict[str, Any]]) -> None:
-        """A (re)list into the store. When the store refuses the list as a whole, the objects are
-        applied one by one (the gone removed, the rest upserted), so one bad object is skipped and
-        never costs the cache the rest of the list."""
-        try:
-            store.replace_all(served.group, served.kind, items)
-            return
-        except Exception as exc:  # retried object by object below, where the bad one is skipped
-            log.warning(
-                "list of %s.%s could not be applied in one go (%s); applying it object by object",
-                served.plural,
-                served.group or "core",
-                one_line(exc),
-            )
-        fresh = {object_key(o) for o in items}
-        for old in list(store.list(served.group, served.kind)):
-            if object_key(old) not in fresh:
-                self._apply(store.remove, old, served)
-        for obj in items:
-            self._apply(store.upsert, obj, served)
+    def _remove_unlisted(self, store: ClusterStore, served: ServedKind, fresh: set[str]) -> None:
+        """The end of a (re)list: what the store holds of this kind and the list did not have is gone.
+        One object the store cannot remove is skipped and never costs the cache the rest."""
+        for old in store.unlisted(served.group, served.kind, fresh):
+            self._apply(store.remove, old, served)
 
     async def _watch_into(self, store: ClusterStore, served: ServedKind, cursor: _Cursor) -> str:
         """One watch request from `cursor.rv`, advancing it with every event applied (so a watch

@@ -20,8 +20,8 @@ tests/state/test_projection.py runs the decisions on whole objects and on their 
 
 from __future__ import annotations
 
-import functools
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -64,9 +64,14 @@ NODE_SPEC = ("unschedulable", "taints")
 NODE_STATUS = ("allocatable", "capacity", "conditions")
 
 
-@functools.lru_cache(maxsize=4096)  # recent parts; a list brings a workload's pods together
-def _canonical(encoded: bytes) -> Any:
-    return orjson.loads(encoded)
+_SHARED_KEPT = 4096  # recent parts; a list brings a workload's pods together
+_shared_parts: OrderedDict[bytes, Any] = OrderedDict()
+
+
+def sized(encoded: bytes) -> bytes:
+    """`encoded` in a buffer of its own length: orjson answers in a 4 KiB buffer, however short the
+    JSON, and a key kept in a cache would keep all of it (thousands of keys, megabytes)."""
+    return bytes(memoryview(encoded))
 
 
 def shared(value: Any) -> Any:
@@ -80,9 +85,17 @@ def shared(value: Any) -> Any:
     if not value or not isinstance(value, (dict, list)):
         return value
     try:
-        return _canonical(orjson.dumps(value))
+        encoded = orjson.dumps(value)
     except orjson.JSONEncodeError:  # nested past orjson's depth limit: kept as it came
         return value
+    found = _shared_parts.get(encoded)
+    if found is not None:
+        _shared_parts.move_to_end(encoded)
+        return found
+    found = _shared_parts[sized(encoded)] = orjson.loads(encoded)
+    if len(_shared_parts) > _SHARED_KEPT:
+        _shared_parts.popitem(last=False)
+    return found
 
 
 def _name(value: Any) -> Any:

@@ -152,13 +152,14 @@ async def test_watch_error_410_relists(fake: tuple[Script, str]) -> None:
         def __init__(self) -> None:
             self.lists: list[tuple[str, str, list[str]]] = []
 
-        def upsert(self, obj: dict[str, Any]) -> None: ...
+        def upsert(self, obj: dict[str, Any]) -> None:
+            assert obj["apiVersion"] == "v1" and obj["kind"] in ("Node", "Pod")
 
         def remove(self, obj: dict[str, Any]) -> None: ...
 
-        def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None:
-            assert all(o["apiVersion"] == "v1" and o["kind"] == kind for o in objs)
-            self.lists.append((group, kind, [o["metadata"]["name"] for o in objs]))
+        def unlisted(self, group: str, kind: str, listed: set[str]) -> list[dict[str, Any]]:
+            self.lists.append((group, kind, sorted(listed)))
+            return []
 
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}
     script.on("GET", "/api/v1/nodes?watch", (200, orjson.dumps(gone) + b"\n"), (200, b""))
@@ -194,7 +195,8 @@ async def test_a_watch_broken_mid_stream_resumes_after_the_last_event_applied(
 
         def remove(self, obj: dict[str, Any]) -> None: ...
 
-        def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None: ...
+        def unlisted(self, group: str, kind: str, listed: set[str]) -> list[dict[str, Any]]:
+            return []
 
     store = Store()
     source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=2)
