@@ -11,8 +11,8 @@ or nodes is decoded into the kept fields alone (`page_decoder`): the rest is nev
 Pods and nodes are cut to what `extender/` reads of them (grouping, resources, nodematch,
 podaffinity, priority, disruption, the scheduler); any other kind loses only its managedFields
 and the last-applied annotation: they are few, and grouping reads their specs and statuses deeply.
-Parts equal across many objects (a Deployment's tolerations, owner, container resources) are
-kept once (`shared`). A field of an unexpected shape is kept
+Parts equal across many nodes (taints, allocatable) are kept once (`shared`); a pod's are kept
+once by the store, which keeps pods compact. A field of an unexpected shape is kept
 as it came, so the decisions report it as they would have on the whole object.
 
 tests/state/test_projection.py runs the decisions on whole objects and on their projections.
@@ -142,53 +142,41 @@ def _pod_condition_read(cond: Any) -> bool:
     return kind == "DisruptionTarget" or (kind == "PodScheduled" and cond.get("status") != "True")
 
 
-_SHARED_POD_METADATA = ("labels", "annotations", "ownerReferences")
+# A pod's parts that pods have alike are kept once by the store (`store.PodRecord.keep`, in shared
+# templates); the projection only interns the strings a record keeps of its own.
 _NAMED_POD_METADATA = ("namespace", "creationTimestamp")
-_SHARED_POD_SPEC = ("tolerations", "nodeSelector", "affinity", "schedulingGates", "overhead", "resources")
-_NAMED_POD_SPEC = ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy")
 # Values every reader takes an absent field for (queues._another_schedulers, priority.may_preempt):
-# left out, most pods' spec fits CPython's smallest dict (five keys), 88 bytes less a pod.
+# left out, pods that differ only there share one template.
 _DEFAULT_POD_SPEC = (("schedulerName", "default-scheduler"), ("preemptionPolicy", "PreemptLowerPriority"))
-
-
-def _share_parts(part: dict[str, Any], shared_fields: tuple[str, ...], named: tuple[str, ...]) -> None:
-    """Replace, in place in a fresh projection, the parts many pods have equal by one copy each."""
-    for field in shared_fields:
-        if field in part:
-            part[field] = shared(part[field])
-    for field in named:
-        if field in part:
-            part[field] = _name(part[field])
-
-
-_POD_SPEC_PARTS = {**dict.fromkeys(_SHARED_POD_SPEC, shared), **dict.fromkeys(_NAMED_POD_SPEC, _name)}
 _POD_SPEC_DEFAULTS = dict(_DEFAULT_POD_SPEC)
 
 
 def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """The kept spec, built in one pass: a dict never shrinks, so one picked, then trimmed of its
-    defaults and grown by the containers would keep a table of twice the size."""
+    """The kept spec, built in one pass."""
     kept: dict[str, Any] = {}
     for field in POD_SPEC:
         if field in spec:
             value = spec[field]
             if field in _POD_SPEC_DEFAULTS and value == _POD_SPEC_DEFAULTS[field]:
                 continue
-            part = _POD_SPEC_PARTS.get(field)
-            kept[field] = part(value) if part is not None else value
+            kept[field] = value
+    if "nodeName" in kept:
+        kept["nodeName"] = _name(kept["nodeName"])
     for field in ("containers", "initContainers"):
         if field in spec:
-            kept[field] = shared(_containers(spec[field]))
+            kept[field] = _containers(spec[field])
     return kept
 
 
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"apiVersion": _name(pod.get("apiVersion")), "kind": _name(pod.get("kind"))}
+    out: dict[str, Any] = {"apiVersion": pod.get("apiVersion"), "kind": pod.get("kind")}
     if "metadata" in pod:
         out["metadata"] = meta = _pick(pod["metadata"], POD_METADATA)
         if isinstance(meta, dict):
             _annotations(meta)
-            _share_parts(meta, _SHARED_POD_METADATA, _NAMED_POD_METADATA)
+            for field in _NAMED_POD_METADATA:
+                if field in meta:
+                    meta[field] = _name(meta[field])
     if "spec" in pod:
         spec = pod["spec"]
         out["spec"] = _pod_spec(spec) if isinstance(spec, dict) else spec
@@ -196,9 +184,6 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
         status = pod["status"]
         out["status"] = kept = _pick(status, POD_STATUS)
         if isinstance(status, dict):
-            for field in ("phase", "nominatedNodeName"):
-                if field in kept:
-                    kept[field] = _name(kept[field])
             conds = status.get("conditions")
             if isinstance(conds, list):
                 read = [c for c in conds if _pod_condition_read(c)]
@@ -206,7 +191,6 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
                     kept["conditions"] = read
             elif conds is not None:
                 kept["conditions"] = conds
-            out["status"] = shared(kept)  # most pods are Running and nothing else
     return out
 
 

@@ -77,6 +77,7 @@ def is_live(pod: dict[str, Any]) -> bool:
 
 
 _ABSENT: Any = object()  # a field the pod does not have (None is a value a field may hold)
+_IN_KEY: Any = object()  # a name the record's key spells after "namespace/"
 _OWN_METADATA = ("name", "namespace", "uid", "creationTimestamp")  # differ from pod to pod
 
 
@@ -175,13 +176,18 @@ class PodRecord:
         self._whole = None
         self._top, self._meta, self._spec, self._node = top_t, meta_t, spec_t, node
         self._name, self._ns, self._uid, self._created = own
+        name, ns = own[0], own[1]
+        if type(name) is str and type(ns) is str and self.key == (f"{ns}/{name}" if ns else name):
+            self._name = _IN_KEY  # the key spells it: one string less a pod
 
     @property
     def obj(self) -> dict[str, Any]:
         if self._whole is not None:
             return self._whole
         meta = dict(self._meta)
-        if self._name is not _ABSENT:
+        if self._name is _IN_KEY:
+            meta["name"] = self.key[len(self._ns) + 1 :] if self._ns else self.key
+        elif self._name is not _ABSENT:
             meta["name"] = self._name
         if self._ns is not _ABSENT:
             meta["namespace"] = self._ns
@@ -280,6 +286,8 @@ class ClusterStore:
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
         self._requests_by_spec: dict[bytes, dict[str, int]] = {}
+        self._pod_vectors: dict[int, tuple[dict[str, int], np.ndarray]] = {}
+        self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
@@ -513,14 +521,27 @@ class ClusterStore:
         return mask
 
     # ----------------------------------------------------------------- pods
+    def _pod_vector(self, requests: dict[str, int]) -> np.ndarray:
+        """`vector(requests)` for a pod's requests, once per shared requests mapping (`_pod_requests`
+        gives pods that ask alike one mapping) and columns: a list charges 150,000 pods."""
+        hit = self._pod_vectors.get(id(requests))
+        if hit is not None and hit[0] is requests and len(hit[1]) == self.arrays.n_res:
+            return hit[1]
+        vec = self.vector(requests)
+        vec.flags.writeable = False
+        if len(self._pod_vectors) >= _REQUESTS_KEPT:
+            self._pod_vectors.clear()
+        self._pod_vectors[id(requests)] = (requests, vec)  # the mapping held: its id is not reused
+        return vec
+
     def _charge(self, rec: PodRecord, row: int) -> None:
-        self.arrays.sub(row, self.vector(rec.requests))
+        self.arrays.sub(row, self._pod_vector(rec.requests))
         rec.bound_row = row
 
     def _release(self, rec: PodRecord) -> None:
         if rec.bound_row >= 0:
             self.release_gen += 1
-            self.arrays.add(rec.bound_row, self.vector(rec.requests))
+            self.arrays.add(rec.bound_row, self._pod_vector(rec.requests))
             rec.bound_row = -1
 
     def _pod_requests(self, pod: dict[str, Any]) -> dict[str, int]:
@@ -560,7 +581,7 @@ class ClusterStore:
             rec.requests = reqs
             rec.membership_gen = -1
         if self._group_index_gen == self.grouping_gen:
-            self._index_pod(rec)
+            self._index_pod(rec, pod)
         node = rec.node_name
         if node is not None and not rec.terminal:
             row = self.node_rows.get(node)
@@ -622,8 +643,16 @@ class ClusterStore:
         return m
 
     def is_plain(self, pod: dict[str, Any]) -> bool:
-        """Surely a group of one (no grouping marks, no readable owner): never a gang, without deriving."""
-        return grouping.is_single_pod(pod, self)
+        """Surely a group of one (no grouping marks, no readable owner): never a gang, without deriving.
+
+        The last answer is kept for the same mapping while nothing changed: the store indexing a pod
+        and the listeners told of it ask about one object in turn."""
+        seen = self._plain_seen
+        if seen is not None and seen[0] is pod and seen[1] == self.change_gen:
+            return seen[2]
+        plain = grouping.is_single_pod(pod, self)
+        self._plain_seen = (pod, self.change_gen, plain)
+        return plain
 
     def membership_of(self, pod: dict[str, Any]) -> Membership:
         """Membership of a pod as kube-scheduler sent it; the cached one when the store knows the pod."""
@@ -643,7 +672,7 @@ class ClusterStore:
             self._pod_group = {}
             self._group_index_gen = self.grouping_gen
             for rec in self.pods.values():
-                self._index_pod(rec)
+                self._index_pod(rec, rec.obj)
         keys: Iterable[PodKey] = self._group_index.get(group, ())
         single = self._single_member(group)
         if single is not None and single not in keys:
@@ -663,9 +692,10 @@ class ClusterStore:
                     return rec.key
         return None
 
-    def _index_pod(self, rec: PodRecord) -> None:
+    def _index_pod(self, rec: PodRecord, pod: dict[str, Any]) -> None:
+        """Index `rec` by its group; `pod` is its mapping (rec.obj, or the one it was kept from)."""
         self._unindex_pod(rec.key)
-        if rec.terminal or self.is_plain(rec.obj):
+        if rec.terminal or self.is_plain(pod):
             return
         m = self.membership(rec)
         group = m.group if m.state is MembershipState.MEMBER else None

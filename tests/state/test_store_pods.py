@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from extender.model.keys import PodKey, object_key
 from extender.state.projection import project
 from extender.state.store import ClusterStore, PodRecord, is_terminal
 from tests.state.test_projection import PODS, as_served, node, pod
@@ -35,6 +36,8 @@ ODD = [
     },
     {"apiVersion": "v1", "kind": "Pod", "metadata": {"uid": None, "name": 7}, "spec": {"nodeName": ""}},
     {"apiVersion": "v1", "kind": "Pod", "metadata": {1: "key not a string"}, "spec": {}},
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": ""}, "spec": {}},
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": None}, "spec": {}},
     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "priority": True}, "spec": {"priority": 1}},
 ]
 WHOLE = [as_served(p) for p in PODS]
@@ -43,10 +46,10 @@ CASES = [*(project(p) for p in WHOLE), *WHOLE, *ODD]
 
 @pytest.mark.parametrize("obj", CASES)
 def test_a_kept_pod_reads_back_as_it_was_given(obj: dict[str, Any]) -> None:
-    rec = PodRecord(key="k", obj=obj, requests={})  # type: ignore[arg-type]
+    rec = PodRecord(key=PodKey(object_key(obj)), obj=obj, requests={})
     rec.keep(obj)
     assert shape(rec.obj) == shape(obj)
-    whole = PodRecord(key="k", obj=obj, requests={})  # type: ignore[arg-type]
+    whole = PodRecord(key=rec.key, obj=obj, requests={})
     assert (rec.uid, rec.node_name, rec.terminal) == (whole.uid, whole.node_name, is_terminal(obj))
 
 
