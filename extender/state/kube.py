@@ -31,6 +31,7 @@ import orjson
 
 from extender.model import labels
 from extender.model.keys import object_key
+from extender.state import heap
 from extender.state.projection import page_decoder, project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
@@ -578,6 +579,7 @@ class KubeClusterSource:
         self._pending_sync.discard((served.group, served.kind))
         if not self._pending_sync and not self._synced:
             self._synced = True
+            heap.trim()  # the pages of the list, received and dropped, leave holes behind
             log.info("initial list complete: %s", ", ".join(sorted(k.plural for k in self._served.values())))
 
     async def _feed(self, store: ClusterStore, served: ServedKind, rv: str | None = None) -> None:
