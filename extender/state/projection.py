@@ -197,7 +197,13 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
 def project_node(node: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": _name(node.get("apiVersion")), "kind": _name(node.get("kind"))}
     if "metadata" in node:
-        out["metadata"] = _pick(node["metadata"], NODE_METADATA)
+        out["metadata"] = meta = _pick(node["metadata"], NODE_METADATA)
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict):
+            # zone, rack, os, instance type: one string each across nodes, and the hostname the name's
+            if "name" in meta:
+                meta["name"] = _name(meta["name"])
+            meta["labels"] = {_name(k): _name(v) for k, v in labels.items()}
     if "spec" in node:
         out["spec"] = kept = _pick(node["spec"], NODE_SPEC)
         if isinstance(kept, dict) and "taints" in kept:
