@@ -291,6 +291,13 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A page asked for ahead and then not awaited (the list failed first): its error is not logged
+    as never retrieved; the list's own error is the one reported."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _Gone(Exception):
     """The watched resourceVersion is too old (410): relist."""
 
@@ -620,41 +627,65 @@ class KubeClusterSource:
         """List every page into `store`, then remove what the list no longer has; returns the list's
         resourceVersion. Each page is applied as it arrives: 150,000 pods held until the last page
         would all be alive at once as mappings, where the store keeps them compact; a relist thus
-        shows the store each page's objects before the next page's, as a watch would."""
+        shows the store each page's objects before the next page's, as a watch would. The next page
+        is asked for before this one is applied, so the API server pages while the store applies."""
         fresh: set[str] = set()
         cont = ""
-        while True:
-            query = [("limit", str(self._settings.list_page_size))]
-            if cont:
-                query.append(("continue", cont))
-            status, data = await self._request("GET", served.collection_path, query=query)
-            if status == 410:
-                # The continue token expired mid-list: start over (what was applied stays, is listed again).
-                fresh, cont = set(), ""
-                continue
-            if status != 200:
-                raise _status_message(status, data)
-            with _collector_paused():
-                decode = page_decoder(served.kind) if not served.group else None
-                doc = decode(data) if decode is not None else None
-                if doc is None:
-                    doc = orjson.loads(data)
-                for item in doc.get("items") or []:
-                    if not isinstance(item, dict):
-                        self._skip(item, ValueError("a listed item that is not a mapping"), served)
-                        continue
-                    item["apiVersion"] = served.api_version
-                    item["kind"] = served.kind
-                    obj = project(item)  # the page's whole objects go with the page
-                    fresh.add(object_key(obj))
-                    self._apply(store.upsert, obj, served)
-                meta = doc.get("metadata") or {}
-                del doc
-            cont = meta.get("continue") or ""
-            if not cont:
+        ahead: asyncio.Future[tuple[int, bytes]] | None = None
+        try:
+            while True:
+                if ahead is None:
+                    status, data = await self._list_page(served, cont)
+                else:
+                    status, data = await ahead
+                    ahead = None
+                if status == 410:
+                    # The continue token expired mid-list: start over (what was applied stays, listed again).
+                    fresh, cont = set(), ""
+                    continue
+                if status != 200:
+                    raise _status_message(status, data)
                 with _collector_paused():
-                    self._remove_unlisted(store, served, fresh)
-                return str(meta.get("resourceVersion", ""))
+                    decode = page_decoder(served.kind) if not served.group else None
+                    doc = decode(data) if decode is not None else None
+                    if doc is None:
+                        doc = orjson.loads(data)
+                    del data
+                    items = doc.get("items") or []
+                    meta = doc.get("metadata") or {}
+                    del doc
+                cont = meta.get("continue") or ""
+                if cont:
+                    ahead = asyncio.ensure_future(self._list_page(served, cont))
+                    ahead.add_done_callback(_retrieved)
+                slice_start = time.monotonic()
+                with _collector_paused():
+                    for item in items:
+                        if time.monotonic() - slice_start > _YIELD_EVERY_S:
+                            await asyncio.sleep(0)  # the next page's request goes out; answers go on
+                            slice_start = time.monotonic()
+                        if not isinstance(item, dict):
+                            self._skip(item, ValueError("a listed item that is not a mapping"), served)
+                            continue
+                        item["apiVersion"] = served.api_version
+                        item["kind"] = served.kind
+                        obj = project(item)  # the page's whole objects go with the page
+                        fresh.add(object_key(obj))
+                        self._apply(store.upsert, obj, served)
+                del items
+                if not cont:
+                    with _collector_paused():
+                        self._remove_unlisted(store, served, fresh)
+                    return str(meta.get("resourceVersion", ""))
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    async def _list_page(self, served: ServedKind, cont: str) -> tuple[int, bytes]:
+        query = [("limit", str(self._settings.list_page_size))]
+        if cont:
+            query.append(("continue", cont))
+        return await self._request("GET", served.collection_path, query=query)
 
     def _apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], served: ServedKind) -> bool:
         return self.skipped.apply(op, obj, served.kind)

@@ -612,3 +612,33 @@ async def test_evictions(
         "deleteOptions": {"preconditions": {"uid": "u1"}},
     }
     assert {k: v for k, v in source.write_errors.items()} == {k: 2 * v for k, v in counted.items()}
+
+
+EXPIRED = (410, {"kind": "Status", "code": 410, "reason": "Expired", "message": "continue token expired"})
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [EXPIRED, BUSY],
+    ids=["an expired continue token restarts the list", "a page that fails fails the list, which is retried"],
+)
+async def test_a_paged_list_applies_every_page_and_removes_what_it_no_longer_has(
+    fake: tuple[Script, str], broken: tuple[int, Any]
+) -> None:
+    """Pages are applied as they arrive, the next one asked for first; the end of the list removes
+    what the store held and no page had."""
+    script, kubeconfig = fake
+    first = (200, {"metadata": {"continue": "c1"}, "items": [_pod("a", "2", node="n1")]})
+    last = (200, {"metadata": {"resourceVersion": "9"}, "items": [_pod("b", "3", node="n1")]})
+    _serve_nodes_and_pods(script, pods=[], watch=b"")
+    script.on("GET", "/api/v1/pods", first, broken, first, last)
+    store = ClusterStore()
+    store.upsert(_pod("gone", "1"))
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=1)
+    await source.run(store)
+    assert source.is_synced()
+    assert sorted(o["metadata"]["name"] for o in store.list("", "Pod")) == ["a", "b"]
+    pages = [q.get("continue", "") for path, q in script.queries if path == "/api/v1/pods"]
+    assert pages == ["", "c1", "", "c1"]
+    watches = [q["resourceVersion"] for path, q in script.queries if path == "/api/v1/pods?watch"]
+    assert watches == ["9"], "the watch starts from the version of the list that completed"
