@@ -103,12 +103,31 @@ def _template(value: dict[str, Any]) -> dict[str, Any] | None:
     return found if found == value else None
 
 
+def _packed_uid(uid: Any) -> Any:
+    """A uid in the API server's form (lowercase 8-4-4-4-12 hex) as its 16 bytes (49 bytes of memory
+    against 85); any other value as it came. JSON never gives bytes: they can only be a packed uid."""
+    if type(uid) is not str or len(uid) != 36 or uid[8] != "-" or uid[13] != "-":
+        return uid
+    digits = uid.replace("-", "")
+    try:
+        packed = bytes.fromhex(digits)
+    except ValueError:
+        return uid
+    return packed if len(packed) == 16 and _uid_text(packed) == uid else uid
+
+
+def _uid_text(packed: bytes) -> str:
+    h = packed.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 class PodRecord:
     """One per pod: 150,000 of them. What the store keeps of a pod is compact (`keep`): the parts
     many pods have alike (the mapping's shape, labels, owner, spec, status) in shared templates,
-    with only name, uid, creation time and node name of its own; `obj` builds the mapping the
-    decisions read, equal to the one stored, on each call. A pod of an unexpected shape, and a
-    record made for a pod the store does not hold, keep the mapping itself."""
+    with only namespace, uid (packed), creation time and node name of its own (the name is the
+    key's); `obj` builds the mapping the decisions read, equal to the one stored, on each call. A
+    pod of an unexpected shape, and a record made for a pod the store does not hold, keep the
+    mapping itself."""
 
     __slots__ = (
         "_created",
@@ -176,6 +195,7 @@ class PodRecord:
         self._whole = None
         self._top, self._meta, self._spec, self._node = top_t, meta_t, spec_t, node
         self._name, self._ns, self._uid, self._created = own
+        self._uid = _packed_uid(self._uid)
         name, ns = own[0], own[1]
         if type(name) is str and type(ns) is str and self.key == (f"{ns}/{name}" if ns else name):
             self._name = _IN_KEY  # the key spells it: one string less a pod
@@ -192,7 +212,7 @@ class PodRecord:
         if self._ns is not _ABSENT:
             meta["namespace"] = self._ns
         if self._uid is not _ABSENT:
-            meta["uid"] = self._uid
+            meta["uid"] = _uid_text(self._uid) if type(self._uid) is bytes else self._uid
         if self._created is not _ABSENT:
             meta["creationTimestamp"] = self._created
         pod = dict(self._top)
@@ -212,7 +232,8 @@ class PodRecord:
     def uid(self) -> str:
         if self._whole is not None:
             return str((self._whole.get("metadata") or {}).get("uid", ""))
-        return "" if self._uid is _ABSENT else str(self._uid)
+        uid = self._uid
+        return "" if uid is _ABSENT else _uid_text(uid) if type(uid) is bytes else str(uid)
 
     @property
     def node_name(self) -> str | None:

@@ -37,6 +37,17 @@ ODD = [
     {"apiVersion": "v1", "kind": "Pod", "metadata": {"uid": None, "name": 7}, "spec": {"nodeName": ""}},
     {"apiVersion": "v1", "kind": "Pod", "metadata": {1: "key not a string"}, "spec": {}},
     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": ""}, "spec": {}},
+    *(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "u", "namespace": "ns", "uid": uid}}
+        for uid in (
+            "10000000-0000-4000-8000-00000000000a",  # packed
+            "10000000-0000-4000-8000-00000000000A",  # not lowercase: kept as it came
+            "10000000-0000-4000-8000-00000000000 ",
+            "10000000-0000-4000-8000-0000000000 a",
+            "1000000000000-4000-8000-00000000000a",
+            "x" * 36,
+        )
+    ),
     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": None}, "spec": {}},
     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "priority": True}, "spec": {"priority": 1}},
 ]
