@@ -103,33 +103,16 @@ def _template(value: dict[str, Any]) -> dict[str, Any] | None:
     return found if found == value else None
 
 
-def _packed_uid(uid: Any) -> Any:
-    """A uid in the API server's form (lowercase 8-4-4-4-12 hex) as its 16 bytes (49 bytes of memory
-    against 85); any other value as it came. JSON never gives bytes: they can only be a packed uid."""
-    if type(uid) is not str or len(uid) != 36 or uid[8] != "-" or uid[13] != "-":
-        return uid
-    digits = uid.replace("-", "")
-    try:
-        packed = bytes.fromhex(digits)
-    except ValueError:
-        return uid
-    return packed if len(packed) == 16 and _uid_text(packed) == uid else uid
-
-
-def _uid_text(packed: bytes) -> str:
-    h = packed.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 class PodRecord:
     """One per pod: 150,000 of them. What the store keeps of a pod is compact (`keep`): the parts
     many pods have alike (the mapping's shape, labels, owner, spec, status) in shared templates,
-    with only namespace, uid (packed), creation time and node name of its own (the name is the
-    key's); `obj` builds the mapping the decisions read, equal to the one stored, on each call. A
-    pod of an unexpected shape, and a record made for a pod the store does not hold, keep the
-    mapping itself."""
+    with only namespace, uid, creation time and node name of its own (the name is the key's);
+    `obj` builds the mapping the decisions read, equal to the one stored, on each call. A pod of
+    an unexpected shape, and a record made for a pod the store does not hold, keep the mapping
+    itself."""
 
     __slots__ = (
+        "_built",
         "_created",
         "_meta",
         "_name",
@@ -161,11 +144,13 @@ class PodRecord:
         self.membership = membership
         self.membership_gen = membership_gen
         self._whole: dict[str, Any] | None = obj
+        self._built: dict[str, Any] | None = None
 
     def keep(self, pod: dict[str, Any]) -> None:
         """Store `pod` in compact form when its shape allows (a mapping with mapping metadata and
         spec, each template equal to its shared copy); otherwise the mapping itself."""
         self._whole = pod
+        self._built = None
         meta = pod.get("metadata")
         spec = pod.get("spec", _ABSENT)
         if not isinstance(meta, dict) or not (spec is _ABSENT or isinstance(spec, dict)):
@@ -195,15 +180,18 @@ class PodRecord:
         self._whole = None
         self._top, self._meta, self._spec, self._node = top_t, meta_t, spec_t, node
         self._name, self._ns, self._uid, self._created = own
-        self._uid = _packed_uid(self._uid)
         name, ns = own[0], own[1]
         if type(name) is str and type(ns) is str and self.key == (f"{ns}/{name}" if ns else name):
             self._name = _IN_KEY  # the key spells it: one string less a pod
 
     @property
     def obj(self) -> dict[str, Any]:
+        """The pod's mapping. A gang member's (a kept membership) is built once and kept until the
+        pod changes: planning and preemption read every member's on each call of a large gang."""
         if self._whole is not None:
             return self._whole
+        if self._built is not None:
+            return self._built
         meta = dict(self._meta)
         if self._name is _IN_KEY:
             meta["name"] = self.key[len(self._ns) + 1 :] if self._ns else self.key
@@ -212,7 +200,7 @@ class PodRecord:
         if self._ns is not _ABSENT:
             meta["namespace"] = self._ns
         if self._uid is not _ABSENT:
-            meta["uid"] = _uid_text(self._uid) if type(self._uid) is bytes else self._uid
+            meta["uid"] = self._uid
         if self._created is not _ABSENT:
             meta["creationTimestamp"] = self._created
         pod = dict(self._top)
@@ -222,18 +210,20 @@ class PodRecord:
             if self._node is not _ABSENT:
                 spec["nodeName"] = self._node
             pod["spec"] = spec
+        if self.membership is not None:
+            self._built = pod
         return pod
 
     @obj.setter
     def obj(self, pod: dict[str, Any]) -> None:
         self._whole = pod
+        self._built = None
 
     @property
     def uid(self) -> str:
         if self._whole is not None:
             return str((self._whole.get("metadata") or {}).get("uid", ""))
-        uid = self._uid
-        return "" if uid is _ABSENT else _uid_text(uid) if type(uid) is bytes else str(uid)
+        return "" if self._uid is _ABSENT else str(self._uid)
 
     @property
     def node_name(self) -> str | None:
@@ -246,6 +236,15 @@ class PodRecord:
         """is_terminal(obj), without building it."""
         status = (self._whole if self._whole is not None else self._top).get("status")
         return (status or {}).get("phase") in ("Succeeded", "Failed")
+
+    @property
+    def live(self) -> bool:
+        """is_live(obj), without building it: the loops over every pod (preemption) ask it first."""
+        if self._whole is not None or self._built is not None:
+            return is_live(self.obj)
+        if self.terminal or self._meta.get("deletionTimestamp"):
+            return False
+        return not (self._spec or {}).get("schedulingGates")
 
     def __repr__(self) -> str:
         return f"PodRecord(key={self.key!r}, bound_row={self.bound_row}, requests={self.requests!r})"
