@@ -642,3 +642,27 @@ async def test_a_paged_list_applies_every_page_and_removes_what_it_no_longer_has
     assert pages == ["", "c1", "", "c1"]
     watches = [q["resourceVersion"] for path, q in script.queries if path == "/api/v1/pods?watch"]
     assert watches == ["9"], "the watch starts from the version of the list that completed"
+
+
+def test_concurrent_lists_share_one_pause_of_the_cyclic_collector() -> None:
+    """The collector comes back when the last list ends, whichever ends first; one paused by someone
+    else stays paused."""
+    import gc
+
+    from extender.state.kube import _collector_paused
+
+    assert gc.isenabled()
+    nodes, pods = _collector_paused(), _collector_paused()
+    nodes.__enter__()
+    pods.__enter__()
+    nodes.__exit__(None, None, None)
+    assert not gc.isenabled(), "the pod list is still under way"
+    pods.__exit__(None, None, None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _collector_paused():
+            pass
+        assert not gc.isenabled(), "paused by someone else: left to them"
+    finally:
+        gc.enable()
