@@ -300,13 +300,6 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """A page asked for ahead and then not awaited (the list failed first): its error is not logged
-    as never retrieved; the list's own error is the one reported."""
-    if not task.cancelled():
-        task.exception()
-
-
 class _Gone(Exception):
     """The watched resourceVersion is too old (410): relist."""
 
@@ -636,57 +629,42 @@ class KubeClusterSource:
         """List every page into `store`, then remove what the list no longer has; returns the list's
         resourceVersion. Each page is applied as it arrives: 150,000 pods held until the last page
         would all be alive at once as mappings, where the store keeps them compact; a relist thus
-        shows the store each page's objects before the next page's, as a watch would. The next page
-        is asked for before this one is applied, so the API server pages while the store applies."""
+        shows the store each page's objects before the next page's, as a watch would. (Asking for
+        the next page before applying this one, with the loop yielding while it applies, cost about
+        2.5 s more CPU at 150,000 pods than it saved in wall time on one machine.)"""
         fresh: set[str] = set()
         cont = ""
-        ahead: asyncio.Future[tuple[int, bytes]] | None = None
-        try:
-            with _collector_paused():
-                while True:
-                    if ahead is None:
-                        status, data = await self._list_page(served, cont)
-                    else:
-                        status, data = await ahead
-                        ahead = None
-                    if status == 410:
-                        # The continue token expired mid-list: start over (what was applied stays).
-                        fresh, cont = set(), ""
+        with _collector_paused():
+            while True:
+                status, data = await self._list_page(served, cont)
+                if status == 410:
+                    # The continue token expired mid-list: start over (what was applied stays).
+                    fresh, cont = set(), ""
+                    continue
+                if status != 200:
+                    raise _status_message(status, data)
+                decode = page_decoder(served.kind) if not served.group else None
+                doc = decode(data) if decode is not None else None
+                if doc is None:
+                    doc = orjson.loads(data)
+                del data
+                items = doc.get("items") or []
+                meta = doc.get("metadata") or {}
+                del doc
+                for item in items:
+                    if not isinstance(item, dict):
+                        self._skip(item, ValueError("a listed item that is not a mapping"), served)
                         continue
-                    if status != 200:
-                        raise _status_message(status, data)
-                    decode = page_decoder(served.kind) if not served.group else None
-                    doc = decode(data) if decode is not None else None
-                    if doc is None:
-                        doc = orjson.loads(data)
-                    del data
-                    items = doc.get("items") or []
-                    meta = doc.get("metadata") or {}
-                    del doc
-                    cont = meta.get("continue") or ""
-                    if cont:
-                        ahead = asyncio.ensure_future(self._list_page(served, cont))
-                        ahead.add_done_callback(_retrieved)
-                    slice_start = time.monotonic()
-                    for item in items:
-                        if time.monotonic() - slice_start > _YIELD_EVERY_S:
-                            await asyncio.sleep(0)  # the next page's request goes out; answers go on
-                            slice_start = time.monotonic()
-                        if not isinstance(item, dict):
-                            self._skip(item, ValueError("a listed item that is not a mapping"), served)
-                            continue
-                        item["apiVersion"] = served.api_version
-                        item["kind"] = served.kind
-                        obj = project(item)  # the page's whole objects go with the page
-                        fresh.add(object_key(obj))
-                        self._apply(store.upsert, obj, served)
-                    del items
-                    if not cont:
-                        self._remove_unlisted(store, served, fresh)
-                        return str(meta.get("resourceVersion", ""))
-        finally:
-            if ahead is not None:
-                ahead.cancel()
+                    item["apiVersion"] = served.api_version
+                    item["kind"] = served.kind
+                    obj = project(item)  # the page's whole objects go with the page
+                    fresh.add(object_key(obj))
+                    self._apply(store.upsert, obj, served)
+                del items
+                cont = meta.get("continue") or ""
+                if not cont:
+                    self._remove_unlisted(store, served, fresh)
+                    return str(meta.get("resourceVersion", ""))
 
     async def _list_page(self, served: ServedKind, cont: str) -> tuple[int, bytes]:
         query = [("limit", str(self._settings.list_page_size))]

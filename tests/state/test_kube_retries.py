@@ -625,7 +625,7 @@ EXPIRED = (410, {"kind": "Status", "code": 410, "reason": "Expired", "message": 
 async def test_a_paged_list_applies_every_page_and_removes_what_it_no_longer_has(
     fake: tuple[Script, str], broken: tuple[int, Any]
 ) -> None:
-    """Pages are applied as they arrive, the next one asked for first; the end of the list removes
+    """Pages are applied as they arrive; the end of the list removes
     what the store held and no page had."""
     script, kubeconfig = fake
     first = (200, {"metadata": {"continue": "c1"}, "items": [_pod("a", "2", node="n1")]})
