@@ -604,6 +604,8 @@ class GangLedger:
         scheduler placed). Releasing that plan would over-commit the node, so every plan holding room
         there is dropped now (its waiting binds answered, kube-scheduler retries, the gang replans);
         a release already in flight is past recall."""
+        if not self.store.reservations:  # no plan holds room anywhere (a list of 150,000 bound pods)
+            return
         rec = self.store.pods.get(pk)
         if rec is None or rec.bound_row < 0:
             return

@@ -95,7 +95,7 @@ def candidate_units(
     units: list[Unit] = []
     seen_gangs: set[GroupKey] = set()
     for rec in store.pods.values():
-        if not rec.node_name or not is_live(rec.obj) or rec.bound_row < 0:
+        if not rec.node_name or not rec.live or rec.bound_row < 0:
             continue
         m = store.membership(rec)
         group = m.group if m.state is MembershipState.MEMBER else None

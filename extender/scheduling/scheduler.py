@@ -1179,8 +1179,9 @@ class Scheduler:
             members = self.store.group_members(spec.key)
             rec = members[0] if members else None
         if rec is not None:
-            top = walk_owners(rec.obj, self.store).top
-            if top is not rec.obj and kind_of(top) in WORKLOAD_KINDS:
+            pod_obj = rec.obj  # built anew on each read for a pod with no kept membership
+            top = walk_owners(pod_obj, self.store).top
+            if top is not pod_obj and kind_of(top) in WORKLOAD_KINDS:
                 out.append(top)
         return out
 
@@ -1239,7 +1240,7 @@ class Scheduler:
         parked: dict[GroupKey, list[PodKey]] = {}
         specs: dict[GroupKey, GroupSpec] = {}
         for rec in self.store.pods.values():
-            if rec.node_name or not is_live(rec.obj) or not _marked_unschedulable(rec.obj):
+            if rec.node_name or not rec.live or not _marked_unschedulable(rec.obj):
                 continue
             m = self.store.membership(rec)
             if (

@@ -11,8 +11,8 @@ or nodes is decoded into the kept fields alone (`page_decoder`): the rest is nev
 Pods and nodes are cut to what `extender/` reads of them (grouping, resources, nodematch,
 podaffinity, priority, disruption, the scheduler); any other kind loses only its managedFields
 and the last-applied annotation: they are few, and grouping reads their specs and statuses deeply.
-Parts equal across many objects (a Deployment's tolerations, owner, container resources) are
-kept once (`shared`). A field of an unexpected shape is kept
+Parts equal across many nodes (taints, allocatable) are kept once (`shared`); a pod's are kept
+once by the store, which keeps pods compact. A field of an unexpected shape is kept
 as it came, so the decisions report it as they would have on the whole object.
 
 tests/state/test_projection.py runs the decisions on whole objects and on their projections.
@@ -20,8 +20,8 @@ tests/state/test_projection.py runs the decisions on whole objects and on their 
 
 from __future__ import annotations
 
-import functools
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -64,9 +64,14 @@ NODE_SPEC = ("unschedulable", "taints")
 NODE_STATUS = ("allocatable", "capacity", "conditions")
 
 
-@functools.lru_cache(maxsize=4096)  # recent parts; a list brings a workload's pods together
-def _canonical(encoded: bytes) -> Any:
-    return orjson.loads(encoded)
+_SHARED_KEPT = 4096  # recent parts; a list brings a workload's pods together
+_shared_parts: OrderedDict[bytes, Any] = OrderedDict()
+
+
+def sized(encoded: bytes) -> bytes:
+    """`encoded` in a buffer of its own length: orjson answers in a 4 KiB buffer, however short the
+    JSON, and a key kept in a cache would keep all of it (thousands of keys, megabytes)."""
+    return bytes(memoryview(encoded))
 
 
 def shared(value: Any) -> Any:
@@ -80,9 +85,17 @@ def shared(value: Any) -> Any:
     if not value or not isinstance(value, (dict, list)):
         return value
     try:
-        return _canonical(orjson.dumps(value))
+        encoded = orjson.dumps(value)
     except orjson.JSONEncodeError:  # nested past orjson's depth limit: kept as it came
         return value
+    found = _shared_parts.get(encoded)
+    if found is not None:
+        _shared_parts.move_to_end(encoded)
+        return found
+    found = _shared_parts[sized(encoded)] = orjson.loads(encoded)
+    if len(_shared_parts) > _SHARED_KEPT:
+        _shared_parts.popitem(last=False)
+    return found
 
 
 def _name(value: Any) -> Any:
@@ -129,53 +142,41 @@ def _pod_condition_read(cond: Any) -> bool:
     return kind == "DisruptionTarget" or (kind == "PodScheduled" and cond.get("status") != "True")
 
 
-_SHARED_POD_METADATA = ("labels", "annotations", "ownerReferences")
+# A pod's parts that pods have alike are kept once by the store (`store.PodRecord.keep`, in shared
+# templates); the projection only interns the strings a record keeps of its own.
 _NAMED_POD_METADATA = ("namespace", "creationTimestamp")
-_SHARED_POD_SPEC = ("tolerations", "nodeSelector", "affinity", "schedulingGates", "overhead", "resources")
-_NAMED_POD_SPEC = ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy")
 # Values every reader takes an absent field for (queues._another_schedulers, priority.may_preempt):
-# left out, most pods' spec fits CPython's smallest dict (five keys), 88 bytes less a pod.
+# left out, pods that differ only there share one template.
 _DEFAULT_POD_SPEC = (("schedulerName", "default-scheduler"), ("preemptionPolicy", "PreemptLowerPriority"))
-
-
-def _share_parts(part: dict[str, Any], shared_fields: tuple[str, ...], named: tuple[str, ...]) -> None:
-    """Replace, in place in a fresh projection, the parts many pods have equal by one copy each."""
-    for field in shared_fields:
-        if field in part:
-            part[field] = shared(part[field])
-    for field in named:
-        if field in part:
-            part[field] = _name(part[field])
-
-
-_POD_SPEC_PARTS = {**dict.fromkeys(_SHARED_POD_SPEC, shared), **dict.fromkeys(_NAMED_POD_SPEC, _name)}
 _POD_SPEC_DEFAULTS = dict(_DEFAULT_POD_SPEC)
 
 
 def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """The kept spec, built in one pass: a dict never shrinks, so one picked, then trimmed of its
-    defaults and grown by the containers would keep a table of twice the size."""
+    """The kept spec, built in one pass."""
     kept: dict[str, Any] = {}
     for field in POD_SPEC:
         if field in spec:
             value = spec[field]
             if field in _POD_SPEC_DEFAULTS and value == _POD_SPEC_DEFAULTS[field]:
                 continue
-            part = _POD_SPEC_PARTS.get(field)
-            kept[field] = part(value) if part is not None else value
+            kept[field] = value
+    if "nodeName" in kept:
+        kept["nodeName"] = _name(kept["nodeName"])
     for field in ("containers", "initContainers"):
         if field in spec:
-            kept[field] = shared(_containers(spec[field]))
+            kept[field] = _containers(spec[field])
     return kept
 
 
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"apiVersion": _name(pod.get("apiVersion")), "kind": _name(pod.get("kind"))}
+    out: dict[str, Any] = {"apiVersion": pod.get("apiVersion"), "kind": pod.get("kind")}
     if "metadata" in pod:
         out["metadata"] = meta = _pick(pod["metadata"], POD_METADATA)
         if isinstance(meta, dict):
             _annotations(meta)
-            _share_parts(meta, _SHARED_POD_METADATA, _NAMED_POD_METADATA)
+            for field in _NAMED_POD_METADATA:
+                if field in meta:
+                    meta[field] = _name(meta[field])
     if "spec" in pod:
         spec = pod["spec"]
         out["spec"] = _pod_spec(spec) if isinstance(spec, dict) else spec
@@ -183,9 +184,6 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
         status = pod["status"]
         out["status"] = kept = _pick(status, POD_STATUS)
         if isinstance(status, dict):
-            for field in ("phase", "nominatedNodeName"):
-                if field in kept:
-                    kept[field] = _name(kept[field])
             conds = status.get("conditions")
             if isinstance(conds, list):
                 read = [c for c in conds if _pod_condition_read(c)]
@@ -193,14 +191,19 @@ def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
                     kept["conditions"] = read
             elif conds is not None:
                 kept["conditions"] = conds
-            out["status"] = shared(kept)  # most pods are Running and nothing else
     return out
 
 
 def project_node(node: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"apiVersion": _name(node.get("apiVersion")), "kind": _name(node.get("kind"))}
     if "metadata" in node:
-        out["metadata"] = _pick(node["metadata"], NODE_METADATA)
+        out["metadata"] = meta = _pick(node["metadata"], NODE_METADATA)
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict):
+            # zone, rack, os, instance type: one string each across nodes, and the hostname the name's
+            if "name" in meta:
+                meta["name"] = _name(meta["name"])
+            meta["labels"] = {_name(k): _name(v) for k, v in labels.items()}
     if "spec" in node:
         out["spec"] = kept = _pick(node["spec"], NODE_SPEC)
         if isinstance(kept, dict) and "taints" in kept:

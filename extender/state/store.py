@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from extender.model.group import Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement import NameIndex, index_names, rows_of_names
 from extender.placement.layout import ClusterArrays
-from extender.state.projection import shared
+from extender.state.projection import shared, sized
 
 log = logging.getLogger(__name__)
 
@@ -76,22 +77,197 @@ def is_live(pod: dict[str, Any]) -> bool:
     return not (pod.get("spec") or {}).get("schedulingGates")
 
 
-@dataclasses.dataclass(slots=True)  # one per pod: 150,000 of them
+_ABSENT: Any = object()  # a field the pod does not have (None is a value a field may hold)
+_IN_KEY: Any = object()  # a name the record's key spells after "namespace/"
+_OWN_METADATA = ("name", "namespace", "uid", "creationTimestamp")  # differ from pod to pod
+
+
+_TEMPLATES_KEPT = 4096
+_templates: OrderedDict[bytes, dict[str, Any]] = OrderedDict()
+
+
+def _template(value: dict[str, Any]) -> dict[str, Any] | None:
+    """One mapping for every equal `value` (a pod's mapping without its own fields), each part of it
+    `shared`: it is no source's object. None when that copy would not equal `value` (a tuple, a
+    datetime, a key that is not a string): such a pod is kept as it came."""
+    try:
+        encoded = orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    found = _templates.get(encoded)
+    if found is None:
+        found = _templates[sized(encoded)] = {k: shared(v) for k, v in value.items()}
+        if len(_templates) > _TEMPLATES_KEPT:
+            _templates.popitem(last=False)
+    else:
+        _templates.move_to_end(encoded)
+    return found if found == value else None
+
+
 class PodRecord:
-    key: PodKey
-    obj: dict[str, Any]
-    requests: dict[str, int]
-    bound_row: int = -1  # row whose free capacity this pod's requests were taken from
-    membership: Membership | None = None
-    membership_gen: int = -1
+    """One per pod: 150,000 of them. What the store keeps of a pod is compact (`keep`): the parts
+    many pods have alike (the mapping's shape, labels, owner, spec, status) in shared templates,
+    with only namespace, uid, creation time and node name of its own (the name is the key's);
+    `obj` builds the mapping the decisions read, equal to the one stored, on each call. A pod of
+    an unexpected shape, and a record made for a pod the store does not hold, keep the mapping
+    itself."""
+
+    __slots__ = (
+        "_built",
+        "_created",
+        "_meta",
+        "_name",
+        "_node",
+        "_ns",
+        "_spec",
+        "_top",
+        "_uid",
+        "_whole",
+        "bound_row",
+        "key",
+        "membership",
+        "membership_gen",
+        "requests",
+    )
+
+    def __init__(
+        self,
+        key: PodKey,
+        obj: dict[str, Any],
+        requests: dict[str, int],
+        bound_row: int = -1,  # row whose free capacity this pod's requests were taken from
+        membership: Membership | None = None,
+        membership_gen: int = -1,
+    ) -> None:
+        self.key = key
+        self.requests = requests
+        self.bound_row = bound_row
+        self.membership = membership
+        self.membership_gen = membership_gen
+        self._whole: dict[str, Any] | None = obj
+        self._built: dict[str, Any] | None = None
+
+    def keep(self, pod: dict[str, Any]) -> None:
+        """Store `pod` in compact form when its shape allows (a mapping with mapping metadata and
+        spec, each template equal to its shared copy); otherwise the mapping itself."""
+        self._whole = pod
+        self._built = None
+        meta = pod.get("metadata")
+        spec = pod.get("spec", _ABSENT)
+        if not isinstance(meta, dict) or not (spec is _ABSENT or isinstance(spec, dict)):
+            return
+        own = [meta.get(f, _ABSENT) for f in _OWN_METADATA]
+        meta_t = dict(meta)
+        for field, value in zip(_OWN_METADATA, own, strict=True):
+            if value is not _ABSENT:
+                meta_t[field] = None
+        node = _ABSENT
+        spec_t = None
+        if spec is not _ABSENT:
+            node = spec.get("nodeName", _ABSENT)
+            spec_t = dict(spec)
+            if node is not _ABSENT:
+                spec_t["nodeName"] = None
+            spec_t = _template(spec_t)
+            if spec_t is None:
+                return
+        top_t = dict(pod)
+        top_t["metadata"] = None
+        if spec is not _ABSENT:
+            top_t["spec"] = None
+        top_t, meta_t = _template(top_t), _template(meta_t)
+        if top_t is None or meta_t is None:
+            return
+        self._whole = None
+        self._top, self._meta, self._spec, self._node = top_t, meta_t, spec_t, node
+        self._name, self._ns, self._uid, self._created = own
+        name, ns = own[0], own[1]
+        if type(name) is str and type(ns) is str and self.key == (f"{ns}/{name}" if ns else name):
+            self._name = _IN_KEY  # the key spells it: one string less a pod
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The pod's mapping. A gang member's (a kept membership) is built once and kept until the
+        pod changes: planning and preemption read every member's on each call of a large gang."""
+        if self._whole is not None:
+            return self._whole
+        if self._built is not None:
+            return self._built
+        meta = dict(self._meta)
+        if self._name is _IN_KEY:
+            meta["name"] = self.key[len(self._ns) + 1 :] if self._ns else self.key
+        elif self._name is not _ABSENT:
+            meta["name"] = self._name
+        if self._ns is not _ABSENT:
+            meta["namespace"] = self._ns
+        if self._uid is not _ABSENT:
+            meta["uid"] = self._uid
+        if self._created is not _ABSENT:
+            meta["creationTimestamp"] = self._created
+        pod = dict(self._top)
+        pod["metadata"] = meta
+        if self._spec is not None:
+            spec = dict(self._spec)
+            if self._node is not _ABSENT:
+                spec["nodeName"] = self._node
+            pod["spec"] = spec
+        if self.membership is not None:
+            self._built = pod
+        return pod
+
+    @obj.setter
+    def obj(self, pod: dict[str, Any]) -> None:
+        self._whole = pod
+        self._built = None
 
     @property
     def uid(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("uid", ""))
+        if self._whole is not None:
+            return str((self._whole.get("metadata") or {}).get("uid", ""))
+        return "" if self._uid is _ABSENT else str(self._uid)
 
     @property
     def node_name(self) -> str | None:
-        return (self.obj.get("spec") or {}).get("nodeName") or None
+        if self._whole is not None:
+            return (self._whole.get("spec") or {}).get("nodeName") or None
+        return None if self._node is _ABSENT else (self._node or None)
+
+    @property
+    def terminal(self) -> bool:
+        """is_terminal(obj), without building it."""
+        status = (self._whole if self._whole is not None else self._top).get("status")
+        return (status or {}).get("phase") in ("Succeeded", "Failed")
+
+    @property
+    def live(self) -> bool:
+        """is_live(obj), without building it: the loops over every pod (preemption) ask it first."""
+        if self._whole is not None or self._built is not None:
+            return is_live(self.obj)
+        if self.terminal or self._meta.get("deletionTimestamp"):
+            return False
+        return not (self._spec or {}).get("schedulingGates")
+
+    def __repr__(self) -> str:
+        return f"PodRecord(key={self.key!r}, bound_row={self.bound_row}, requests={self.requests!r})"
+
+
+class _PodObjects(Mapping[str, dict[str, Any]]):
+    """The store's pods by key as mappings (`objects[POD]`), built from the records on access."""
+
+    def __init__(self, pods: dict[PodKey, PodRecord]) -> None:
+        self._pods = pods
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        return self._pods[PodKey(key)].obj
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pods
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pods)
+
+    def __len__(self) -> int:
+        return len(self._pods)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +281,7 @@ class Reservation:
 
 class ClusterStore:
     def __init__(self) -> None:
-        self.objects: dict[Kind, dict[str, dict[str, Any]]] = {}
+        self.objects: dict[Kind, Any] = {}  # by kind: key -> object; pods are a view of `pods`
         self.resources = resources.ResourceIndex(["nvidia.com/gpu"])
         self.arrays = ClusterArrays(
             resource_names=list(self.resources.names),
@@ -118,6 +294,7 @@ class ClusterStore:
         self._name_index: NameIndex | None = None  # of row_names; None when the node set changed
         self._last_names: tuple[bytes, np.ndarray | None] = (b"", None)  # the last array mapped, by it
         self.pods: dict[PodKey, PodRecord] = {}
+        self.objects[POD] = _PodObjects(self.pods)
         self.reservations: dict[PodKey, Reservation] = {}
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
@@ -127,10 +304,13 @@ class ClusterStore:
             0  # bumps on every change (an object, a hold): what was derived from it may be stale
         )
         self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
+        self._unplaced: dict[str, set[PodKey]] = {}  # node name -> pods bound to it before it is known
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
         self._requests_by_spec: dict[bytes, dict[str, int]] = {}
+        self._pod_vectors: dict[int, tuple[dict[str, int], np.ndarray]] = {}
+        self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
@@ -144,14 +324,16 @@ class ClusterStore:
         kind = kind_of(obj)
         key = key_of(obj)
         self.change_gen += 1
-        bucket = self.objects.setdefault(kind, {})
-        event = "MODIFIED" if key in bucket else "ADDED"
-        old = bucket.get(key)
-        bucket[key] = obj
-        if kind == NODE:
-            self._apply_node(obj, old)
-        elif kind == POD:
+        if kind == POD:
+            event = "MODIFIED" if key in self.pods else "ADDED"
             self._apply_pod(obj, PodKey(key))
+        else:
+            bucket = self.objects.setdefault(kind, {})
+            event = "MODIFIED" if key in bucket else "ADDED"
+            old = bucket.get(key)
+            bucket[key] = obj
+            if kind == NODE:
+                self._apply_node(obj, old)
         if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
             self.grouping_gen += 1
         self._notify(event, kind, obj)
@@ -176,13 +358,17 @@ class ClusterStore:
         )
         if self._fingerprints.get((kind, key)) == fingerprint:
             return False
-        self._fingerprints[(kind, key)] = fingerprint
+        self._fingerprints[(kind, key)] = sized(fingerprint)
         return True
 
     def remove(self, obj: dict[str, Any]) -> None:
         kind = kind_of(obj)
         key = key_of(obj)
-        old = self.objects.get(kind, {}).pop(key, None)
+        if kind == POD:
+            rec = self.pods.get(PodKey(key))
+            old = rec.obj if rec is not None else None
+        else:
+            old = self.objects.get(kind, {}).pop(key, None)
         if old is None:
             return
         self.change_gen += 1
@@ -199,11 +385,16 @@ class ClusterStore:
         """The full set of one kind after a list or relist: removes what is gone, upserts the rest."""
         objs = list(objs)
         fresh = {key_of(o) for o in objs}
-        for key, old in list(self.objects.get((group, kind_name), {}).items()):
-            if key not in fresh:
-                self.remove(old)
+        for old in self.unlisted(group, kind_name, fresh):
+            self.remove(old)
         for o in objs:
             self.upsert(o)
+
+    def unlisted(self, group: str, kind_name: str, listed: set[str]) -> list[dict[str, Any]]:
+        """The objects of one kind whose keys are not in `listed`: what a list applied object by
+        object (`upsert`) no longer has, for the source to `remove`."""
+        held = self.objects.get((group, kind_name), {})
+        return [held[key] for key in held if key not in listed]
 
     def _notify(self, event: str, kind: Kind, obj: dict[str, Any]) -> None:
         for fn in self._listeners:
@@ -292,9 +483,9 @@ class ClusterStore:
             self.node_rows[name] = row
             self.row_names[row] = name
             self._name_index = None
-            # pods seen before their node
-            for rec in self.pods.values():
-                if rec.node_name == name and rec.bound_row < 0 and not is_terminal(rec.obj):
+            for key in self._unplaced.pop(name, ()):  # pods seen before their node
+                rec = self.pods[key]
+                if rec.bound_row < 0:
                     self._charge(rec, row)
         else:
             self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable)
@@ -317,6 +508,7 @@ class ClusterStore:
         for rec in self.pods.values():
             if rec.bound_row == row:
                 rec.bound_row = -1
+                self._unplaced.setdefault(name, set()).add(rec.key)
         # holds on the row stay until the ledger drops them; `unhold` then finds the row gone (or
         # reused by another node) and gives nothing back
         self.arrays.remove_row(row)
@@ -364,18 +556,31 @@ class ClusterStore:
             mask[row] = reason is None
         if len(self._eligible_cache) > 256:
             self._eligible_cache.clear()
-        self._eligible_cache[sig] = (self.node_gen, mask)
+        self._eligible_cache[sized(sig)] = (self.node_gen, mask)
         return mask
 
     # ----------------------------------------------------------------- pods
+    def _pod_vector(self, requests: dict[str, int]) -> np.ndarray:
+        """`vector(requests)` for a pod's requests, once per shared requests mapping (`_pod_requests`
+        gives pods that ask alike one mapping) and columns: a list charges 150,000 pods."""
+        hit = self._pod_vectors.get(id(requests))
+        if hit is not None and hit[0] is requests and len(hit[1]) == self.arrays.n_res:
+            return hit[1]
+        vec = self.vector(requests)
+        vec.flags.writeable = False
+        if len(self._pod_vectors) >= _REQUESTS_KEPT:
+            self._pod_vectors.clear()
+        self._pod_vectors[id(requests)] = (requests, vec)  # the mapping held: its id is not reused
+        return vec
+
     def _charge(self, rec: PodRecord, row: int) -> None:
-        self.arrays.sub(row, self.vector(rec.requests))
+        self.arrays.sub(row, self._pod_vector(rec.requests))
         rec.bound_row = row
 
     def _release(self, rec: PodRecord) -> None:
         if rec.bound_row >= 0:
             self.release_gen += 1
-            self.arrays.add(rec.bound_row, self.vector(rec.requests))
+            self.arrays.add(rec.bound_row, self._pod_vector(rec.requests))
             rec.bound_row = -1
 
     def _pod_requests(self, pod: dict[str, Any]) -> dict[str, int]:
@@ -392,7 +597,7 @@ class ClusterStore:
             if key is not None:
                 if len(self._requests_by_spec) >= _REQUESTS_KEPT:
                     self._requests_by_spec.clear()
-                self._requests_by_spec[key] = found
+                self._requests_by_spec[sized(key)] = found
         return found
 
     def _apply_pod(self, pod: dict[str, Any], key: PodKey) -> None:
@@ -404,22 +609,39 @@ class ClusterStore:
         rec = self.pods.get(key)
         if rec is None:
             rec = self.pods[key] = PodRecord(key=key, obj=pod, requests=reqs)
+            rec.keep(pod)
             self.pods_added += 1
         else:
+            self._unplace(rec)
             self._release(rec)
             if rec.uid != str((pod.get("metadata") or {}).get("uid", "")):
                 rec.membership = None
-            rec.obj, rec.requests = pod, reqs
+            rec.keep(pod)
+            rec.requests = reqs
             rec.membership_gen = -1
         if self._group_index_gen == self.grouping_gen:
-            self._index_pod(rec)
+            self._index_pod(rec, pod)
         node = rec.node_name
-        if node is not None and not is_terminal(pod) and node in self.node_rows:
-            self._charge(rec, self.node_rows[node])
+        if node is not None and not rec.terminal:
+            row = self.node_rows.get(node)
+            if row is not None:
+                self._charge(rec, row)
+            else:
+                self._unplaced.setdefault(node, set()).add(key)
+
+    def _unplace(self, rec: PodRecord) -> None:
+        """Forget that `rec` waits for its node (it changed or is gone)."""
+        node = rec.node_name
+        waiting = self._unplaced.get(node) if node is not None and rec.bound_row < 0 else None
+        if waiting is not None:
+            waiting.discard(rec.key)
+            if not waiting:
+                del self._unplaced[node]
 
     def _remove_pod(self, key: PodKey) -> None:
         rec = self.pods.pop(key, None)
         if rec is not None:
+            self._unplace(rec)
             self._release(rec)
         self._unindex_pod(key)
 
@@ -460,8 +682,16 @@ class ClusterStore:
         return m
 
     def is_plain(self, pod: dict[str, Any]) -> bool:
-        """Surely a group of one (no grouping marks, no readable owner): never a gang, without deriving."""
-        return grouping.is_single_pod(pod, self)
+        """Surely a group of one (no grouping marks, no readable owner): never a gang, without deriving.
+
+        The last answer is kept for the same mapping while nothing changed: the store indexing a pod
+        and the listeners told of it ask about one object in turn."""
+        seen = self._plain_seen
+        if seen is not None and seen[0] is pod and seen[1] == self.change_gen:
+            return seen[2]
+        plain = grouping.is_single_pod(pod, self)
+        self._plain_seen = (pod, self.change_gen, plain)
+        return plain
 
     def membership_of(self, pod: dict[str, Any]) -> Membership:
         """Membership of a pod as kube-scheduler sent it; the cached one when the store knows the pod."""
@@ -481,7 +711,7 @@ class ClusterStore:
             self._pod_group = {}
             self._group_index_gen = self.grouping_gen
             for rec in self.pods.values():
-                self._index_pod(rec)
+                self._index_pod(rec, rec.obj)
         keys: Iterable[PodKey] = self._group_index.get(group, ())
         single = self._single_member(group)
         if single is not None and single not in keys:
@@ -493,7 +723,7 @@ class ClusterStore:
         ns, _, name = group.partition("/")
         for key in (group, name) if ns == "default" else (group,):
             rec = self.pods.get(PodKey(key))
-            if rec is None or is_terminal(rec.obj):
+            if rec is None or rec.terminal:
                 continue
             m = self.membership(rec)
             if m.state is MembershipState.MEMBER and m.group is not None and m.group.key == group:
@@ -501,9 +731,10 @@ class ClusterStore:
                     return rec.key
         return None
 
-    def _index_pod(self, rec: PodRecord) -> None:
+    def _index_pod(self, rec: PodRecord, pod: dict[str, Any]) -> None:
+        """Index `rec` by its group; `pod` is its mapping (rec.obj, or the one it was kept from)."""
         self._unindex_pod(rec.key)
-        if is_terminal(rec.obj) or self.is_plain(rec.obj):
+        if rec.terminal or self.is_plain(pod):
             return
         m = self.membership(rec)
         group = m.group if m.state is MembershipState.MEMBER else None

@@ -152,13 +152,14 @@ async def test_watch_error_410_relists(fake: tuple[Script, str]) -> None:
         def __init__(self) -> None:
             self.lists: list[tuple[str, str, list[str]]] = []
 
-        def upsert(self, obj: dict[str, Any]) -> None: ...
+        def upsert(self, obj: dict[str, Any]) -> None:
+            assert obj["apiVersion"] == "v1" and obj["kind"] in ("Node", "Pod")
 
         def remove(self, obj: dict[str, Any]) -> None: ...
 
-        def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None:
-            assert all(o["apiVersion"] == "v1" and o["kind"] == kind for o in objs)
-            self.lists.append((group, kind, [o["metadata"]["name"] for o in objs]))
+        def unlisted(self, group: str, kind: str, listed: set[str]) -> list[dict[str, Any]]:
+            self.lists.append((group, kind, sorted(listed)))
+            return []
 
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}
     script.on("GET", "/api/v1/nodes?watch", (200, orjson.dumps(gone) + b"\n"), (200, b""))
@@ -194,7 +195,8 @@ async def test_a_watch_broken_mid_stream_resumes_after_the_last_event_applied(
 
         def remove(self, obj: dict[str, Any]) -> None: ...
 
-        def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None: ...
+        def unlisted(self, group: str, kind: str, listed: set[str]) -> list[dict[str, Any]]:
+            return []
 
     store = Store()
     source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=2)
@@ -610,3 +612,57 @@ async def test_evictions(
         "deleteOptions": {"preconditions": {"uid": "u1"}},
     }
     assert {k: v for k, v in source.write_errors.items()} == {k: 2 * v for k, v in counted.items()}
+
+
+EXPIRED = (410, {"kind": "Status", "code": 410, "reason": "Expired", "message": "continue token expired"})
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [EXPIRED, BUSY],
+    ids=["an expired continue token restarts the list", "a page that fails fails the list, which is retried"],
+)
+async def test_a_paged_list_applies_every_page_and_removes_what_it_no_longer_has(
+    fake: tuple[Script, str], broken: tuple[int, Any]
+) -> None:
+    """Pages are applied as they arrive; the end of the list removes
+    what the store held and no page had."""
+    script, kubeconfig = fake
+    first = (200, {"metadata": {"continue": "c1"}, "items": [_pod("a", "2", node="n1")]})
+    last = (200, {"metadata": {"resourceVersion": "9"}, "items": [_pod("b", "3", node="n1")]})
+    _serve_nodes_and_pods(script, pods=[], watch=b"")
+    script.on("GET", "/api/v1/pods", first, broken, first, last)
+    store = ClusterStore()
+    store.upsert(_pod("gone", "1"))
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=1)
+    await source.run(store)
+    assert source.is_synced()
+    assert sorted(o["metadata"]["name"] for o in store.list("", "Pod")) == ["a", "b"]
+    pages = [q.get("continue", "") for path, q in script.queries if path == "/api/v1/pods"]
+    assert pages == ["", "c1", "", "c1"]
+    watches = [q["resourceVersion"] for path, q in script.queries if path == "/api/v1/pods?watch"]
+    assert watches == ["9"], "the watch starts from the version of the list that completed"
+
+
+def test_concurrent_lists_share_one_pause_of_the_cyclic_collector() -> None:
+    """The collector comes back when the last list ends, whichever ends first; one paused by someone
+    else stays paused."""
+    import gc
+
+    from extender.state.kube import _collector_paused
+
+    assert gc.isenabled()
+    nodes, pods = _collector_paused(), _collector_paused()
+    nodes.__enter__()
+    pods.__enter__()
+    nodes.__exit__(None, None, None)
+    assert not gc.isenabled(), "the pod list is still under way"
+    pods.__exit__(None, None, None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _collector_paused():
+            pass
+        assert not gc.isenabled(), "paused by someone else: left to them"
+    finally:
+        gc.enable()

@@ -42,8 +42,10 @@ class RecordingStore:
     def remove(self, obj: dict[str, Any]) -> None:
         self._record(("remove", obj["kind"], obj["metadata"]["name"], obj))
 
-    def replace_all(self, group: str, kind: str, objs: list[dict[str, Any]]) -> None:
-        self._record(("replace_all", kind, group, [o["metadata"]["name"] for o in objs]))
+    def unlisted(self, group: str, kind: str, listed: set[str]) -> list[dict[str, Any]]:
+        """The end of a list: it had `listed` (keys); this store holds nothing to remove."""
+        self._record(("listed", kind, group, sorted(listed)))
+        return []
 
     async def wait_for(
         self, pred: Callable[[tuple[str, str, str, Any]], bool], *, timeout_s: float = 10
@@ -116,7 +118,7 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
     async with running(plane) as (source, store):
         await started(source)
         served = {(k.group, k.kind): k.version for k in source.served_kinds()}
-        listed = {(op[2], op[1]) for op in store.ops if op[0] == "replace_all"}
+        listed = {(op[2], op[1]) for op in store.ops if op[0] == "listed"}
     expected = {
         ("", "Node"): "v1",
         ("", "Pod"): "v1",
@@ -141,8 +143,8 @@ async def test_watch_feeds_creates_updates_and_deletes(plane: ControlPlane, name
     make_pod(plane, namespace, "before")
     async with running(plane) as (source, store):
         await started(source)
-        listed = next(op for op in store.ops if op[0] == "replace_all" and op[1] == "Pod")
-        assert "before" in listed[3]
+        listed = next(op for op in store.ops if op[0] == "listed" and op[1] == "Pod")
+        assert f"{namespace}/before" in listed[3]
         make_pod(plane, namespace, "after")
         added = await store.wait_for(lambda op: op[:3] == ("upsert", "Pod", "after"))
         assert added[3]["apiVersion"] == "v1" and added[3]["metadata"]["uid"]
@@ -171,7 +173,10 @@ async def test_relists_when_the_watched_version_is_gone(plane: ControlPlane) -> 
         await asyncio.wait_for(source._feed(store, topologies, rv="2"), 15)
     finally:
         await source.close()
-    assert [op[0] for op in store.ops][:1] == ["replace_all"], "a 410 on watch is followed by a relist"
+    ops = [op[0] for op in store.ops]
+    assert "listed" in ops and set(ops[: ops.index("listed")]) <= {"upsert"}, (
+        "a 410 on watch is followed by a relist"
+    )
     assert source.watch_restarts == {"Topology.kai.scheduler": 1}
 
 

@@ -262,7 +262,11 @@ def test_equal_parts_are_kept_once_and_are_no_source_object() -> None:
         as_served(pod("a", {"tolerations": [{"key": "t"}]})),
         as_served(pod("b", {"tolerations": [{"key": "t"}]})),
     )
-    pa, pb = project(a), project(b)
+    store = ClusterStore()
+    store.upsert(project(a))
+    store.upsert(project(b))
+    pa, pb = store.get("", "Pod", "ns", "a"), store.get("", "Pod", "ns", "b")
+    assert pa is not None and pb is not None
     assert pa["spec"]["tolerations"] is pb["spec"]["tolerations"]
     assert pa["spec"]["containers"] is pb["spec"]["containers"]
     assert pa["spec"]["tolerations"] is not a["spec"]["tolerations"]

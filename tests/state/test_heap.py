@@ -1,0 +1,23 @@
+"""heap.trim asks glibc to return free pages, and does nothing where it cannot ask."""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+import pytest
+
+from extender.state import heap
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_trim_asks_glibc() -> None:
+    assert heap.trim() is True
+
+
+def test_trim_does_nothing_without_malloc_trim(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_libc(_: object) -> None:
+        raise OSError("no C library here")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    assert heap.trim() is False
