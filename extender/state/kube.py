@@ -588,7 +588,7 @@ class KubeClusterSource:
         self._pending_sync.discard((served.group, served.kind))
         if not self._pending_sync and not self._synced:
             self._synced = True
-            heap.trim()  # the pages of the list, received and dropped, leave holes behind
+            heap.settle()  # the list's leftovers collected, the cache frozen, free pages given back
             log.info("initial list complete: %s", ", ".join(sorted(k.plural for k in self._served.values())))
 
     async def _feed(self, store: ClusterStore, served: ServedKind, rv: str | None = None) -> None:

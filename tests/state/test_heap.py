@@ -21,3 +21,15 @@ def test_trim_does_nothing_without_malloc_trim(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(ctypes, "CDLL", no_libc)
     assert heap.trim() is False
+
+
+def test_settle_freezes_what_is_left_out_of_the_collectors_passes() -> None:
+    import gc
+
+    kept = [{"pod": i} for i in range(1000)]
+    try:
+        heap.settle()
+        assert gc.get_freeze_count() >= len(kept)
+        assert all(obj is not kept for obj in gc.get_objects())  # out of the collector's passes
+    finally:
+        gc.unfreeze()
