@@ -14,18 +14,21 @@ split node pools or Slurm partitions, except that here the boundary moves by its
 3. A gang plans over the domains of its own class first (tightest fit among them) and opens an
    empty domain only when none of those fits. Small gangs may open one only while more than
    `reserve` domains are empty: that many stay for large gangs.
-4. Over that, `extender.placement.backfill`'s hold: the first `depth` waiting gangs that do not fit
-   hold the least used rows that fit them once drained, and everyone else plans around the holds.
+4. Over that, `extender.placement.backfill`'s hold, per class: the first `depth` waiting gangs of
+   each class that do not fit hold the least used rows that fit them once drained, and every later
+   gang plans around the holds. Per class, so that a queue headed by small gangs (most of the
+   gangs, and most of the waiting ones) still has its oldest large gang draining a domain.
    A small gang holds within the small domains when those could fit it drained (so the reserve
    stays whole), anywhere otherwise; a large gang holds anywhere, since a small domain that drains
    for it is as good as an empty one. A hold that is ready starts its gang where it is, even in a
    domain of the other class (which keeps its class).
 
-Why nothing starves in a finite stream: the head of the queue is served by the backfill rule, and
-its hold is bound by neither class nor reserve once it is chosen, so that rule's argument (a held
-row's deficit only shrinks, a hold moves only to a strictly smaller one) holds unchanged: the
-head starts in finite time once the pods on its held rows leave, and every gang becomes the head
-in its turn. Classes and the reserve only narrow where the other gangs may start now.
+Why nothing starves in a finite stream: the head of the queue holds first, around no other hold,
+and its hold is bound by neither class nor reserve once it is chosen, so the backfill rule's
+argument (a held row's deficit only shrinks, since every later gang plans around it; a hold moves
+only to a strictly smaller deficit) holds unchanged: the head starts in finite time once the pods
+on its held rows leave, and every gang becomes the head in its turn. Classes, the reserve and the
+other class's hold only narrow where the gangs behind the head may start now.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class PoolSettings:
     level: int  # the topology level whose domains are the pools
     large_share: float = 0.5  # a gang asking this share of a typical domain or more is large
     reserve: int = 0  # empty domains small gangs may not open (a hold may still take one)
-    depth: int = 1  # how many waiting gangs hold capacity (`backfill.admit`'s depth)
+    depth: int = 1  # how many waiting gangs of each class hold capacity
 
     def __post_init__(self) -> None:
         problems = []
@@ -214,6 +217,7 @@ def admit(
     previous = {h.owner: h for h in pools.holds if h.usable(work)}  # a held node gone: choose again
     starts: list[tuple[int, Plan]] = []
     kept: list[Hold] = []
+    holding = dict.fromkeys(SizeClass, 0)
     for pos, (key, request) in enumerate(queue):
         cls = size_class(_demand(work, request), typical, settings.large_share)
         own = previous.get(key)
@@ -223,8 +227,8 @@ def admit(
             may_open = cls is SizeClass.LARGE or len(empty) > settings.reserve
             if plan.outcome is not Outcome.PLACED and may_open and empty:
                 plan = _plan_within(view, request, level, mine | empty, order)
-            if plan.outcome is not Outcome.PLACED and len(kept) < settings.depth:
-                if own is None or not kept:
+            if plan.outcome is not Outcome.PLACED and holding[cls] < settings.depth:
+                if own is None or not holding[cls]:
                     fresh = _choose_hold(view, request, key, cls, mine, level, order, kept)
                     if own is None or (fresh is not None and fresh.deficit(view) < own.deficit(view)):
                         own = fresh
@@ -232,6 +236,7 @@ def admit(
                     plan = own.plan  # class and reserve do not bind the head: it starts where it holds
                 elif own is not None:
                     kept.append(own)
+                    holding[cls] += 1
         if plan.outcome is Outcome.PLACED:
             _charge(work, request, plan)
             starts.append((pos, plan))

@@ -150,6 +150,16 @@ def test_a_large_head_holds_the_emptiest_block_and_small_gangs_keep_off_it() -> 
     assert second.pools.holds == ()
 
 
+def test_the_oldest_waiting_gang_of_each_class_holds() -> None:
+    # both blocks small: block 0 full, block 1 with 2 GPUs free; a small and a large gang wait
+    arrays = cluster(2, 2, {0: 4, 1: 4, 2: 3, 3: 3})
+    queue = [("small", gang(3)), ("big", gang(2, per_pod=4))]
+    decision = admit(arrays, queue, pools({0: SMALL, 1: SMALL}), PoolSettings(level=0, depth=1))
+    assert decision.starts == ()
+    # the small head holds where less is to drain; the large gang, though second, holds the other block
+    assert [(h.owner, h.rows.tolist()) for h in decision.pools.holds] == [("small", [2]), ("big", [0, 1])]
+
+
 def _simulate(
     arrays: ClusterArrays, stream: list[tuple[float, GangRequest, float]], rule: PoolSettings
 ) -> dict[int, float]:
