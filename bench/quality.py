@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--depth", type=int, default=1, help="hold and pool policies: how many waiting gangs hold"
     )
     parser.add_argument(
-        "--reserve", type=int, default=0, help="pool policy: empty blocks small gangs may not open"
+        "--reserve", type=float, default=0.0, help="pool policy: blocks' worth of room small gangs leave"
     )
     parser.add_argument(
         "--tail", type=float, default=TAIL_S, help="time units arrivals go on after the last measured gang"

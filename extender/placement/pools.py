@@ -12,8 +12,10 @@ split node pools or Slurm partitions, except that here the boundary moves by its
    never scatter over the domains that large gangs need whole. A domain already in use when the
    rule first sees it (pods of unknown gangs) counts as small.
 3. A gang plans over the domains of its own class first (tightest fit among them) and opens an
-   empty domain only when none of those fits. Small gangs may open one only while more than
-   `reserve` domains are empty: that many stay for large gangs.
+   empty domain only when none of those fits. Small gangs may open one only while the room left
+   for large gangs stays at least `reserve` domains: an empty domain counts whole, a large one by
+   its free share (half a block beside a half-block gang counts a half), so the reserve is a
+   number of domains' worth, and need not be a whole one.
 4. Over that, `extender.placement.backfill`'s hold, per class: the first `depth` waiting gangs of
    each class that do not fit hold the least used rows that fit them once drained, and every later
    gang plans around the holds. Per class, so that a queue headed by small gangs (most of the
@@ -57,7 +59,7 @@ class PoolSettings:
 
     level: int  # the topology level whose domains are the pools
     large_share: float = 0.5  # a gang asking this share of a typical domain or more is large
-    reserve: int = 0  # empty domains small gangs may not open (a hold may still take one)
+    reserve: float = 0.0  # domains' worth of room small gangs leave large ones (a hold may still take it)
     depth: int = 1  # how many waiting gangs of each class hold capacity
 
     def __post_init__(self) -> None:
@@ -67,7 +69,7 @@ class PoolSettings:
         if not 0 < self.large_share <= 1:
             problems.append(f"large_share: in (0, 1], got {self.large_share}")
         if self.reserve < 0:
-            problems.append(f"reserve: 0 or more empty domains, got {self.reserve}")
+            problems.append(f"reserve: 0 or more domains' worth of room, got {self.reserve}")
         if self.depth < 1:
             problems.append(
                 f"depth: at least 1 (the head's hold is what rules out starvation), got {self.depth}"
@@ -143,6 +145,25 @@ def _domains(arrays: ClusterArrays, level: int) -> set[int]:
     n = arrays.n_rows
     dom = arrays.domains[level, :n]
     return {int(d) for d in np.unique(dom[(dom >= 0) & arrays.schedulable[:n]])}
+
+
+def _room(arrays: ClusterArrays, level: int, large: set[int], empty: set[int]) -> float:
+    """Domains' worth of room large gangs have: each empty domain 1, each large one its free share
+    (1 less its dominant used share)."""
+    if not large:
+        return float(len(empty))
+    n = arrays.n_rows
+    dom = arrays.domains[level, :n]
+    ids = np.fromiter(large, dtype=np.int32, count=len(large))
+    keep = np.isin(dom, ids)
+    where = np.searchsorted(np.sort(ids), dom[keep])
+    alloc = np.zeros((ids.size, arrays.n_res))
+    used = np.zeros((ids.size, arrays.n_res))
+    np.add.at(alloc, where, arrays.allocatable[:n][keep])
+    np.add.at(used, where, arrays.allocatable[:n][keep] - arrays.free[:n][keep])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(alloc > 0, used / np.maximum(alloc, 1), 0.0)
+    return float(len(empty)) + float((1.0 - share.max(axis=1)).clip(0, 1).sum())
 
 
 def _plan_within(
@@ -224,8 +245,12 @@ def admit(
         with withheld(work, kept) as view:
             mine = {d for d, c in classes.items() if c is cls}
             plan = _plan_within(view, request, level, mine, order)
-            may_open = cls is SizeClass.LARGE or len(empty) > settings.reserve
-            if plan.outcome is not Outcome.PLACED and may_open and empty:
+            if plan.outcome is not Outcome.PLACED and empty:
+                large = {d for d, c in classes.items() if c is SizeClass.LARGE}
+                may_open = cls is SizeClass.LARGE or _room(view, level, large, empty) - 1 >= settings.reserve
+            else:
+                may_open = False
+            if may_open:
                 plan = _plan_within(view, request, level, mine | empty, order)
             if plan.outcome is not Outcome.PLACED and holding[cls] < settings.depth:
                 if own is None or not holding[cls]:

@@ -65,7 +65,7 @@ def test_size_class_by_dominant_share_of_a_typical_domain(
         ({"level": -1}, "level"),
         ({"level": 0, "large_share": 0.0}, "large_share"),
         ({"level": 0, "large_share": 1.5}, "large_share"),
-        ({"level": 0, "reserve": -1}, "reserve"),
+        ({"level": 0, "reserve": -0.5}, "reserve"),
         ({"level": 0, "depth": 0}, "depth"),
     ],
 )
@@ -89,6 +89,9 @@ def test_admit_refuses_a_level_the_cluster_does_not_have() -> None:
         ({0: 2, 2: 4, 3: 4}, {0: LARGE, 1: SMALL}, gang(1), 0, {2}, {0: LARGE, 1: SMALL, 2: SMALL}),
         # ... unless the reserve keeps the one empty block for large gangs: it waits (holding in block 1)
         ({0: 2, 2: 4, 3: 4}, {0: LARGE, 1: SMALL}, gang(1), 1, set(), {0: LARGE, 1: SMALL}),
+        # the room left for large gangs counts the large block's free half: 1 empty + 0.5 - 1 opened
+        ({0: 4, 2: 4, 3: 4}, {0: LARGE, 1: SMALL}, gang(1), 0.5, {2}, {0: LARGE, 1: SMALL, 2: SMALL}),
+        ({0: 4, 2: 4, 3: 4}, {0: LARGE, 1: SMALL}, gang(1), 0.75, set(), {0: LARGE, 1: SMALL}),
         # a large gang takes the large block's free node, not the small block's
         ({0: 4, 2: 1}, {0: LARGE, 1: SMALL}, gang(1, per_pod=4), 0, {0}, {0: LARGE, 1: SMALL}),
         # no large block fits it: it opens an empty one, never the small block with room
@@ -110,7 +113,7 @@ def test_admit_starts_each_class_in_its_own_blocks_first(
     used: dict[int, int],
     classes: dict[int, SizeClass],
     request_: GangRequest,
-    reserve: int,
+    reserve: float,
     started_in: set[int],
     class_after: dict[int, SizeClass],
 ) -> None:
@@ -231,7 +234,7 @@ gangs = st.tuples(
         PoolSettings,
         level=st.just(0),
         large_share=st.sampled_from([0.25, 0.5, 1.0]),
-        reserve=st.integers(0, 3),
+        reserve=st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0]),
         depth=st.integers(1, 3),
     ),
 )
