@@ -202,6 +202,11 @@ def run(
         if large and statistics.fmean(censored) > 0
         else None,
         "large_unplaced": [round(end - stream[i][0], 1) for i in large if i not in started],
+        # per MIX entry (8x1, 32x1, 16 nodes, 32 nodes, 128 nodes, 256 nodes): mean wait incl. unplaced
+        "wait_mean_by_kind": [
+            round(statistics.fmean(w), 2) if w else None
+            for w in ([censored[i] for i in range(n) if stream[i][1] == k] for k in range(len(MIX)))
+        ],
         "racks_partly_used_mean": round(statistics.fmean(partly_used), 4),
         "gpus_busy_mean": round(statistics.fmean(busy), 4),
         "holds": holds,
@@ -224,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--reserve", type=float, default=0.0, help="pool policy: blocks' worth of room small gangs leave"
     )
     parser.add_argument(
+        "--large-depth", type=int, default=1, help="pool policy: how many waiting block-sized gangs hold"
+    )
+    parser.add_argument(
         "--tail", type=float, default=TAIL_S, help="time units arrivals go on after the last measured gang"
     )
     parser.add_argument(
@@ -239,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     last = stream[-1][0]
     tail = [(last + a, k, r) for a, k, r in _stream(n_gangs, load=args.load, seed=args.seed + 1_000_003)]
     stream += [g for g in tail if g[0] <= last + args.tail]
-    pool = pools.PoolSettings(level=BLOCK, depth=args.depth, reserve=args.reserve)
+    pool = pools.PoolSettings(
+        level=BLOCK, depth=args.depth, large_depth=args.large_depth, reserve=args.reserve
+    )
     runs = [(POOL, DomainOrder.TIGHTEST), (HOLD, DomainOrder.TIGHTEST), *((p.value, p) for p in DomainOrder)]
     for name, policy in runs:
         if args.policy and name not in args.policy:
@@ -258,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out["depth"] = args.depth
         if name == POOL:
             out["reserve"] = args.reserve
+            out["large_depth"] = args.large_depth
         out["load"] = args.load
         out["seed"] = args.seed
         print(json.dumps(out), flush=True)

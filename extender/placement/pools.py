@@ -16,10 +16,11 @@ split node pools or Slurm partitions, except that here the boundary moves by its
    for large gangs stays at least `reserve` domains: an empty domain counts whole, a large one by
    its free share (half a block beside a half-block gang counts a half), so the reserve is a
    number of domains' worth, and need not be a whole one.
-4. Over that, `extender.placement.backfill`'s hold, per class: the first `depth` waiting gangs of
-   each class that do not fit hold the least used rows that fit them once drained, and every later
-   gang plans around the holds. Per class, so that a queue headed by small gangs (most of the
-   gangs, and most of the waiting ones) still has its oldest large gang draining a domain.
+4. Over that, `extender.placement.backfill`'s hold, per class: the first `depth` waiting small
+   gangs and `large_depth` large ones that do not fit hold the least used rows that fit them once
+   drained, and every later gang plans around the holds. Per class, so that a queue headed by
+   small gangs (most of the gangs, and most of the waiting ones) still has its oldest large gang
+   draining a domain; more large holds drain more small domains while large gangs queue.
    A small gang holds within the small domains when those could fit it drained (so the reserve
    stays whole), anywhere otherwise; a large gang holds anywhere, since a small domain that drains
    for it is as good as an empty one. A hold that is ready starts its gang where it is, even in a
@@ -60,7 +61,8 @@ class PoolSettings:
     level: int  # the topology level whose domains are the pools
     large_share: float = 0.5  # a gang asking this share of a typical domain or more is large
     reserve: float = 0.0  # domains' worth of room small gangs leave large ones (a hold may still take it)
-    depth: int = 1  # how many waiting gangs of each class hold capacity
+    depth: int = 1  # how many waiting small gangs hold capacity
+    large_depth: int = 1  # how many waiting large gangs hold capacity
 
     def __post_init__(self) -> None:
         problems = []
@@ -70,6 +72,8 @@ class PoolSettings:
             problems.append(f"large_share: in (0, 1], got {self.large_share}")
         if self.reserve < 0:
             problems.append(f"reserve: 0 or more domains' worth of room, got {self.reserve}")
+        if self.large_depth < 1:
+            problems.append(f"large_depth: at least 1, got {self.large_depth}")
         if self.depth < 1:
             problems.append(
                 f"depth: at least 1 (the head's hold is what rules out starvation), got {self.depth}"
@@ -252,7 +256,8 @@ def admit(
                 may_open = False
             if may_open:
                 plan = _plan_within(view, request, level, mine | empty, order)
-            if plan.outcome is not Outcome.PLACED and holding[cls] < settings.depth:
+            depth = settings.large_depth if cls is SizeClass.LARGE else settings.depth
+            if plan.outcome is not Outcome.PLACED and holding[cls] < depth:
                 if own is None or not holding[cls]:
                     fresh = _choose_hold(view, request, key, cls, mine, level, order, kept)
                     if own is None or (fresh is not None and fresh.deficit(view) < own.deficit(view)):

@@ -67,6 +67,7 @@ def test_size_class_by_dominant_share_of_a_typical_domain(
         ({"level": 0, "large_share": 1.5}, "large_share"),
         ({"level": 0, "reserve": -0.5}, "reserve"),
         ({"level": 0, "depth": 0}, "depth"),
+        ({"level": 0, "large_depth": 0}, "large_depth"),
     ],
 )
 def test_pool_settings_refuse_bad_values(kwargs: dict[str, float], message: str) -> None:
@@ -236,6 +237,7 @@ gangs = st.tuples(
         large_share=st.sampled_from([0.25, 0.5, 1.0]),
         reserve=st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0]),
         depth=st.integers(1, 3),
+        large_depth=st.integers(1, 3),
     ),
 )
 def test_no_gang_waits_forever_and_no_node_is_over_committed(
