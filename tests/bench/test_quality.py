@@ -1,0 +1,43 @@
+"""bench quality's accounting: which gangs count as placed, and how long they waited."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import quality
+from extender.placement import DomainOrder
+
+BLOCK_GANG = 5  # MIX index: 256 whole nodes, one block
+
+
+def _stream() -> list[tuple[float, int, float]]:
+    # 16 block gangs fill the 16 blocks; a 17th arrives at t=1 and waits for the first to leave (t=10)
+    full = [(k * 0.01, BLOCK_GANG, 10.0 + k) for k in range(16)]
+    return [*full, (1.0, BLOCK_GANG, 5.0), (30.0, BLOCK_GANG, 5.0)]  # the last one is tail load
+
+
+@pytest.mark.parametrize(
+    ("tail_s", "placed", "wait", "ended_at"),
+    [
+        (50.0, 1.0, 9.0, 9.0),  # arrivals go on, so the late gang is seen to start
+        (5.0, 0.9412, 5.0, 5.0),  # cut off before it starts: unplaced, its wait counted to the cut
+    ],
+)
+@pytest.mark.parametrize("policy", ["tightest", "hold", "pool"])
+def test_a_gang_waiting_at_the_last_arrival_is_followed_until_the_tail_ends(
+    tail_s: float, placed: float, wait: float, ended_at: float, policy: str
+) -> None:
+    pool = quality.pools.PoolSettings(level=quality.BLOCK) if policy == "pool" else None
+    out = quality.run(
+        DomainOrder.TIGHTEST,
+        _stream(),
+        seed=0,
+        hold=policy == "hold",
+        pool=pool,
+        measured=17,
+        tail_s=tail_s,
+    )
+    assert out["gangs"] == 17
+    assert out["large_placed_share"] == placed
+    assert out["large_wait_max"] == wait
+    assert out["ended_at"] == ended_at
