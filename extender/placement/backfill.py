@@ -210,7 +210,8 @@ class Admission:
     holds: tuple[Hold, ...]  # in queue order, one per gang that holds
 
 
-def _charge(arrays: ClusterArrays, request: GangRequest, plan: Plan) -> None:
+def charge(arrays: ClusterArrays, request: GangRequest, plan: Plan) -> None:
+    """Take a started gang's plan out of `arrays` (a working copy: the caller's own are not touched)."""
     for leaf, rows in zip(request.leaves, plan.rows, strict=True):
         req = np.asarray(leaf.request, dtype=np.int64)
         for r in rows:
@@ -255,6 +256,6 @@ def admit(
                 if own is not None:
                     kept.append(own)
         if plan.outcome is Outcome.PLACED:
-            _charge(work, request, plan)
+            charge(work, request, plan)
             starts.append((pos, plan))
     return Admission(tuple(starts), tuple(kept))

@@ -45,7 +45,7 @@ from types import MappingProxyType
 import numpy as np
 
 from extender.placement.api import DomainOrder, GangRequest, Outcome, Plan, plan_gang
-from extender.placement.backfill import Hold, choose_hold, withheld
+from extender.placement.backfill import Hold, charge, choose_hold, withheld
 from extender.placement.layout import ClusterArrays
 
 
@@ -207,13 +207,6 @@ def _choose_hold(
     return choose_hold(arrays, request, key, order=order, reserved=kept)
 
 
-def _charge(arrays: ClusterArrays, request: GangRequest, plan: Plan) -> None:
-    for leaf, rows in zip(request.leaves, plan.rows, strict=True):
-        req = np.asarray(leaf.request, dtype=np.int64)
-        for r in rows:
-            arrays.sub(int(r), req)
-
-
 def admit(
     arrays: ClusterArrays,
     queue: Sequence[tuple[Hashable, GangRequest]],
@@ -268,7 +261,7 @@ def admit(
                     kept.append(own)
                     holding[cls] += 1
         if plan.outcome is Outcome.PLACED:
-            _charge(work, request, plan)
+            charge(work, request, plan)
             starts.append((pos, plan))
             for rows in plan.rows:
                 for d in np.unique(work.domains[level, rows]):

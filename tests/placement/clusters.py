@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from hypothesis import strategies as st
 
-from extender.placement import ClusterArrays, GangRequest, LeafDemand, TreeNode
+from extender.placement import ClusterArrays, GangRequest, LeafDemand, Plan, TreeNode
 
 RESOURCES = ["cpu", "memory", "gpu", "pods"]
 CPU, MEMORY, GPU, PODS = range(4)
@@ -78,3 +80,86 @@ def rack_of(arrays: ClusterArrays, row: int) -> str:
 
 def block_of(arrays: ClusterArrays, row: int) -> str:
     return arrays.domain_name(BLOCK, int(arrays.domains[BLOCK, row]))
+
+
+GPU_POD = np.array([1000, 1], dtype=np.int64)  # one GPU pod: 1 cpu, 1 gpu
+GPU_NODE = np.array([8000, 4], dtype=np.int64)  # 4 GPUs, cpu to spare beside them
+
+
+def gpu_domains(
+    level: str, domains: int, nodes_per_domain: int, used: dict[int, int] | None = None
+) -> ClusterArrays:
+    """domains x nodes of 4 GPUs (cpu and gpu columns), `level` the only topology level; `used` maps a
+    row to GPUs in use there."""
+    arrays = ClusterArrays(resource_names=["cpu", "gpu"], capacity=domains * nodes_per_domain)
+    arrays.level(level)
+    for i in range(domains * nodes_per_domain):
+        row = arrays.add_row(
+            allocatable=GPU_NODE, labels={level: f"{level[0]}{i // nodes_per_domain}"}, schedulable=True
+        )
+        arrays.sub(row, GPU_POD * (used or {}).get(i, 0))
+    return arrays
+
+
+def gpu_gang(pods: int, per_pod: int = 1, whole: bool = True) -> GangRequest:
+    """`pods` pods of `per_pod` GPUs; `whole`: in one domain of the only level."""
+    return GangRequest(
+        tree=(TreeNode(-1, required_level=0 if whole else -1),),
+        leaves=(LeafDemand(0, GPU_POD * per_pod, pods),),
+    )
+
+
+Stream = list[tuple[float, GangRequest, float]]  # (arrival, gang, run time), by arrival
+Start = Callable[[int, Plan], None]  # start the gang at this queue position on its plan, now
+
+
+def simulate_stream(
+    arrays: ClusterArrays,
+    stream: Stream,
+    decide: Callable[[ClusterArrays, list[tuple[int, GangRequest]], Start], None],
+) -> dict[int, float]:
+    """Start times per gang index of `stream`. Each time a gang arrives or leaves, `decide` sees the
+    waiting gangs in arrival order, as (gang index, request), and starts some by queue position (the
+    arrays charged at once). Asserts that capacity
+    is never over-committed nor given back beyond a node's allocatable."""
+    alloc = arrays.allocatable.copy()
+    events = [(t, 1, i) for i, (t, _, _) in enumerate(stream)]
+    heapq.heapify(events)
+    waiting: list[int] = []
+    running: dict[int, list[tuple[int, np.ndarray]]] = {}
+    started: dict[int, float] = {}
+    now = 0.0
+
+    def start(pos: int, plan: Plan) -> None:
+        j = waiting[pos]
+        taken = []
+        for leaf, rows in zip(stream[j][1].leaves, plan.rows, strict=True):
+            for r in rows:
+                arrays.sub(int(r), leaf.request)
+                taken.append((int(r), leaf.request))
+        running[j] = taken
+        started[j] = now
+        heapq.heappush(events, (now + stream[j][2], 0, j))
+
+    while events:
+        now, what, i = heapq.heappop(events)
+        if what == 1:
+            waiting.append(i)
+        else:
+            for row, req in running.pop(i):
+                arrays.add(row, req)
+        decide(arrays, [(j, stream[j][1]) for j in waiting], start)
+        waiting = [j for j in waiting if j not in running]
+        assert (arrays.free >= 0).all(), "two gangs share a node's capacity beyond it"
+        assert (arrays.free <= alloc).all()
+    return started
+
+
+# a random gang of a stream: (arrival, pods, GPUs per pod, whether in one domain, run time)
+GANG_ARRIVALS = st.tuples(
+    st.floats(0, 20, allow_nan=False),
+    st.integers(1, 4),
+    st.sampled_from([1, 2, 4]),
+    st.booleans(),
+    st.floats(0.1, 10, allow_nan=False),
+)

@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.placement import ClusterArrays, GangRequest, LeafDemand, Outcome, Plan, TreeNode, plan_gang
+from extender.placement import ClusterArrays, GangRequest, LeafDemand, Outcome, TreeNode, plan_gang
 from extender.placement.backfill import Hold, admit, choose_hold, withheld
+from tests.placement.clusters import (
+    GANG_ARRIVALS,
+    GPU_POD,
+    Start,
+    Stream,
+    gpu_domains,
+    gpu_gang,
+    simulate_stream,
+)
 
-GPU = np.array([1000, 1], dtype=np.int64)  # one GPU pod: 1 cpu, 1 gpu
-NODE = np.array([8000, 4], dtype=np.int64)  # cpu to spare beside the GPUs
+GPU = GPU_POD
 
 
 def cluster(racks: int, nodes_per_rack: int, used: dict[int, int] | None = None) -> ClusterArrays:
-    """racks x nodes of 4 GPUs; `used` maps a row to GPUs in use there."""
-    arrays = ClusterArrays(resource_names=["cpu", "gpu"], capacity=racks * nodes_per_rack)
-    arrays.level("rack")
-    for i in range(racks * nodes_per_rack):
-        row = arrays.add_row(allocatable=NODE, labels={"rack": f"r{i // nodes_per_rack}"}, schedulable=True)
-        arrays.sub(row, GPU * (used or {}).get(i, 0))
-    return arrays
+    return gpu_domains("rack", racks, nodes_per_rack, used)
 
 
 def gang(pods: int, per_pod: int = 1, rack: bool = True) -> GangRequest:
-    return GangRequest(
-        tree=(TreeNode(-1, required_level=0 if rack else -1),), leaves=(LeafDemand(0, GPU * per_pod, pods),)
-    )
+    return gpu_gang(pods, per_pod, rack)
 
 
 @pytest.mark.parametrize(
@@ -127,53 +125,24 @@ def test_admit_rejects_depth_below_one() -> None:
         admit(cluster(1, 2), [("a", gang(1))], depth=0)
 
 
-def _simulate(
-    arrays: ClusterArrays, stream: list[tuple[float, GangRequest, float]], *, hold: bool, depth: int = 1
-) -> dict[int, float]:
-    """Start times per gang index; asserts capacity is never over-committed."""
-    alloc = arrays.allocatable.copy()
-    events = [(t, 1, i) for i, (t, _, _) in enumerate(stream)]
-    heapq.heapify(events)
-    waiting: list[int] = []
+def _simulate(arrays: ClusterArrays, stream: Stream, *, hold: bool, depth: int = 1) -> dict[int, float]:
+    """Start times per gang index, with the hold or with plain backfill; capacity never over-committed."""
     holds: tuple[Hold, ...] = ()
-    running: dict[int, list[tuple[int, np.ndarray]]] = {}
-    started: dict[int, float] = {}
-    while events:
-        now, what, i = heapq.heappop(events)
-        if what == 1:
-            waiting.append(i)
-        else:
-            for row, req in running.pop(i):
-                arrays.add(row, req)
 
-        def start(j: int, plan: Plan, now: float = now) -> None:
-            taken = []
-            for leaf, rows in zip(stream[j][1].leaves, plan.rows, strict=True):
-                for r in rows:
-                    arrays.sub(int(r), leaf.request)
-                    taken.append((int(r), leaf.request))
-            running[j] = taken
-            started[j] = now
-            heapq.heappush(events, (now + stream[j][2], 0, j))
-
-        starts: list[tuple[int, Plan]] = []
+    def decide(arrays: ClusterArrays, queue: list[tuple[int, GangRequest]], start: Start) -> None:
+        nonlocal holds
         if hold:
-            decision = admit(arrays, [(j, stream[j][1]) for j in waiting], holds, depth=depth)
+            decision = admit(arrays, queue, holds, depth=depth)
             holds = decision.holds
-            starts = [(waiting[pos], plan) for pos, plan in decision.starts]
-            for j, plan in starts:
-                start(j, plan)
-        else:
-            for j in waiting:  # in arrival order, any that fits (backfill without a hold)
-                plan = plan_gang(arrays, stream[j][1])
-                if plan.outcome is Outcome.PLACED:
-                    start(j, plan)
-                    starts.append((j, plan))
-        gone = {j for j, _ in starts}
-        waiting = [j for j in waiting if j not in gone]
-        assert (arrays.free >= 0).all(), "two gangs share a node's capacity beyond it"
-        assert (arrays.free <= alloc).all()
-    return started
+            for pos, plan in decision.starts:
+                start(pos, plan)
+            return
+        for pos, (_, request) in enumerate(queue):  # arrival order, any that fits (backfill, no hold)
+            plan = plan_gang(arrays, request)
+            if plan.outcome is Outcome.PLACED:
+                start(pos, plan)
+
+    return simulate_stream(arrays, stream, decide)
 
 
 def test_a_stream_of_small_gangs_starves_the_big_one_without_a_hold_but_not_with_it() -> None:
@@ -187,13 +156,7 @@ def test_a_stream_of_small_gangs_starves_the_big_one_without_a_hold_but_not_with
     assert set(with_hold) == set(range(len(stream)))
 
 
-gangs = st.tuples(
-    st.floats(0, 20, allow_nan=False),  # arrival
-    st.integers(1, 4),  # pods
-    st.sampled_from([1, 2, 4]),  # GPUs per pod
-    st.booleans(),  # rack required
-    st.floats(0.1, 10, allow_nan=False),  # run time
-)
+gangs = GANG_ARRIVALS
 
 
 @settings(max_examples=60, deadline=None)

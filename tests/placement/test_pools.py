@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 from types import MappingProxyType
 
 import numpy as np
@@ -10,28 +9,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.placement import ClusterArrays, GangRequest, LeafDemand, Outcome, Plan, TreeNode, plan_gang
+from extender.placement import ClusterArrays, GangRequest, Outcome, Plan, plan_gang
 from extender.placement.pools import PoolAdmission, Pools, PoolSettings, SizeClass, admit, size_class
+from tests.placement.clusters import (
+    GANG_ARRIVALS,
+    GPU_POD,
+    Start,
+    Stream,
+    gpu_domains,
+    gpu_gang,
+    simulate_stream,
+)
 
-GPU = np.array([1000, 1], dtype=np.int64)  # one GPU pod: 1 cpu, 1 gpu
-NODE = np.array([8000, 4], dtype=np.int64)  # cpu to spare beside the GPUs
+GPU = GPU_POD
 SMALL, LARGE = SizeClass.SMALL, SizeClass.LARGE
 
 
 def cluster(blocks: int, nodes_per_block: int, used: dict[int, int] | None = None) -> ClusterArrays:
-    """blocks x nodes of 4 GPUs, blocks at level 0; `used` maps a row to GPUs in use there."""
-    arrays = ClusterArrays(resource_names=["cpu", "gpu"], capacity=blocks * nodes_per_block)
-    arrays.level("block")
-    for i in range(blocks * nodes_per_block):
-        row = arrays.add_row(allocatable=NODE, labels={"block": f"b{i // nodes_per_block}"}, schedulable=True)
-        arrays.sub(row, GPU * (used or {}).get(i, 0))
-    return arrays
+    return gpu_domains("block", blocks, nodes_per_block, used)
 
 
 def gang(pods: int, per_pod: int = 1, block: bool = True) -> GangRequest:
-    return GangRequest(
-        tree=(TreeNode(-1, required_level=0 if block else -1),), leaves=(LeafDemand(0, GPU * per_pod, pods),)
-    )
+    return gpu_gang(pods, per_pod, block)
 
 
 def blocks_of(plan: Plan, nodes_per_block: int) -> set[int]:
@@ -164,41 +163,18 @@ def test_the_oldest_waiting_gang_of_each_class_holds() -> None:
     assert [(h.owner, h.rows.tolist()) for h in decision.pools.holds] == [("small", [2]), ("big", [0, 1])]
 
 
-def _simulate(
-    arrays: ClusterArrays, stream: list[tuple[float, GangRequest, float]], rule: PoolSettings
-) -> dict[int, float]:
-    """Start times per gang index; asserts capacity is never over-committed."""
-    alloc = arrays.allocatable.copy()
-    events = [(t, 1, i) for i, (t, _, _) in enumerate(stream)]
-    heapq.heapify(events)
-    waiting: list[int] = []
+def _simulate(arrays: ClusterArrays, stream: Stream, rule: PoolSettings) -> dict[int, float]:
+    """Start times per gang index under the pool policy; capacity never over-committed."""
     state = Pools()
-    running: dict[int, list[tuple[int, np.ndarray]]] = {}
-    started: dict[int, float] = {}
-    while events:
-        now, what, i = heapq.heappop(events)
-        if what == 1:
-            waiting.append(i)
-        else:
-            for row, req in running.pop(i):
-                arrays.add(row, req)
-        decision: PoolAdmission = admit(arrays, [(j, stream[j][1]) for j in waiting], state, rule)
+
+    def decide(arrays: ClusterArrays, queue: list[tuple[int, GangRequest]], start: Start) -> None:
+        nonlocal state
+        decision: PoolAdmission = admit(arrays, queue, state, rule)
         state = decision.pools
         for pos, plan in decision.starts:
-            j = waiting[pos]
-            taken = []
-            for leaf, rows in zip(stream[j][1].leaves, plan.rows, strict=True):
-                for r in rows:
-                    arrays.sub(int(r), leaf.request)
-                    taken.append((int(r), leaf.request))
-            running[j] = taken
-            started[j] = now
-            heapq.heappush(events, (now + stream[j][2], 0, j))
-        gone = {waiting[pos] for pos, _ in decision.starts}
-        waiting = [j for j in waiting if j not in gone]
-        assert (arrays.free >= 0).all(), "two gangs share a node's capacity beyond it"
-        assert (arrays.free <= alloc).all()
-    return started
+            start(pos, plan)
+
+    return simulate_stream(arrays, stream, decide)
 
 
 def test_small_gangs_pack_into_one_block_so_a_large_one_finds_the_other_whole() -> None:
@@ -219,13 +195,7 @@ def test_a_stream_of_small_gangs_over_both_blocks_does_not_starve_a_large_one() 
     assert set(started) == set(range(len(stream)))
 
 
-gangs = st.tuples(
-    st.floats(0, 20, allow_nan=False),  # arrival
-    st.integers(1, 4),  # pods
-    st.sampled_from([1, 2, 4]),  # GPUs per pod
-    st.booleans(),  # block required
-    st.floats(0.1, 10, allow_nan=False),  # run time
-)
+gangs = GANG_ARRIVALS
 
 
 @settings(max_examples=60, deadline=None)
