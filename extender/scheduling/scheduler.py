@@ -170,11 +170,6 @@ class Scheduler:
         except KeyError:
             raise self._unknown_nodes(node_names) from None
 
-    def check_known(self, node_names: Sequence[str]) -> None:
-        """Raise UnknownNodesError (the caller's input, HTTP 400) when a name is not in the cache."""
-        if not all(map(self.store.node_rows.__contains__, node_names)):
-            raise self._unknown_nodes(node_names)
-
     def _unknown_nodes(self, node_names: Sequence[str]) -> UnknownNodesError:
         unknown = [n for n in node_names if n not in self.store.node_rows]
         shown = ", ".join(repr(n[:64]) for n in unknown[:5])
@@ -1201,7 +1196,7 @@ class Scheduler:
             row = self.store.node_rows.get(node)
             if row is not None:
                 self.settling.mark(row)
-        if event == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
+        if event == "DELETED" or node:
             self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
             self.evictions.forget(str(meta.get("uid") or ""))
 

@@ -40,8 +40,7 @@ class Passthrough:
             names = wire.node_names(array)
             if not names:
                 return None  # empty or malformed: the general path says why
-            scheduler.check_known(names)
-            rows = np.array([store.node_rows[n] for n in names], dtype=np.int32)
+            rows = scheduler.rows_of(names)
         if not rows.size:
             return None  # nothing offered: the general path says why
         if refused.size:

@@ -421,14 +421,8 @@ def names_contain(body: bytes, node: str) -> bool:
     Only a body shaped as Go writes it counts: `{"Pod":…,"Nodes":null,"NodeNames":[…]}`, the
     names array being the rest of the body; the Pod ends where `peek_pod` says it does.
     """
-    start = body.find(_NODES_KEY)
-    if start < 0 or not body.startswith(_NAMES_AFTER_NODES, start + len(_NODES_KEY)):
-        return False
-    start += len(_NODES_KEY) + len(_NAMES_AFTER_NODES)
-    end = body.find(b"]", start)
-    if end < 0 or body[end + 1 :].strip() != b"}":
-        return False
-    return body.find(b'"' + node.encode() + b'"', start, end) >= 0
+    array = names_array(body)
+    return array is not None and b'"' + node.encode() + b'"' in array
 
 
 def names_array(body: bytes) -> bytes | None:

@@ -14,7 +14,8 @@ It owns:
 - each pod's gang membership, derived lazily and re-derived when workloads or group objects change;
   a group of one (a plain pod) is derived on demand and neither kept nor indexed.
 
-It does no I/O and never awaits; sources call `upsert`/`remove`/`replace_all`.
+It does no I/O and never awaits; sources call `upsert`/`remove`, and after a (re)list `remove` what
+`unlisted` names.
 """
 
 from __future__ import annotations
@@ -380,15 +381,6 @@ class ClusterStore:
             self._fingerprints.pop((kind, key), None)
             self.grouping_gen += 1
         self._notify("DELETED", kind, old)
-
-    def replace_all(self, group: str, kind_name: str, objs: Iterable[dict[str, Any]]) -> None:
-        """The full set of one kind after a list or relist: removes what is gone, upserts the rest."""
-        objs = list(objs)
-        fresh = {key_of(o) for o in objs}
-        for old in self.unlisted(group, kind_name, fresh):
-            self.remove(old)
-        for o in objs:
-            self.upsert(o)
 
     def unlisted(self, group: str, kind_name: str, listed: set[str]) -> list[dict[str, Any]]:
         """The objects of one kind whose keys are not in `listed`: what a list applied object by

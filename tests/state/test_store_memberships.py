@@ -66,7 +66,8 @@ def _store(pods: list[dict[str, Any]]) -> ClusterStore:
     store.upsert(make_node("n1"))
     store.upsert(JOB)
     store.upsert(make_kai_podgroup("g", min_member=2))
-    store.replace_all("", "Pod", pods)
+    for pod in pods:
+        store.upsert(pod)
     return store
 
 
@@ -103,7 +104,8 @@ def test_a_synced_cluster_of_plain_pods_keeps_no_membership_nor_index_entry():
     store = ClusterStore()
     disruption = GangDisruption(store, clock=lambda: 0.0, wall_clock=lambda: 0.0)
     store.upsert(make_node("n1"))
-    store.replace_all("", "Pod", pods)
+    for pod in pods:
+        store.upsert(pod)
     assert disruption.decide() == []
     members = store.group_members(group_key("default", "p7"))
     assert [r.key for r in members] == ["default/p7"]
