@@ -10,7 +10,8 @@ noise from other tenants falls on both. Cases per cluster size:
 - null:          the null handler (bench/null_extender.py)
 - plain:         a plain pod, offered the same list each call (its fast path compares it as bytes)
 - plain-shuffled: a plain pod offered the names in a new order each call, as kube-scheduler's parallel
-                 filters return them (its fast path decodes and checks every name)
+                 filters return them (its fast path maps every name
+                 to a row by fingerprint, bench/names.py)
 - gang-plan:     a gang's first member with quorum present: plans and reserves 8 pods in a rack
 - gang-planned:  a member whose plan already names its node: answered without decoding the names
 - gang-all:      every gang member's filter call together (1 planning + 7 planned calls per gang)
