@@ -385,6 +385,7 @@ class Bench:
             token.write_text(TOKEN)
             argv = [argv[0], "-m", "bench.null_extender", "--echo", "--port", str(port)]
             argv += ["--api-server", self.plane.server, "--token-file", str(token)]
+        spawned = time.monotonic()
         proc = spawn(f"service-{tag}", argv, workdir=self.workdir, cwd=REPO)
         url = f"http://127.0.0.1:{port}"
 
@@ -402,6 +403,8 @@ class Bench:
         except BaseException:
             proc.stop()
             raise
+        if not null:  # the rate is steady state's: past the service's start-up bind fence (5 s)
+            time.sleep(max(0.0, spawned + 5.0 - time.monotonic()))
         return proc, url
 
     def start_scheduler(self, variant: Variant, *, url: str, tag: str) -> tuple[Proc, str]:

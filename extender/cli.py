@@ -75,6 +75,15 @@ SERVE_FLAGS = (
         "S",
     ),
     Flag(
+        "bind-fence-s",
+        float,
+        "live cluster: bind nothing this long after start-up, and have the API server give up each "
+        "binding POST after it, so none a killed predecessor left in flight lands after ours (default 5; "
+        "0: off)",
+        "cluster.bind_fence_s",
+        "S",
+    ),
+    Flag(
         "gang-wait-s",
         float,
         "how long a gang's bind barrier waits for quorum (default 8)",
@@ -271,7 +280,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         from extender.state.kube import KubeClusterSource
 
         source = KubeClusterSource(
-            None if c.in_cluster else c.kubeconfig, settings=settings, client_config=client_config
+            None if c.in_cluster else c.kubeconfig,
+            settings=settings,
+            client_config=client_config,
+            bind_fence_s=c.bind_fence_s,
         )
     from extender.server.app import ListenError, build_app, fatal_reason, run
 

@@ -86,6 +86,11 @@ class ClusterSettings:
     """A live cluster through the pod's service account."""
     http_timeout_s: float = 10.0
     """kube-scheduler's `httpTimeout` for this extender; the gang wait must end MIN_BIND_MARGIN_S sooner."""
+    bind_fence_s: float = 5.0
+    """A live cluster only: for this long after start-up the service binds nothing, and every binding
+    POST asks the API server to give it up after this long (`?timeout=`). So a binding that a killed
+    predecessor left in flight lands before this process binds anything, or never: it cannot fill a
+    node after this process planned onto it. 0: no fence (only one process ever binds here)."""
     podgrouper: bool = True
     """Create and keep a `scheduling.run.ai/v2alpha2` PodGroup for every gang derived from a Job, JobSet
     or PyTorchJob (KAI's podgrouper role), owned by the workload. Off where KAI's own podgrouper runs."""
@@ -127,6 +132,8 @@ def validate(settings: Settings) -> list[str]:
         )
     if g.wait_s <= 0:
         errors.append(f"--gang-wait-s must be positive, got {g.wait_s}")
+    if not 0 <= c.bind_fence_s <= 600:  # NaN fails both
+        errors.append(f"--bind-fence-s must be between 0 and 600 seconds, got {c.bind_fence_s}")
     if c.http_timeout_s <= 0:
         errors.append(f"--http-timeout-s must be positive, got {c.http_timeout_s}")
     elif g.wait_s > 0 and c.http_timeout_s - g.wait_s < MIN_BIND_MARGIN_S - 1e-9:  # 3.9 - 2.9 < 1.0

@@ -48,6 +48,7 @@ class BindVerdict(enum.Enum):
     RELEASE = "release"  # the barrier is complete: bind every member in `members`
     IN_FLIGHT = "in-flight"  # this pod's release bind is in flight: answer with its outcome
     REFUSE = "refuse"  # answer an error
+    FENCED = "fenced"  # too soon after start-up to bind: decide again in `wait_s`, or answer `message`
 
 
 @dataclasses.dataclass
@@ -56,6 +57,7 @@ class BindDecision:
     gang: GroupKey | None = None
     message: str = ""
     members: list[Release] = dataclasses.field(default_factory=list)  # RELEASE
+    wait_s: float = 0.0  # FENCED
 
 
 ARRIVAL_VERDICT = {

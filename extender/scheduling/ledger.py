@@ -681,10 +681,15 @@ class GangLedger:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         if gone or (planned.uid and uid and uid != planned.uid):
             self._discard(e, f"member {pk} was deleted")
-        elif node:
-            # bound by someone else (or by a bind this process no longer waits for): it counts as
-            # bound where it is; the rest of the plan stands
+        elif node == planned.node:
+            # bound by a bind this process no longer waits for (or by someone else, there): it counts
+            # as bound where it is; the rest of the plan stands
             self._unplan(e, pk)
+        elif node:
+            # bound elsewhere by another binder (a killed predecessor's release landing late): the
+            # rest of the plan may lie in another domain than this member now does. The replan
+            # counts it as bound and keeps the others with it
+            self._discard(e, f"member {pk} was bound to {node}, not its planned {planned.node}")
 
     def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
         for pk in plan:

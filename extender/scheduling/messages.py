@@ -32,6 +32,14 @@ def unoffered_text(missing: list[str]) -> str:
     return f"no node offers {shown}"
 
 
+def fenced_text(pod: str, fence_s: float, left_s: float) -> str:
+    return (
+        f"{pod}: not bound yet: for {fence_s:g}s after start-up this service binds nothing "
+        f"({left_s:.1f}s left), so that no binding a previous instance left in flight can land on a "
+        "node after this one fills it (--bind-fence-s); the scheduler will retry it"
+    )
+
+
 def shortfall_text(
     store: ClusterStore, rows: np.ndarray, request: np.ndarray, allowed: np.ndarray | None
 ) -> str:

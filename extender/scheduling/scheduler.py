@@ -121,9 +121,13 @@ class Scheduler:
         default_queue: str = "default-queue",
         settle_s: float = 5.0,
         exact_refusals_max: int = 64,
+        bind_fence_s: float = 0.0,
     ) -> None:
         self.store = store
         self.ledger = ledger
+        self.bind_fence_s = bind_fence_s
+        self.fence_until = ledger.clock() + bind_fence_s
+        """No bind before this (the ledger's clock): see ClusterSource.bind_fence_s."""
         self.reason_nodes = reason_nodes
         self.native_gang_scheduling = native_gang_scheduling
         self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
@@ -154,6 +158,10 @@ class Scheduler:
         self.exact_refusals_max = exact_refusals_max
         self._all_rows = np.zeros(0, dtype=np.int32)  # 0..n_rows-1, for a fit over the whole cache
         store.add_listener(self._on_change)
+        for row in sorted(store.row_names):
+            # in the store before this listener (an embedded cluster, attached first): its bindings
+            # may be moments old, as new to kube-scheduler's cache as a watch event's
+            self.settling.mark(row)
 
     def _gated_natively(self, pod: dict[str, Any]) -> bool:
         """kube-scheduler's own GangScheduling plugin gates this pod (see GangSettings): one gate only."""
@@ -910,6 +918,15 @@ class Scheduler:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key} is already bound to {rec.node_name}")
         if self.ledger.assumed.get(key) == node:
             return BindDecision(BindVerdict.DONE)  # the API bound it; the watch has not shown it yet
+        fence_left_s = self.fence_left_s()
+        if fence_left_s > 0 and self.ledger.planned(key) is not None:
+            # A planned member arrives once the fence is over, on the cache as it is then: its plan
+            # holds the room meanwhile, and a predecessor's binding that lands on it drops the plan
+            return BindDecision(
+                BindVerdict.FENCED,
+                message=self.fence_reason(key),
+                wait_s=fence_left_s,
+            )
         arrival, entry, members = self.ledger.arrive(key, node, uid)
         if arrival is Arrival.WRONG_NODE and entry is not None:
             planned = entry.plan[key].node
@@ -939,6 +956,9 @@ class Scheduler:
                     message=f"gang {group.key} has no plan for {key} (it will be planned again); "
                     "not binding it alone",
                 )
+            outside = self._outside_domain(group, membership.subgroup, key, node)
+            if outside:
+                return BindDecision(BindVerdict.REFUSE, gang=group.key, message=outside)
         # a single pod or a member beyond a bound quorum: hold its capacity while it binds. Its queue's
         # limit is checked again here: kube-scheduler filters the next pod before this one's bind
         # arrives, so two pods may each have passed filter within the limit that only one fits
@@ -957,11 +977,62 @@ class Scheduler:
                 return BindDecision(BindVerdict.REFUSE, message=f"pod {key} no longer fits on {node}")
         self.ledger.hold(key, node, rec.requests)
         self.evictions.forget(rec.uid)
+        fence_left_s = self.fence_left_s()
+        if fence_left_s > 0:  # the hold keeps the room while the POST waits (see fence_over)
+            return BindDecision(BindVerdict.NOW, message=self.fence_reason(key), wait_s=fence_left_s)
         return BindDecision(BindVerdict.NOW)
+
+    def _give_back_fenced_holds(self, row: int) -> None:
+        """Within the fence no single pod's POST has gone out: where a binding that landed meanwhile
+        (a predecessor's) over-fills a row, the single pods holding room there give it back now (the
+        ledger drops the plans), and fence_over refuses them."""
+        if not bool((self.store.arrays.free[row] < 0).any()):
+            return
+        for pk in [pk for pk, res in self.store.reservations.items() if res.row == row]:
+            if pk in self.ledger.binding:
+                self.store.unhold(pk)
+
+    def fence_over(self, key: PodKey, node: str) -> str:
+        """A single pod held room on `node` while its POST waited out the start-up fence: "" when it
+        may be bound now, else why not (a predecessor's binding landed there meanwhile and the room
+        is gone; the caller gives the hold back). A pod bound meanwhile is left to the POST, which
+        finds it bound (success on the same node, an error elsewhere)."""
+        rec = self.store.pods.get(key)
+        row = self.store.node_rows.get(node)
+        if rec is None or row is None:
+            return f"pod {key} or node {node} is gone from the extender's cache"
+        if rec.node_name:
+            return ""
+        if key in self.store.reservations and bool((self.store.arrays.free[row] >= 0).all()):
+            return ""
+        return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
 
     def bind_done(self, key: PodKey, node: str, error: str) -> None:
         """A single pod's API binding finished ("" = bound)."""
         self.ledger.bind_done(key, node, error)
+
+    def _outside_domain(self, group: GroupSpec, leaf: str | None, key: PodKey, node: str) -> str:
+        """Why a member beyond quorum may not bind on `node`, "" when it may: its filter passed the
+        node inside the domain of the members placed then, but members bound since (a
+        predecessor's release landing late) may have fixed another domain."""
+        row = np.array([self.store.node_rows[node]], dtype=np.int32)
+        try:
+            allowed = planning.domain_mask(self.store, self.ledger, group, leaf, row, exclude=key)
+        except topology.TopologyError as exc:
+            return f"{messages.label(group)}: {exc}"
+        if allowed is None or bool(allowed[0]):
+            return ""
+        return (
+            f"{messages.label(group)} member {key}: node {node} is outside the topology domain of the "
+            "gang's bound members; it will be placed again inside it"
+        )
+
+    def fence_left_s(self) -> float:
+        """Seconds until this process may bind (0 once the start-up fence is over)."""
+        return max(0.0, self.fence_until - self.ledger.clock())
+
+    def fence_reason(self, key: PodKey) -> str:
+        return messages.fenced_text(key, self.bind_fence_s, self.fence_left_s())
 
     def release_done(self, gang: GroupKey, results: dict[PodKey, str]) -> list[Effect]:
         """The barrier's binds are done: record it and say so on the gang and its group object.
@@ -1196,6 +1267,8 @@ class Scheduler:
             row = self.store.node_rows.get(node)
             if row is not None:
                 self.settling.mark(row)
+                if self.fence_until > self.ledger.clock():
+                    self._give_back_fenced_holds(row)
         if event == "DELETED" or node:
             self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
             self.evictions.forget(str(meta.get("uid") or ""))

@@ -29,7 +29,14 @@ from extender.config import ServerSettings, Settings
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.resources import QuantityError
 from extender.placement import api as placement
-from extender.scheduling.decisions import BindVerdict, Effect, FilterDecision, UnknownNodesError, Verdict
+from extender.scheduling.decisions import (
+    BindDecision,
+    BindVerdict,
+    Effect,
+    FilterDecision,
+    UnknownNodesError,
+    Verdict,
+)
 from extender.scheduling.disruption import DISRUPTION_TARGET, PREEMPTED_BY_GANG, GangDisruption
 from extender.scheduling.ledger import GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
@@ -70,6 +77,8 @@ class Barrier:
     def __init__(self) -> None:
         self.waiters: dict[PodKey, tuple[asyncio.Future[str], float]] = {}
         self.in_flight: dict[PodKey, asyncio.Task[str]] = {}
+        self.fenced: dict[PodKey, asyncio.Future[str]] = {}
+        """Waiters that wait for the start-up fence, not for a gang: resolved FENCE_OVER when it ends."""
 
     def wait(self, key: PodKey, *, deadline: float) -> asyncio.Future[str]:
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -98,6 +107,9 @@ class Barrier:
 
 # kube-scheduler's clock for a bind call starts before ours; answer this much before its httpTimeout
 _TIMEOUT_MARGIN_S = 0.5
+# a bind call waits out the start-up fence only if this much of its time is left after it for the bind
+_FENCE_ROOM_S = 1.0
+_FENCE_OVER = "\x00the start-up fence is over"  # a fenced waiter's result: decide again
 
 
 def _deadline(app: web.Application, started: float) -> float:
@@ -261,9 +273,15 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     started = app[CLOCK]()
     key = pod_key(args.pod_namespace, args.pod_name)
-    decision = scheduler.bind(
-        namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
-    )
+    while True:
+        decision = scheduler.bind(
+            namespace=args.pod_namespace, name=args.pod_name, uid=args.pod_uid, node=args.node
+        )
+        if decision.verdict is not BindVerdict.FENCED:
+            break
+        error = await _wait_out_fence(app, key, decision, started)
+        if error:
+            return error
     _answer_dropped(app)
     verdict = decision.verdict
     if verdict is BindVerdict.REFUSE:
@@ -273,9 +291,15 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     if verdict is BindVerdict.NOW:
         source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
         try:
-            error = await _bind_one(
-                source, key, uid=args.pod_uid, node=args.node, budget_s=_bind_budget(app, started)
-            )
+            error = ""
+            if decision.wait_s > 0:  # its room is held; only the POST waits for the fence
+                error = await _wait_out_fence(app, key, decision, started) or scheduler.fence_over(
+                    key, args.node
+                )
+            if not error:
+                error = await _bind_one(
+                    source, key, uid=args.pod_uid, node=args.node, budget_s=_bind_budget(app, started)
+                )
         except asyncio.CancelledError:
             scheduler.bind_done(key, args.node, "cancelled")
             raise
@@ -305,8 +329,30 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
         barrier.forget(key, fut)
 
 
+async def _wait_out_fence(app: web.Application, key: PodKey, decision: BindDecision, started: float) -> str:
+    """Wait for the start-up fence to end: "" then, or the fence's reason when it outlasts this call."""
+    if app[CLOCK]() + decision.wait_s > _deadline(app, started) - _FENCE_ROOM_S:
+        return decision.message  # nothing to gain by waiting: kube-scheduler retries it sooner
+    barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    fut = barrier.wait(key, deadline=_deadline(app, started))
+    barrier.fenced[key] = fut
+    _kick_ticker(app)
+    try:
+        # the ticker ends the wait on the app's clock; this bounds it in real time too
+        result = await asyncio.wait_for(asyncio.shield(fut), _bind_budget(app, started))
+    except TimeoutError:
+        return decision.message
+    finally:
+        if barrier.fenced.get(key) is fut:
+            del barrier.fenced[key]
+        barrier.forget(key, fut)
+    return "" if result == _FENCE_OVER else result
+
+
 def _overdue_message(app: web.Application, key: PodKey) -> str:
     timeout_s = app[SETTINGS].cluster.http_timeout_s
+    if key in app[BARRIER].fenced:  # type: ignore[attr-defined]
+        return app[SCHEDULER].fence_reason(key)
     if key in app[BARRIER].in_flight:  # type: ignore[attr-defined]
         return (
             f"binding {key} was still in flight near the scheduler's httpTimeout ({timeout_s:g}s); "
@@ -668,6 +714,9 @@ def _tick(app: web.Application) -> None:
     for pk in barrier.overdue(now):
         app[METRICS].waiter_deadlines.inc()
         barrier.resolve(pk, _overdue_message(app, pk))
+    if barrier.fenced and scheduler.fence_left_s() <= 0:
+        for pk in list(barrier.fenced):
+            barrier.resolve(pk, _FENCE_OVER)
 
 
 async def _expiry_ticker(app: web.Application) -> None:
@@ -685,7 +734,10 @@ async def _expiry_ticker(app: web.Application) -> None:
                 barrier.resolve(
                     pk, f"{pk}: internal error in gang-extender's bind barrier; the scheduler will retry it"
                 )
-        deadlines = [d for d in (scheduler.ledger.next_deadline(), barrier.next_deadline()) if d is not None]
+        fence = scheduler.fence_until if barrier.fenced else None
+        deadlines = [
+            d for d in (scheduler.ledger.next_deadline(), barrier.next_deadline(), fence) if d is not None
+        ]
         # capped: the clock may run faster than real time (the simulator's does)
         timeout = min(0.1, max(0.0, min(deadlines) - app[CLOCK]()) + 0.01) if deadlines else 0.1
         tick.clear()
@@ -769,6 +821,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         native_gang_scheduling=settings.gang.native_gang_scheduling,
         preemption_hold_s=settings.gang.preemption_hold_s,
         default_queue=settings.gang.default_queue,
+        bind_fence_s=source.bind_fence_s,
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler

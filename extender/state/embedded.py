@@ -76,6 +76,8 @@ def _now() -> str:
 class EmbeddedCluster:
     """The in-memory API server. Implements `state.source.ClusterSource`."""
 
+    bind_fence_s = 0.0  # the cluster lives and dies with this process: no predecessor binds into it
+
     def __init__(self, objects: Iterable[dict[str, Any]] = ()) -> None:
         self._objects: dict[Kind, dict[str, dict[str, Any]]] = {}
         self._deleted: set[tuple[Kind, str]] = set()

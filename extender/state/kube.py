@@ -17,6 +17,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import logging
+import math
 import os
 import random
 import ssl
@@ -373,9 +374,13 @@ class KubeClusterSource:
         kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
         clock: Callable[[], float] = time.monotonic,
         client_config: Configuration | None = None,
+        bind_fence_s: float = 5.0,
         _iterations: int | None = None,
     ) -> None:
         self._kubeconfig = kubeconfig
+        # Every binding POST asks the API server to give it up after this (`?timeout=`), so one that a
+        # killed process left in flight lands within it or never; a new process waits it out first.
+        self.bind_fence_s = bind_fence_s
         self._client_config = client_config  # loaded at start-up (load_client_config); else on first use
         kube = getattr(settings, "kube", None)
         self._settings: KubeSettings = (
@@ -475,6 +480,7 @@ class KubeClusterSource:
         what: str,
         write: str = "other",
         expected: tuple[int, ...] = (),
+        query: list[tuple[str, str]] | None = None,
     ) -> tuple[int, bytes]:
         """A write retried on 5xx, 429 and connection errors; other answers are returned to the caller.
 
@@ -484,7 +490,9 @@ class KubeClusterSource:
         status, data = 0, b""
         for attempt in range(s.write_attempts):
             try:
-                status, data = await self._request(method, path, body=body, content_type=content_type)
+                status, data = await self._request(
+                    method, path, query=query, body=body, content_type=content_type
+                )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 status, data = 0, str(exc).encode()
             if status and not _retryable(status):
@@ -770,6 +778,7 @@ class KubeClusterSource:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         what = f"bind {namespace}/{name} to {node}"
+        fence_ms = math.ceil(self.bind_fence_s * 1000)
         status, data = await self._write(
             "POST",
             self._pod_path(namespace, name, "binding"),
@@ -777,6 +786,7 @@ class KubeClusterSource:
             what=what,
             write="bind",
             expected=(409,),
+            query=[("timeout", f"{fence_ms}ms")] if fence_ms > 0 else None,
         )
         if status in (200, 201):
             return

@@ -67,6 +67,11 @@ class SkippedObjects:
 
 
 class ClusterSource(Protocol):
+    bind_fence_s: float
+    """How long after start-up this process must bind nothing: a predecessor killed with binding
+    POSTs in flight may have them land until then, and no cache can see a binding before it lands.
+    0 where no other process can bind into the same cluster (the embedded one lives in this process)."""
+
     async def run(self, store: ClusterStore) -> None:
         """List every kind into the store, mark synced, then keep it fed until cancelled."""
 

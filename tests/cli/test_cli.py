@@ -72,6 +72,18 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
             ["--preemption-hold-s must be positive, got 0.0"],
             id="a preemption hold of no time",
         ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml", "--bind-fence-s", "-1"],
+            {"GANG_EXTENDER_BIND_FENCE_S": "nan"},
+            ["--bind-fence-s must be between 0 and 600 seconds, got -1.0"],
+            id="a negative bind fence (the flag wins over its environment twin)",
+        ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml"],
+            {"GANG_EXTENDER_BIND_FENCE_S": "nan"},
+            ["--bind-fence-s must be between 0 and 600 seconds, got nan"],
+            id="a bind fence that is not a number",
+        ),
         pytest.param(["serve"], {}, ["serve needs a cluster source"], id="serve without a cluster source"),
         pytest.param(
             ["serve", "--cluster", "/nonexistent/cluster.yaml"],

@@ -149,6 +149,8 @@ async def make_service():
         settings.setdefault("gang_hold_s", settings["gang_wait_s"])
         clock = FakeClock()
         cluster = EmbeddedCluster(objects)
+        # a live source's start-up fence, on an embedded cluster (whose own is 0)
+        cluster.bind_fence_s = settings.pop("source_bind_fence_s", 0.0)
         app = build_app(default_settings(**settings), source=cluster, clock=clock)
         client = TestClient(TestServer(app))
         await client.start_server()

@@ -61,6 +61,7 @@ from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rac
 from tests.scheduling.conftest import FakeClock, Service
 
 GANG_WAIT_S = 5.0
+BIND_FENCE_S = 5.0  # each process's start-up bind fence (a live source's default)
 HTTP_TIMEOUT_S = 10.0
 RACK_LABEL = "topology.kubernetes.io/rack"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
@@ -132,12 +133,25 @@ class ApiBinds:
         self.excused: dict[str, str] = {}
         self.tick = 0  # the API server's progress, moved on by the driver at chosen points
         self.parked: list[tuple[int, asyncio.Future[None]]] = []
+        self.orphan_rng = random.Random(0)  # reseeded per driver
+        self.orphans: set[asyncio.Future[None]] = set()  # parked writes of dead processes
 
-    async def slow(self, ticks: int) -> None:
+    def park(self, ticks: int) -> asyncio.Future[None]:
         """A slow write: it lands `ticks` progress points later (deterministic, unlike real time)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.parked.append((self.tick + ticks, fut))
-        await fut
+        return fut
+
+    def orphan_lands(self) -> bool:
+        """Whether a dead process's parked binding lands (else the API server never committed it)."""
+        return self.orphan_rng.random() < 0.7
+
+    def land(self, futs: set[asyncio.Future[None]]) -> None:
+        """These parked writes land now (a dead process's, before the next one's fence ends)."""
+        for fut in futs:
+            if not fut.done():
+                fut.set_result(None)
+        self.parked = [(due, fut) for due, fut in self.parked if fut not in futs]
 
     def progress(self, *, flush: bool = False) -> None:
         self.tick += 1
@@ -185,18 +199,26 @@ class Faults:
     enabled: bool = True
     outage_until: int = -1  # the step an API outage ends (every bind fails until then)
     outage: bool = False
+    slow_ticks: tuple[int, ...] = (1, 1, 2, 4)  # how many progress points a slow write takes
+    fence_s: float = BIND_FENCE_S  # each process's start-up bind fence
 
     def draw(self) -> tuple[bool, int]:
         """Whether the next bind fails, and after how many of the API server's progress points."""
         if not self.enabled:
             return False, 0
         fail = self.rng.random() < self.fail_p or self.outage
-        delay = self.rng.choice((1, 1, 2, 4)) if self.rng.random() < self.slow_p else 0
+        delay = self.rng.choice(self.slow_ticks) if self.rng.random() < self.slow_p else 0
         return fail, delay
 
 
 class FlakyCluster(EmbeddedCluster):
-    """The embedded API server, whose binds fail or take a while as a busy or failing one's do."""
+    """The embedded API server, whose binds fail or take a while as a busy or failing one's do.
+
+    One instance per extender process (each keeps its own objects, fed to its own cache). When the
+    process dies (`dead`), a bind it had parked at the API server is the API server's, not the
+    process's: it lands in the cluster the next process lists (`successor`), or is lost, at a
+    progress point of the driver's choosing, within the next process's bind fence (the API server
+    gives a binding up after it; the driver lands every orphan before the clock moves)."""
 
     def __init__(
         self, objects, *, faults: Faults, api: ApiBinds, bound_at: dict[str, float], clock: FakeClock
@@ -204,20 +226,50 @@ class FlakyCluster(EmbeddedCluster):
         super().__init__(objects)
         self.faults = faults
         self.api = api
-        self.dead = False  # the process that used it is gone: its in-flight writes never land
+        self.dead = False  # the process that used it is gone
+        self.successor: FlakyCluster | None = None  # the cluster as the next process lists it
         self.bound_at = bound_at  # pod -> when the API wrote its binding (the driver's clock)
         self.clock = clock
+        self.parked: set[asyncio.Future[None]] = set()  # this process's writes waiting at the API
+        self.bind_fence_s = faults.fence_s
+
+    def live(self) -> FlakyCluster | None:
+        """The cluster of the process alive now, which a write of this (dead) one lands in."""
+        c = self.successor
+        while c is not None and c.dead:
+            c = c.successor
+        return c
 
     async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        # The API server's side of the call: the caller's process dying (its tasks cancelled) does
+        # not stop a write that has reached the API server
+        served = asyncio.ensure_future(self._serve_bind(namespace, name, uid, node))
+        # its outcome is the caller's, while there is one; an orphan's is only logged (api.finish)
+        served.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await asyncio.shield(served)
+
+    async def _serve_bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.api.start(name)
         error, wrote = "cancelled", False
         try:
             fail, delay = self.faults.draw()
             await asyncio.sleep(0)  # a release's concurrent binds overlap, as over a network
             if delay:
-                await self.api.slow(delay)
+                fut = self.api.park(delay)
+                self.parked.add(fut)
+                try:
+                    await fut
+                finally:
+                    self.parked.discard(fut)
             if self.dead:
-                raise BindError("connection reset: the extender process is gone")
+                live = self.live()
+                if live is None or not self.api.orphan_lands():
+                    raise BindError("connection reset: the extender process is gone")
+                self.api.log(f"      a dead process's binding lands: {name} -> {node}")
+                self.bound_at[name] = self.clock.now
+                await EmbeddedCluster.bind_pod(live, namespace=namespace, name=name, uid=uid, node=node)
+                error = ""
+                return
             if fail:
                 raise BindError("injected: the API server refused the binding (etcd unavailable)")
             wrote = True
@@ -311,10 +363,13 @@ class BindCall:
 class Driver:
     """kube-scheduler, seen from the extender: filter a pod, then bind it on a passed node."""
 
-    def __init__(self, seed: int, clients: list[TestClient]) -> None:
+    def __init__(
+        self, seed: int, clients: list[TestClient], *, kills: bool = False, fence_s: float = BIND_FENCE_S
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.clients = clients
+        self.kills = kills  # restarts often, with slow binds at the API: many of them left in flight
         self.lines: list[str] = []
         self.step = 0
         objects, self.gangs, self.plain = make_world(self.rng)
@@ -330,7 +385,11 @@ class Driver:
             fail_p=self.rng.choice((0.0, 0.1, 0.25)),
             slow_p=self.rng.choice((0.0, 0.3, 0.6)),
         )
+        self.faults.fence_s = fence_s
+        if kills:
+            self.faults.slow_p = 0.8
         self.api = ApiBinds(self.pod_gang.get, self.log)
+        self.api.orphan_rng.seed(seed * 31337 + 5)
         self.clock = FakeClock()
         self.objects = objects
         self.svc: Service
@@ -343,6 +402,7 @@ class Driver:
         self.lag_rng = random.Random(seed * 104729 + 3)
         self.trust_fit = self.lag_rng.random() < 0.5  # plain pods: refusals outside held/settling rows
         self.bound_at: dict[str, float] = {}
+        self.decided: collections.Counter[str] = collections.Counter()  # bind calls the service took
         self.lag_s = 0.0  # how far behind the watch kube-scheduler's cache is, this schedule step
         for i in range(self.lag_rng.choice((0, 2, 4))):  # more plain pods among the gangs' releases
             self.objects.append(make_pod(f"small-{i}", cpu="1"))
@@ -359,6 +419,22 @@ class Driver:
         self.svc = Service(client, cluster, self.clock)
         if self.trust_fit:
             self.svc.scheduler.exact_refusals_max = 0
+        decide = self.svc.scheduler.bind
+
+        def bind(**call: str) -> Any:
+            self.decided[call["name"]] += 1
+            return decide(**call)
+
+        self.svc.scheduler.bind = bind  # type: ignore[method-assign]
+
+    async def reach_service(self, name: str, seen: int) -> None:
+        """Until the service has decided on the bind call just launched for `name` (at most 2 s of
+        real time): kube-scheduler's bind goroutine starts before its next cycle has run its own
+        filters, so the call is the service's to know before the next filter's."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 2.0
+        while self.decided[name] == seen and loop.time() < until:
+            await asyncio.sleep(0)
 
     def log(self, line: str) -> None:
         self.lines.append(f"{self.step:03d} t=+{self.clock.now - 1000:.1f}s {line}")
@@ -509,18 +585,30 @@ class Driver:
                 self.api.progress()  # slow writes land between two of kube-scheduler's filters
             passed = await self.filter(name, offered)
             if passed:
+                seen = self.decided[name]
                 self.launch_bind(name, passed[0] if len(passed) == 1 else self.rng.choice(passed))
+                await self.reach_service(name, seen)
 
     def plans(self) -> dict[str, str]:
         return {pk.split("/", 1)[1]: node for g in self.debug for pk, node in (g.get("plan") or {}).items()}
 
     async def advance(self, seconds: float) -> None:
+        # the API server gives a binding up within the bind fence: a dead process's writes land (or
+        # are lost) before the clock moves, so never after the fence of the process alive now
+        await self.land_orphans()
         self.log(f"clock +{seconds}s")
         await self.svc.expire(seconds)
         # slow API writes are slow, never httpTimeout slow: every parked one lands now
         self.api.progress(flush=True)
         await self.spin()
         await self.check_deadlines()
+
+    async def land_orphans(self) -> None:
+        if self.api.orphans:
+            self.log(f"a dead process's {len(self.api.orphans)} parked binding(s) land or are lost")
+            self.api.land(self.api.orphans)
+            self.api.orphans.clear()
+            await self.spin()
 
     async def spin(self, n: int = 20) -> None:
         """Let the loop run: responses travel, released binds land, callbacks fire."""
@@ -629,26 +717,29 @@ class Driver:
             self.log(f"API outage: every bind fails until step {self.faults.outage_until}")
 
     async def restart(self) -> None:
-        """The extender's process restarts: kube-scheduler's calls drop, a new one lists the cluster."""
-        self.log("restart: connections drop, the old process's in-flight writes never land")
+        """The extender's process is killed and a new one lists the cluster: kube-scheduler's calls
+        drop; the old process's writes parked at the API server land later, or never."""
         old = self.svc
+        orphans = set(old.cluster.parked)  # type: ignore[attr-defined]
+        self.log(f"restart: connections drop, {len(orphans)} binding(s) stay in flight at the API server")
         for b in self.binds:
             b.task.cancel()
         await asyncio.gather(*(b.task for b in self.binds), return_exceptions=True)
         self.binds.clear()
-        old.cluster.dead = True  # type: ignore[attr-defined]
-        self.api.progress(flush=True)
-        await self.spin()
-        await old.client.close()
-        await self.start(
-            FlakyCluster(
-                old.cluster.all_objects(),
-                faults=self.faults,
-                api=self.api,
-                bound_at=self.bound_at,
-                clock=self.clock,
-            )
+        new = FlakyCluster(
+            old.cluster.all_objects(),
+            faults=self.faults,
+            api=self.api,
+            bound_at=self.bound_at,
+            clock=self.clock,
         )
+        old.cluster.successor = new  # type: ignore[attr-defined]
+        old.cluster.dead = True  # type: ignore[attr-defined]
+        # they land at an "orphans-land" step or before the clock next moves, not with progress
+        self.api.orphans |= orphans
+        self.api.parked = [(due, fut) for due, fut in self.api.parked if fut not in orphans]
+        await old.client.close()
+        await self.start(new)
 
     # ------------------------------------------------------------------ invariants
     def bound(self) -> dict[str, str]:
@@ -756,7 +847,8 @@ class Driver:
             ("replace", 5),
             ("recreate", 3),
             ("outage", 2),
-            ("restart", 2),
+            ("restart", 12 if self.kills else 2),
+            ("orphans-land", 4),
         ]
         skip = set(filter(None, os.environ.get("INTERLEAVING_SKIP", "").split(",")))
         steps = [(k, w) for k, w in steps if k not in skip]
@@ -797,11 +889,60 @@ class Driver:
                 self.outage()
             elif kind == "restart":
                 await self.restart()
+            elif kind == "orphans-land":
+                await self.land_orphans()
             if self.faults.outage and self.step >= self.faults.outage_until:
                 self.faults.outage = False
                 self.log("API outage over")
             if self.rng.random() < 0.5:
                 self.api.progress()
+            await self.spin()
+            await self.check()
+        await self.settle()
+
+    async def run_kill_mid_release(self) -> None:
+        """The process is killed with every release's and plain pod's binding waiting at a slow API
+        server; the next one lists the cluster and kube-scheduler retries the pods in another order
+        while those bindings land one by one (or are lost) before the clock passes its fence."""
+        await self.start(
+            FlakyCluster(
+                self.objects, faults=self.faults, api=self.api, bound_at=self.bound_at, clock=self.clock
+            )
+        )
+        self.faults.fail_p = 0.0
+        await self.advance(self.faults.fence_s + 0.5)  # past the first process's own fence
+        self.faults.slow_p, self.faults.slow_ticks = 1.0, (10_000,)  # nothing lands before the kill
+        for round_ in range(2):
+            self.step += 1
+            pending = self.pending()
+            self.rng.shuffle(pending)
+            self.log(f"before the kill, round {round_}: schedule {pending}")
+            await self.schedule(pending, "all")
+            await self.spin()
+        self.step += 1
+        await self.restart()
+        self.faults.slow_p, self.faults.slow_ticks = 0.3, (1, 2)
+        await self.check()
+        kinds = ("schedule", "orphans-land", "let-run", "clock")
+        for _ in range(20):
+            self.step += 1
+            kind = self.rng.choices(kinds, (6, 1, 2, 1))[0]
+            if kind == "schedule":
+                pending = self.pending()
+                picked = self.rng.sample(pending, min(len(pending), self.rng.randint(1, 4)))
+                self.log(f"schedule {picked}")
+                await self.schedule(picked, self.rng.choice(("all", "subset")))
+            elif kind == "orphans-land":
+                # one at a time: the first may drop a plan before the next lands
+                if self.api.orphans:
+                    one = self.rng.choice(sorted(self.api.orphans, key=id))
+                    self.log("one of the dead process's bindings reaches the API server")
+                    self.api.land({one})
+                    self.api.orphans.discard(one)
+            elif kind == "let-run":
+                self.api.progress()
+            else:
+                await self.advance(self.rng.choice((0.5, 1.0)))
             await self.spin()
             await self.check()
         await self.settle()
@@ -949,15 +1090,50 @@ async def clients():
 
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
 async def test_random_interleavings_keep_the_gang_invariants(seed, clients):
+    await run_driver(Driver(seed, clients))
+
+
+KILL_SEEDS = SEEDS[: max(1, len(SEEDS) // 2)]
+
+
+@pytest.mark.parametrize("seed", KILL_SEEDS, ids=[f"seed-{s}" for s in KILL_SEEDS])
+async def test_random_kills_with_bindings_in_flight_keep_the_gang_invariants(seed, clients):
+    """The process killed often while most binds wait at a slow API server: its bindings land after
+    the next process has listed the cluster (or are lost), while that process plans and binds."""
+    await run_driver(Driver(seed, clients, kills=True))
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
+async def test_killed_mid_release_its_bindings_land_after_the_restart(seed, clients):
     driver = Driver(seed, clients)
+    await run_driver(driver, driver.run_kill_mid_release)
+
+
+async def test_without_the_fence_the_same_kills_break_the_promise(clients):
+    """What the fence is for, and that the test above can fail: with no fence, 17 of its first 40
+    seeds over-commit a node or split a gang over racks. The order of concurrent HTTP calls makes a
+    seed replay only nearly the same way, so this counts over 16 seeds (all pass: p < 0.0002)."""
+    broken = []
+    for seed in range(16):
+        driver = Driver(seed, clients, fence_s=0.0)
+        try:
+            await run_driver(driver, driver.run_kill_mid_release)
+        except Violation as exc:
+            broken.append(str(exc).splitlines()[0])
+    assert broken, "no seed broke the promise without the fence: the kill test has lost its teeth"
+    assert all("over-committed" in b or "must sit in one rack" in b for b in broken), broken
+
+
+async def run_driver(driver: Driver, run: Callable[[], Any] | None = None) -> None:
     try:
-        await driver.run()
+        await (run or driver.run)()
     finally:
         for b in driver.binds:
             b.task.cancel()
         await asyncio.gather(*(b.task for b in driver.binds), return_exceptions=True)
         if hasattr(driver, "svc"):
             driver.cluster.dead = True  # the release's background binds end at once
+        driver.api.land(driver.api.orphans)
         driver.api.progress(flush=True)
 
 

@@ -129,6 +129,24 @@ async def test_bind_outcomes(
     assert script.seen.count(("POST", BIND)) == min(len(answers), FAST.write_attempts)
 
 
+@pytest.mark.parametrize(("fence_s", "timeout"), [(5.0, "5000ms"), (0.25, "250ms"), (0.0, None)])
+async def test_every_binding_post_asks_the_api_server_to_give_it_up_within_the_fence(
+    fake: tuple[Script, str], fence_s: float, timeout: str | None
+) -> None:
+    """A binding a killed process left in flight must land within the next process's fence or never:
+    the API server is told to give each binding up (`?timeout=`, on every retry too)."""
+    script, kubeconfig = fake
+    script.on("POST", BIND, BUSY, CREATED)
+    source = KubeClusterSource(kubeconfig, settings=FAST, bind_fence_s=fence_s)
+    try:
+        await source.bind_pod(namespace="ns", name="p", uid="u", node="n1")
+    finally:
+        await source.close()
+    posts = [q for path, q in script.queries if path == BIND]
+    assert len(posts) == 2
+    assert all(q.get("timeout") == timeout for q in posts), posts
+
+
 async def test_a_refused_status_write_is_reported_not_raised(fake: tuple[Script, str]) -> None:
     script, kubeconfig = fake
     script.on("PATCH", POD + "/status", (422, {"kind": "Status", "message": "invalid condition"}))
