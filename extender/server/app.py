@@ -334,6 +334,7 @@ async def _wait_out_fence(app: web.Application, key: PodKey, decision: BindDecis
     if app[CLOCK]() + decision.wait_s > _deadline(app, started) - _FENCE_ROOM_S:
         return decision.message  # nothing to gain by waiting: kube-scheduler retries it sooner
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
+    app[METRICS].fenced_binds.inc()
     fut = barrier.wait(key, deadline=_deadline(app, started))
     barrier.fenced[key] = fut
     _kick_ticker(app)
@@ -758,6 +759,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         log.info("placement kernels warm in %.2fs", seconds)
 
     warmer = asyncio.get_running_loop().create_task(warm())
+    fence_s = app[SCHEDULER].fence_left_s()
+    if fence_s > 0:
+        log.info(
+            "no binding for %.1fs after start-up (--bind-fence-s): any a previous instance left in "
+            "flight lands first",
+            fence_s,
+        )
 
     def watch(what: str) -> Callable[[asyncio.Task[Any]], None]:
         def done(task: asyncio.Task[Any]) -> None:

@@ -100,6 +100,11 @@ class Metrics:
             "Bind calls answered with an error at their own deadline, before kube-scheduler's httpTimeout",
             registry=r,
         )
+        self.fenced_binds = Counter(
+            "gang_extender_bind_fence_waits",
+            "Bind calls that waited for the start-up bind fence (--bind-fence-s) before binding",
+            registry=r,
+        )
         self.release_failures = Counter(
             "gang_extender_release_bind_failures",
             "Members of a released gang whose binding the API refused or did not finish",

@@ -69,6 +69,8 @@ async def test_a_plain_pod_bind_waits_out_the_fence_holding_its_room(make_servic
     await svc.expire(FENCE_S)
     assert await call == ""
     assert svc.node_of("p") == "a0"
+    metrics = await (await svc.client.get("/metrics")).text()
+    assert "gang_extender_bind_fence_waits_total 1.0" in metrics
     svc.check_invariants()
 
 
