@@ -51,6 +51,10 @@ SETTLE_S = 90.0  # kube-scheduler's own backoff after a fault, a lease to expire
 # for them), so settle() nudges the unbound plain pods itself, as any pod event would, this often.
 PLAIN_RETRY_S = 3.0
 PARTIAL_GRACE_S = 3.0  # a release binds its members one POST at a time; longer than this is partial
+# A gang the kill left partly bound (its release's POSTs cut off) is completed once the restarted
+# service's bind fence (--bind-fence-s, 5 s from its start) is over, not sooner: the dead process's
+# bindings still in flight must land first (README, "Restarts")
+KILLED_PARTIAL_GRACE_S = 5.0 + PARTIAL_GRACE_S
 GANG_LABEL = "e2e-gang"
 BLOCKED = {"e2e.example.com/nowhere": "true"}  # a nodeSelector no node has: kube-scheduler never places it
 
@@ -365,7 +369,7 @@ def test_sigterm_answers_every_waiting_bind_before_exit(scenario: Scenario) -> N
     s.findings.check(got, f"waiting binds not answered 'shutting down'; kube-scheduler saw {seen}")
     plane.restart_service()
     s.unblock(quad, 3)
-    s.settle()
+    s.settle(partial_grace_s=KILLED_PARTIAL_GRACE_S)  # the background gang's release may be cut too
 
 
 # ---------------------------------------------------------------- kube-scheduler
@@ -523,7 +527,7 @@ def test_service_sigkilled_after_a_plan_before_any_bind(
         proxy.hold_binds(False)  # the held binds now meet a dead service: 502, kube-scheduler retries
     s.findings.check(s.gang_state()["ga"][1] == 0, "a member bound although no bind reached the service")
     plane.restart_service()
-    s.settle()
+    s.settle(partial_grace_s=KILLED_PARTIAL_GRACE_S)
     s.findings.check(s.gang_state()[ga.name][1] == 3, "ga never bound after the restart")
 
 
@@ -538,7 +542,7 @@ def test_service_sigkilled_while_the_bind_barrier_waits(
     s.findings.note("service SIGKILLed with 3 binds waiting")
     plane.restart_service()
     s.unblock(quad, 3)
-    s.settle()
+    s.settle(partial_grace_s=KILLED_PARTIAL_GRACE_S)
 
 
 def test_service_sigkilled_during_the_release_binds(scenario: Scenario, api_proxy: ApiProxy) -> None:
@@ -554,7 +558,7 @@ def test_service_sigkilled_during_the_release_binds(scenario: Scenario, api_prox
     s.findings.note(f"service SIGKILLed mid-release: {api_proxy.counts()}")
     api_proxy.delay_bindings_s(0.0)
     plane.restart_service()
-    s.settle()
+    s.settle(partial_grace_s=KILLED_PARTIAL_GRACE_S)
 
 
 # ---------------------------------------------------------------- a slow or failing API server
