@@ -23,6 +23,12 @@ awk 'BEGIN{RS="";ORS="\n\n"} NR==1' /etc/apt/sources.list.d/debian.sources \
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   golang-go make rsync etcd-server etcd-client golang-github-modern-go-reflect2-dev openssl curl >/dev/null
+# Kubernetes 1.20 builds with Debian's Go 1.19 (golang-go); a newer Go earlier on PATH (the machine's own
+# /usr/local/go) fails it, so Debian's is named here rather than found.
+GO_DIR=$(ls -d /usr/lib/go-1.* 2>/dev/null | sort -V | tail -n 1)
+[ -x "$GO_DIR/bin/go" ] || { echo "golang-go installed no Go under /usr/lib/go-1.*" >&2; exit 1; }
+export PATH="$GO_DIR/bin:$PATH" GOROOT="$GO_DIR" GOTOOLCHAIN=local
+echo "building with $("$GO_DIR/bin/go" version)"
 cd "$WORK"
 apt-get source --download-only kubernetes >/dev/null 2>&1
 tar xzf kubernetes_*.orig.tar.gz
