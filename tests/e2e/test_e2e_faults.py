@@ -496,6 +496,12 @@ def test_twenty_gangs_race_for_one_rack_that_holds_two(scenario: Scenario) -> No
             for pod in pods(s.api, s.namespace, f"{GANG_LABEL}={g}"):
                 s.api.delete(f"/api/v1/namespaces/{s.namespace}/pods/{pod['metadata']['name']}")
             done.add(g)
+    # the race goes on after the last round's gangs are deleted: the next two plan and bind. The
+    # promise (no reservation left, no partial gang) is checked once they are whole and the rest can
+    # only wait, not while their plans legitimately hold room
+    last = eventually(lambda: len(two_whole()) >= 2, timeout_s=60, interval_s=0.5)
+    s.findings.note(f"after the last round: whole {two_whole()}")
+    s.findings.check(last, f"after the last round: {len(two_whole())} gangs bound whole, not 2")
     s.gangs = [g for g in s.gangs if g.name not in done]
     s.check_promise(all_bound=False)
     # beside the race, the rest of the cluster still serves a JobSet gang and plain pods

@@ -15,12 +15,15 @@ scenario (same port, same flags), so one scenario's damage never fails the next 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
@@ -85,7 +88,23 @@ class Findings:
         lines += [f"  - {m}" for m in self.items]
         lines += ["timeline:"] + [f"  {n}" for n in self.notes]
         lines += ["--- service log (tail) ---", cluster.plane.log_tail("service", 15)]
+        kept = keep_logs(cluster, self.scenario)
+        if kept:
+            lines.append(f"--- whole logs kept in {kept} ---")
         pytest.fail("\n".join(lines), pytrace=False)
+
+
+def keep_logs(cluster: Cluster, scenario: str) -> str:
+    """Copy the plane's logs (service, kube-scheduler, API server) of a broken promise to
+    $GANG_EXTENDER_E2E_LOGS/<scenario>/, so an intermittent failure can be read after the plane is gone."""
+    root = os.environ.get("GANG_EXTENDER_E2E_LOGS")
+    if not root:
+        return ""
+    target = Path(root) / re.sub(r"[^A-Za-z0-9_.-]+", "_", scenario)
+    target.mkdir(parents=True, exist_ok=True)
+    for log in Path(cluster.plane.workdir).glob("*.log"):
+        shutil.copy(log, target / log.name)
+    return str(target)
 
 
 # ---------------------------------------------------------------- the service's view
@@ -120,19 +139,25 @@ def reservations_held(cluster: Cluster) -> int | None:
 
 
 def reservation_problems(cluster: Cluster, namespace: str) -> list[str]:
-    """Reservations the service still holds: one for a pod that is bound or gone is a leak."""
+    """Reservations the service still holds once a scenario settled: each one is a leak.
+
+    The API's pods are read before the service's view, so a pod shown bound (or gone) here was so
+    before the service was asked: a reservation the service still holds for it is not a binding that
+    landed between the two reads. Each line says what the holding gang was doing (its phase and
+    plan), so a plan still in progress can be told from a leak."""
     api = cluster.plane.api
+    nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") or "" for p in pods(api, namespace)}
     out = []
     for gang in debug_gangs(cluster):
         held = gang.get("reservation") or {}
         if not str(gang.get("gang", "")).startswith(f"{namespace}/") or not held:
             continue
+        doing = f"phase {gang.get('phase')}, {len(gang.get('plan') or {})} planned"
         for pk in held:
-            ns, _, name = str(pk).partition("/")
-            status, pod = api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}", ok=(200, 404))
-            node = pod["spec"].get("nodeName") if status == 200 else None
-            state = "gone" if status == 404 else f"bound to {node}" if node else "pending"
-            out.append(f"gang {gang['gang']} holds a reservation for {pk} ({state})")
+            name = str(pk).partition("/")[2]
+            node = nodes.get(name)
+            state = "gone" if node is None else f"bound to {node}" if node else "pending"
+            out.append(f"gang {gang['gang']} ({doing}) holds a reservation for {pk} ({state})")
     total = reservations_held(cluster)
     if total:
         out.append(f"the service holds {total} reservation(s) after the scenario settled")
