@@ -286,8 +286,8 @@ class QueueSnapshot:
     planned: frozenset[GroupKey] = frozenset()
 
     def group_queue(self, key: GroupKey) -> tuple[str | None, str]:
-        """The gang's one queue as the book counts its pods, with "" (None: no pod counted yet); or
-        (None, why) when its members name different queues."""
+        """The gang's one queue as the book counts its pods: (queue, ""); (None, "") when none is
+        counted yet; (None, why) when its members name different queues."""
         tally = self.groups.get(key)
         if tally is None or not tally.queues:
             return None, ""
