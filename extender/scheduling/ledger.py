@@ -97,10 +97,21 @@ class Preemption:
     reason: str
     held: set[PodKey] = dataclasses.field(default_factory=set)  # victims gone whose room is held
     nudged: bool = False  # the members were brought back once every victim was gone
+    queue: str | None = None  # the preemptor's queue, which the held room is charged to (queues in use)
 
     @property
     def victim_priority(self) -> int:
         return max((v.priority for v in self.victims.values()), default=0)
+
+    def held_room(self) -> dict[str, int]:
+        """What the room held for the gang (its victims gone so far) adds up to, by resource."""
+        out: dict[str, int] = {}
+        for pk in self.held:
+            v = self.victims[pk]
+            if v.node:
+                for r, n in v.requests.items():
+                    out[r] = out.get(r, 0) + n
+        return out
 
     @staticmethod
     def hold_key(gang: GroupKey, victim: PodKey) -> PodKey:

@@ -20,10 +20,15 @@ The order, from first to last look:
 2. a candidate whose freed room another pod's or gang's hold (a plan's reservation, a bind in
    flight) takes, so that the preemptor still would not fit there after the eviction, is vetoed:
    evicting would disrupt pods for nothing;
-3. when some remaining candidate breaks no gang, every candidate that breaks one is vetoed, and all
+3. with KAI queues in use, a candidate whose victims the preemptor's queue rules forbid is vetoed
+   (`queue_rule`, the scheduler's): a victim of the preemptor's own queue may go (priority decides,
+   and the preemptor's queue limit is checked with those victims gone), a victim of another queue
+   only as a reclaim would take it (that queue over its fair share, kept at its quota, the
+   preemptor's within its own);
+4. when some remaining candidate breaks no gang, every candidate that breaks one is vetoed, and all
    those that break none are kept (kube-scheduler then applies its own preferences among them:
    PDB violations, victims' priorities and counts);
-4. when every remaining candidate breaks a gang, only the best are kept, by
+5. when every remaining candidate breaks a gang, only the best are kept, by
    (a) fewest gangs broken, (b) lowest priority of the broken gangs (a gang's priority is its
    highest member's; a candidate's is that of the highest gang it breaks), (c) fewest victims,
    (d) lowest sum of the victims' priorities. Candidates equal on all four are all kept.
@@ -35,7 +40,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +59,7 @@ class Outcome(enum.Enum):
     KEPT = "kept"
     VETOED_BREAKS_GANG = "vetoed-breaks-gang"
     VETOED_RESERVATION = "vetoed-reservation"
+    VETOED_QUEUE = "vetoed-queue"
     DROPPED_NO_VICTIM = "dropped-no-victim"
 
 
@@ -78,7 +84,7 @@ class Candidate:
     why: str = ""
 
     def rank(self) -> tuple[int, int, int, int]:
-        """Lower is better (step 4 of the module docstring)."""
+        """Lower is better (step 5 of the module docstring)."""
         worst = max((b.priority for b in self.broken), default=0)
         return (len(self.broken), worst, self.victims, self.victim_priority)
 
@@ -111,10 +117,12 @@ def choose(
     pod: dict[str, Any],
     requests: Mapping[str, int],
     victims: Mapping[str, dict[str, Any]],
+    queue_rule: Callable[[Sequence[PodRecord]], str] | None = None,
 ) -> PreemptDecision:
     """Judge every candidate node (node -> {"Pods": [{"UID": ...}], "NumPDBViolations": n}) of the
     preemptor `pod` (as kube-scheduler sent it; `requests` are its requests); every node must be in
-    the store (the caller checks)."""
+    the store (the caller checks). `queue_rule`: why a candidate's victims may not go for the
+    preemptor's queue ("" when they may); None when queues are not in use."""
     by_uid = _victim_records(store, victims)
     holds = _holds_by_node(store, ledger, pod)
     request, missing = store.request_vector(dict(requests))
@@ -131,6 +139,10 @@ def choose(
         if blocked:
             judged[node] = Candidate(node, Outcome.VETOED_RESERVATION, len(uids), prio, why=blocked)
             continue
+        refused = queue_rule(recs) if queue_rule is not None else ""
+        if refused:
+            judged[node] = Candidate(node, Outcome.VETOED_QUEUE, len(uids), prio, why=refused)
+            continue
         broken = gangs.broken_by(recs)
         why = "; ".join(b.why for b in broken)
         judged[node] = Candidate(node, Outcome.KEPT, len(uids), prio, broken, why)
@@ -140,7 +152,7 @@ def choose(
 
 
 def _veto_breaking(judged: dict[str, Candidate]) -> None:
-    """Steps 3 and 4: among the candidates still kept, keep those that break none, else the best."""
+    """Steps 4 and 5: among the candidates still kept, keep those that break none, else the best."""
     kept = [c for c in judged.values() if c.outcome is Outcome.KEPT]
     if not kept:
         return

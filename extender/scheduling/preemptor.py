@@ -150,10 +150,12 @@ def plan_preemption(
     me: planning.Member,
     priority: int,
     admit: Callable[[Unit], bool] | None = None,
+    enough: Callable[[Sequence[Unit]], bool] | None = None,
 ) -> PreemptionPlan | None:
     """The cheapest preemption that lets the gang's quorum fit in one domain, or None. A plan with no
     victims means the gang fits somewhere as things are: there is nothing to preempt. `admit`: only
-    units it accepts are victims (see candidate_units)."""
+    units it accepts are victims (see candidate_units). `enough`: the victims chosen must also
+    satisfy it (its queue admits the gang once they are gone), besides letting the quorum fit."""
     arrays = store.arrays
     levels = planning.constraint_levels(store, group, None)
     level = levels[0] if levels else -1
@@ -170,6 +172,8 @@ def plan_preemption(
         domains = [-1]
 
     def trial(chosen: Sequence[Unit], domain: int) -> planning.GangPlan | None:
+        if enough is not None and not enough(chosen):
+            return None
         trial_arrays = copy.copy(arrays)
         trial_arrays.free = arrays.free.copy()
         trial_arrays.schedulable = arrays.schedulable.copy()

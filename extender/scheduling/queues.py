@@ -10,11 +10,15 @@ Nothing is enforced until the cluster has at least one Queue object: a cluster w
 (or whose API server does not serve the Queue CRD) schedules exactly as it would without this module.
 
 The queue of a gang is its KAI PodGroup's `spec.queue` (authoritative), else the `kai.scheduler/queue`
-(or `project`) label of its workload or pod, else the configured default queue.
+(or `project`) label of its workload or pod, else the configured default queue. A gang has one queue:
+when its members' labels name different ones (a PodGroup without `spec.queue`, a JobSet whose
+replicatedJobs' templates disagree), the gang is not admitted, and every member's filter says which
+queues disagree (`gang_queue`); no member's queue is chosen for the others.
 
 Accounting, per queue and resource (cpu, memory, nvidia.com/gpu):
 - allocated = requests of bound, unfinished pods + capacity held for pods (a planned gang's members,
-  a pod whose bind is in flight);
+  a pod whose bind is in flight) + the room held for a preemptor (its victims gone), charged to the
+  preemptor's queue from the instant each victim's charge leaves its own;
 - requested = allocated + requests of live pending pods.
 A queue's usage counts toward each of its ancestors. A pod of the default scheduler (the cluster's
 other pods, which this service never places) counts only when it names a queue.
@@ -27,7 +31,9 @@ capacity are scaled down in proportion); what remains goes to queues that still 
 past a queue's limit or its request. Exact fractions, then rounded down with the leftover units
 given to the largest remainders (ties by name), so shares sum to what was divided.
 
-Admission of a gang (or plain pod) of queue Q needing N waits when:
+Admission of a gang (or plain pod) of queue Q needing N waits when (`credit`: usage of Q the step
+gives back, counted out of Q and its ancestors: the victims of Q an in-queue preemption evicts, or
+the room held for a preemptor that it is being planned into):
 1. Q does not exist, is malformed, or has child queues (only leaf queues take workloads);
 2. limit: Q's or any ancestor's allocated + N exceeds its limit on some resource;
 3. fair-share hold: on some resource r, Q's allocated + N exceeds Q's fair share, while a ready,
@@ -236,8 +242,18 @@ def named_queue(store: ClusterStore, group: GroupSpec | None, pod: dict[str, Any
 
 
 def queue_of(store: ClusterStore, group: GroupSpec | None, pod: dict[str, Any], default: str) -> str:
-    """The gang's queue: the one it names, else `default`."""
+    """The pod's queue as its gang and labels name it, else `default` (see `gang_queue` for a gang's)."""
     return named_queue(store, group, pod) or default
+
+
+def charged_queue(
+    store: ClusterStore, group: GroupSpec | None, pod: dict[str, Any], default: str
+) -> str | None:
+    """The queue a pod's usage is charged to; None for a pod of the default scheduler naming none."""
+    queue = named_queue(store, group, pod)
+    if queue is None and not _another_schedulers(pod):
+        queue = default
+    return queue
 
 
 def _another_schedulers(pod: dict[str, Any]) -> bool:
@@ -269,6 +285,14 @@ class QueueSnapshot:
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
 
+    def group_queue(self, key: GroupKey) -> tuple[str | None, str]:
+        """The gang's one queue as the book counts its pods: (queue, ""); (None, "") when none is
+        counted yet; (None, why) when its members name different queues."""
+        tally = self.groups.get(key)
+        if tally is None or not tally.queues:
+            return None, ""
+        return _agreed(tally.queues)
+
     def waiters(self, resource: str, *, besides: str) -> Iterator[Waiter]:
         """Ready, unplanned gangs (and pods) of existing queues other than `besides` whose pending pods
         ask for `resource`, in the order the book first saw them. A generator: a fair-share hold stops
@@ -276,8 +300,8 @@ class QueueSnapshot:
         for key, t in self.groups.items():
             if t.queue == besides or t.pending <= 0 or t.need.get(resource, 0) <= 0:
                 continue
-            if key in self.planned or t.queue not in self.tree.queues:
-                continue
+            if key in self.planned or t.queue not in self.tree.queues or len(t.queues) > 1:
+                continue  # planned, of no queue, or of no one queue (it is not admitted)
             if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
                 yield Waiter(key, t.queue, dict(t.need))
 
@@ -324,6 +348,32 @@ class _GroupTally:
     need: dict[str, int]  # of its pending pods
     live: dict[str | None, int]  # live pods per leaf, bound or not
     pending: int = 0
+    queues: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Pods counted per queue they name: more than one key, and the gang has no one queue."""
+
+
+def _agreed(named: Mapping[str, int]) -> tuple[str | None, str]:
+    if len(named) == 1:
+        return next(iter(named)), ""
+    shown = ", ".join(f"{q} ({n} pod{'s' if n != 1 else ''})" for q, n in sorted(named.items()))
+    return None, (
+        f"its members name different queues: {shown}; a gang has one queue: name it in the PodGroup's "
+        f"spec.queue, or give every member (or their workload) the same {keys.QUEUE} label"
+    )
+
+
+def gang_queue(
+    snap: QueueSnapshot, store: ClusterStore, group: GroupSpec, pod: dict[str, Any], default: str
+) -> tuple[str | None, str]:
+    """The one queue of `pod`'s gang: its KAI PodGroup's spec.queue, else the queue every member
+    names (the book's count, `pod` included); (None, why) when members name different queues."""
+    if group.source is Source.KAI_PODGROUP and group.queue:
+        return group.queue, ""
+    own = queue_of(store, group, pod, default)
+    tally = snap.groups.get(group.key)
+    named = dict(tally.queues) if tally is not None else {}
+    named.setdefault(own, 1)  # the pod filtered, counted already unless the cache has not seen it
+    return _agreed(named)
 
 
 class QueueBook:
@@ -381,11 +431,9 @@ class QueueBook:
             return None
         m = self.store.membership(rec)
         group = m.group if m.state is MembershipState.MEMBER else None
-        queue = named_queue(self.store, group, rec.obj)
+        queue = charged_queue(self.store, group, rec.obj, self.default_queue)
         if queue is None:
-            if _another_schedulers(rec.obj):
-                return None
-            queue = self.default_queue
+            return None
         allocated = bool(rec.node_name) or pk in self._held
         return _PodShare(
             queue=queue,
@@ -412,15 +460,23 @@ class QueueBook:
             tally = self.groups[key] = _GroupTally(share.queue, share.group, {}, {})
         tally.queue, tally.spec = share.queue, share.group  # the latest definition
         tally.live[share.leaf] = tally.live.get(share.leaf, 0) + sign
+        tally.queues[share.queue] = tally.queues.get(share.queue, 0) + sign
+        if not tally.queues[share.queue]:
+            del tally.queues[share.queue]
         if share.pending:
             tally.pending += sign
             _add(tally.need, share.need, sign)
         if not any(tally.live.values()):
             del self.groups[key]
 
-    def snapshot(self, planned: Iterable[GroupKey]) -> QueueSnapshot | None:
+    def snapshot(
+        self,
+        planned: Iterable[GroupKey],
+        holding: Mapping[GroupKey, tuple[str, Mapping[str, int]]] | None = None,
+    ) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
-        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing)."""
+        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing).
+        `holding`: preemptor gang -> (its queue, the room held for it), charged to that queue."""
         if not in_use(self.store):
             if self.tracking:
                 self._forget()
@@ -436,6 +492,17 @@ class QueueBook:
                 _add(allocated[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_pending.get(queue, {}))
+        for gang, (queue, room) in (holding or {}).items():
+            if queue not in tree.queues:
+                continue
+            room = _tracked(room)
+            tally = self.groups.get(gang)
+            waiting = tally.need if tally is not None else {}
+            # requested already has the preemptor's pending pods: the room counts only beyond them
+            beyond = {r: max(0, v - waiting.get(r, 0)) for r, v in room.items()}
+            for ancestor in tree.ancestors(queue):
+                _add(allocated[ancestor], room)
+                _add(requested[ancestor], beyond)
         capacity = _column_sums(self.store, "allocatable")
         return QueueSnapshot(
             tree=tree,
@@ -466,10 +533,13 @@ def admission(
     *,
     what: str = "gang",
     fair_share: bool = True,
+    credit: Mapping[str, int] | None = None,
 ) -> str | None:
     """Why a gang (`what` = "gang") or plain pod ("pod") of `queue` needing `need` must wait, or None.
-    `fair_share=False`: the queue's existence and limits only (rules 1 and 2)."""
+    `fair_share=False`: the queue's existence and limits only (rules 1 and 2). `credit`: usage of
+    `queue` that leaves it (and its ancestors) as the gang goes in (see the module docstring)."""
     need = _tracked(need)
+    back = _tracked(credit or {})
     tree = snap.tree
     if queue in tree.errors:
         return f"queue {queue} cannot be used: {tree.errors[queue]}; fix the Queue object"
@@ -487,7 +557,7 @@ def admission(
             limit = q.resource(r).limit
             if limit is None or need[r] <= 0:
                 continue
-            used = snap.allocated[name][r]
+            used = max(0, snap.allocated[name][r] - back[r])
             if used + need[r] > limit:
                 return (
                     f"queue {name}: {KAI_NAMES[r]} limit {amount_text(r, limit)}, "
@@ -495,7 +565,8 @@ def admission(
                 )
     if not fair_share:
         return None
-    alloc, fair = snap.allocated[queue], snap.fair_share[queue]
+    alloc = {r: max(0, v - back[r]) for r, v in snap.allocated[queue].items()}
+    fair = snap.fair_share[queue]
     for r in TRACKED:
         if need[r] <= 0 or alloc[r] + need[r] <= fair.get(r, 0):
             continue

@@ -151,6 +151,7 @@ class Scheduler:
         self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
         self.queue_book = queues.QueueBook(store, default_queue)
         self._held_need: dict[GroupKey, dict[str, int]] = {}
+        self._admit_looked: dict[GroupKey, int] = {}  # gang -> store.change_gen at _preempt_to_admit's look
         self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
         self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
@@ -434,15 +435,32 @@ class Scheduler:
             leaves = ready
         preempted = None
         pending = ledger.preemption(group.key)
-        if pending is None and self.queue_snapshot() is not None:  # no Queue objects: nothing to sum
-            held = self._queue_wait(call, self._gang_need(call, members, leaves, bound), "gang")
+        queued = self.queue_snapshot() is not None  # no Queue objects: nothing to sum
+        if pending is None and queued:
+            need = self._gang_need(call, members, leaves, bound)
+            held = self._queue_wait(call, need, "gang")
             if held is not None:
+                started = self._preempt_to_admit(call, members, leaves, need)
+                if started is not None:
+                    return started
                 reason = self._gang_message(group.key, held)
                 ledger.set_reason(group.key, reason)
                 return FilterDecision(Verdict.WAITING, [], reason)
         if pending is not None:
             if not ledger.victims_gone(group.key):
                 return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, pending.reason))
+            if queued:
+                # planned into the room held for it: admitted again (limits hold on every step), that
+                # room, charged to its queue until now, counted out as the plan replaces it
+                own = pending.queue == self.gang_queue(group, call.pod)[0]
+                credit = pending.held_room() if own else {}
+                need = self._gang_need(call, members, leaves, bound)
+                held = self._queue_wait(call, need, "gang", fair_share=False, credit=credit)
+                if held is not None:
+                    ledger.end_preemption(group.key)  # room it may not use goes back to everyone
+                    reason = self._gang_message(group.key, held)
+                    ledger.set_reason(group.key, reason)
+                    return FilterDecision(Verdict.WAITING, [], reason)
             preempted = ledger.end_preemption(group.key)  # its room is the gang's to plan into now
         signature = (
             self.store.release_gen,
@@ -526,28 +544,57 @@ class Scheduler:
         gen, snap = self._queue_snapshot
         if gen != self.store.change_gen:
             planned = [g for g, e in self.ledger.gangs.items() if e.plan]
-            snap = self.queue_book.snapshot(planned)
+            # the room held for a preemptor is its queue's: the victims' charge left with them
+            holding = {
+                g: (p.queue, p.held_room())
+                for g, p in self.ledger.preemptions.items()
+                if p.queue is not None and p.held
+            }
+            snap = self.queue_book.snapshot(planned, holding)
             self._queue_snapshot = (self.store.change_gen, snap)
             for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
                 del self.queue_holds[gang]  # gone: bounded memory
                 self._held_need.pop(gang, None)
+            for gang in [g for g in self._admit_looked if g not in self.queue_holds]:
+                del self._admit_looked[gang]
         return snap
 
     def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
+        """The queue `pod` is charged to as its gang and labels name it (see gang_queue for a gang's)."""
         return queues.queue_of(self.store, group, pod, self.default_queue)
 
-    def _queue_wait(self, call: FilterCall, need: dict[str, int], what: str) -> str | None:
+    def gang_queue(
+        self, group: GroupSpec, pod: dict[str, Any], snap: queues.QueueSnapshot | None = None
+    ) -> tuple[str | None, str]:
+        """The one queue of `pod`'s gang, or (None, why) when its members name different queues."""
+        snap = snap if snap is not None else self.queue_snapshot()
+        if snap is None:
+            return self.queue_name(group, pod), ""
+        return queues.gang_queue(snap, self.store, group, pod, self.default_queue)
+
+    def _queue_wait(
+        self,
+        call: FilterCall,
+        need: dict[str, int],
+        what: str,
+        *,
+        fair_share: bool = True,
+        credit: dict[str, int] | None = None,
+    ) -> str | None:
         """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
         snap = self.queue_snapshot()
-        reason = None
+        reason = queue = None
         if snap is not None:
-            queue = self.queue_name(call.group, call.pod)
-            reason = queues.admission(snap, queue, need, call.group.key, what=what)
-        if reason is None:
+            queue, reason = self.gang_queue(call.group, call.pod, snap)
+            if queue is not None:
+                reason = queues.admission(
+                    snap, queue, need, call.group.key, what=what, fair_share=fair_share, credit=credit
+                )
+        if not reason:
             self.queue_holds.pop(call.group.key, None)
             self._held_need.pop(call.group.key, None)
             return None
-        self.queue_holds[call.group.key] = (queue, reason)
+        self.queue_holds[call.group.key] = (queue or "", reason)
         self._held_need[call.group.key] = dict(need)
         return reason
 
@@ -556,7 +603,9 @@ class Scheduler:
         if snap is None:
             return None
         group = group if group is not None else single_pod_group(rec.obj)
-        queue = self.queue_name(group, rec.obj)
+        queue, conflict = self.gang_queue(group, rec.obj, snap)
+        if queue is None:
+            return f"{messages.label(group)}: {conflict}"
         what = "pod" if group.source is Source.SINGLE_POD else "member"
         return queues.admission(snap, queue, rec.requests, group.key, what=what, fair_share=False)
 
@@ -572,8 +621,13 @@ class Scheduler:
         effects = []
         for gang, (queue, _) in list(self.queue_holds.items()):
             need = self._held_need.get(gang, {})
-            if snap is not None and queues.admission(snap, queue, need, gang) is not None:
-                continue
+            if snap is not None:
+                counted, conflict = snap.group_queue(gang)
+                if conflict:
+                    continue  # its members still name different queues
+                queue = counted or queue
+                if queues.admission(snap, queue, need, gang) is not None:
+                    continue
             del self.queue_holds[gang]
             self._held_need.pop(gang, None)
             effects += self._nudge_turned_away(gang, "queue")
@@ -637,16 +691,52 @@ class Scheduler:
         }
 
     # ----------------------------------------------------------------- a gang as preemptor
+    def _preempt_to_admit(
+        self,
+        call: FilterCall,
+        members: Sequence[planning.Member],
+        leaves: Sequence[str | None],
+        need: dict[str, int],
+    ) -> FilterDecision | None:
+        """A gang its queue holds (a limit of the queue or an ancestor, its fair share) that may
+        preempt: evict lower-priority gangs and pods of its own queue, enough that with them gone it
+        is admitted and fits (KAI preempts within a queue, the queue's limits kept on the way), and
+        hold their room for it. None when no such eviction admits it; tried once per cache change."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        queue, _ = self.gang_queue(call.group, call.pod, snap)
+        if queue is None or queues.admission(snap, queue, {}, call.group.key) is not None:
+            return None  # no one queue, or one that takes no workloads: no eviction admits it
+        if self._admit_looked.get(call.group.key) == self.store.change_gen:
+            return None  # nothing changed since the last look: the answer is the same
+        self._admit_looked[call.group.key] = self.store.change_gen
+
+        def enough(units: Sequence[preemptor.Unit]) -> bool:
+            credit: dict[str, int] = {}
+            for u in units:
+                for v in u.victims:
+                    if v.node:  # a victim holding room is charged to the queue; a pending one is not
+                        for r, n in v.requests.items():
+                            credit[r] = credit.get(r, 0) + n
+            return queues.admission(snap, queue, need, call.group.key, credit=credit) is None
+
+        started, _ = self._preempt(call, members, leaves, "", enough=enough)
+        return started
+
     def _preempt(
         self,
         call: FilterCall,
         members: Sequence[planning.Member],
         leaves: Sequence[str | None],
         no_fit: str,
+        *,
+        enough: Callable[[Sequence[preemptor.Unit]], bool] | None = None,
     ) -> tuple[FilterDecision | None, str]:
         """A gang that fits nowhere and may preempt: evict the cheapest lower-priority victims in one
         domain and hold that room for it (the decision), or say why no domain can be freed (the
-        reason). Pods of priority 0 or below, and preemptionPolicy Never, never preempt."""
+        reason). Pods of priority 0 or below, and preemptionPolicy Never, never preempt. `enough`:
+        the victims must also satisfy it (its queue admits the gang once they are gone)."""
         group = call.group
         me = next((m for m in members if m.key == call.key), None)
         if me is None or not may_preempt(call.pod):
@@ -660,20 +750,32 @@ class Scheduler:
         admit = None
         if self.queue_snapshot() is not None:
             # KAI: preemption is within a queue, by priority; across queues only reclaim evicts
-            queue = self.queue_name(group, call.pod)
+            queue = self.gang_queue(group, call.pod)[0]
+            if queue is None:
+                return None, no_fit  # no one queue: not admitted, so it evicts no one
 
             def admit(u: preemptor.Unit) -> bool:
                 return self._queue_of_unit(u) == queue
 
         try:
             plan = preemptor.plan_preemption(
-                self.store, self.ledger, group, members, leaves, me=me, priority=priority, admit=admit
+                self.store,
+                self.ledger,
+                group,
+                members,
+                leaves,
+                me=me,
+                priority=priority,
+                admit=admit,
+                enough=enough,
             )
         except topology.TopologyError:
             return None, no_fit
         if plan is not None and not plan.units:
             return None, no_fit  # it fits without evicting anyone, on nodes kube-scheduler did not offer
         if plan is None:
+            if enough is not None:
+                return None, no_fit  # a queue's wait, not a gang that fits nowhere: no outcome to count
             self.preemption_outcomes["no-domain"] += 1
             levels = planning.constraint_levels(self.store, group, None)
             scope = f"no {messages.level_name(self.store, levels[0])}" if levels else "not the cluster"
@@ -701,7 +803,9 @@ class Scheduler:
         """Start evicting a preemption's (or a reclaim's) victims, whole gangs together, and hold the room
         each one frees for the gang: the waiting answer, with the evictions and the gang's story."""
         group = call.group
+        queue = self.gang_queue(group, call.pod)[0] if self.queue_snapshot() is not None else None
         record = Preemption(
+            queue=queue,
             gang=group.key,
             domain=plan.domain,
             victims={v.pod: v for v in plan.victims},
@@ -852,8 +956,8 @@ class Scheduler:
         now = self.ledger.clock()
         effects: list[Effect] = []
         for gang, tally in list(snap.groups.items()):
-            if not tally.pending or not tally.spec.is_gang() or gang in snap.planned:
-                continue
+            if not tally.pending or not tally.spec.is_gang() or gang in snap.planned or len(tally.queues) > 1:
+                continue  # nothing pending, planned, or of no one queue (not admitted)
             looked = self._reclaim_looked.get(gang)
             if gang in self.ledger.preemptions or (looked is not None and now - looked < RECLAIM_LOOK_S):
                 continue
@@ -1359,7 +1463,10 @@ class Scheduler:
             self.preempt_effects += gang_effects
             return preemption.PreemptDecision(victims={}, candidates={})
         key, uid = _pod_identity(pod)
-        decision = preemption.choose(self.store, self.ledger, pod, self._requests(pod, key, uid), victims)
+        requests = self._requests(pod, key, uid)
+        decision = preemption.choose(
+            self.store, self.ledger, pod, requests, victims, self._preempt_queue_rule(pod, requests)
+        )
         self.evictions.record(self.store, uid, decision.victims)
         if len(decision.victims) < len(victims):
             log.info(
@@ -1370,6 +1477,51 @@ class Scheduler:
                 extra={"pod": key, "reason": decision.summary()},
             )
         return decision
+
+    def _preempt_queue_rule(
+        self, pod: dict[str, Any], requests: dict[str, int]
+    ) -> Callable[[Sequence[PodRecord]], str] | None:
+        """KAI's queue rules for the preempt verb's candidates (None: no queues in use). A victim of the
+        preemptor's own queue may go, and the preemptor's limits are checked with those victims
+        gone; a victim of another queue only as a reclaim would take it (queues.may_reclaim,
+        queues.reclaimable); a pod charged to no queue (the default scheduler's) is left to priority."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        m = self.store.membership_of(pod)
+        group = (
+            m.group if m.state is MembershipState.MEMBER and m.group is not None else single_pod_group(pod)
+        )
+        queue, conflict = self.gang_queue(group, pod, snap)
+
+        def rule(victims: Sequence[PodRecord]) -> str:
+            if queue is None:
+                return conflict
+            freed: dict[str, dict[str, int]] = {}
+            for rec in victims:
+                vm = self.store.membership(rec)
+                vgroup = vm.group if vm.state is MembershipState.MEMBER else None
+                vq = queues.charged_queue(self.store, vgroup, rec.obj, self.default_queue)
+                if vq is None or not (rec.node_name or rec.key in self.store.reservations):
+                    continue  # charged to no queue: nothing of a queue's to keep
+                total = freed.setdefault(vq, {})
+                for r, n in rec.requests.items():
+                    total[r] = total.get(r, 0) + n
+            own = freed.pop(queue, {})
+            over = queues.admission(
+                snap, queue, requests, group.key, what="pod", fair_share=False, credit=own
+            )
+            if over is not None:
+                return f"{over}, with the victims of queue {queue} gone"
+            for vq, f in sorted(freed.items()):
+                if not (queues.may_reclaim(snap, queue, requests) and queues.reclaimable(snap, queue, vq, f)):
+                    return (
+                        f"evicts pods of queue {vq}: a preemption evicts within its own queue ({queue}) "
+                        "only, and a reclaim only from a queue over its fair share, never below its quota"
+                    )
+            return ""
+
+        return rule
 
     def _fits_once_evicted(self, pod: dict[str, Any], uid: str, node: str, request: np.ndarray) -> bool:
         """Whether the preemptor fits on `node` once the victims kube-scheduler evicts there for it
@@ -1415,7 +1567,7 @@ class Scheduler:
             },
             "failures": entry.failures if entry else 0,
             "lastReason": entry.last_reason if entry else "",
-            "queue": self.queue_name(spec, members[0].obj) if spec is not None and members else None,
+            "queue": self.gang_queue(spec, members[0].obj)[0] if spec is not None and members else None,
             "queueHold": self.queue_holds[gang][1] if gang in self.queue_holds else None,
             "preemption": self._describe_preemption(gang),
         }

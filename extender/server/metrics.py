@@ -139,7 +139,8 @@ class Metrics:
         self.preempt_candidates = Counter(
             "gang_extender_preempt_candidates",
             "Candidate nodes of kube-scheduler's preempt calls by what the verb did with them: kept, "
-            "vetoed-breaks-gang, vetoed-reservation (others hold the room freed), dropped-no-victim",
+            "vetoed-breaks-gang, vetoed-reservation (others hold the room freed), vetoed-queue (KAI's queue "
+            "rules forbid its victims), dropped-no-victim",
             ["outcome"],
             registry=r,
         )
