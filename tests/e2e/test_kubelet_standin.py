@@ -38,8 +38,14 @@ def test_a_deleted_bound_pod_is_finished_like_a_kubelet_would(cluster: Cluster, 
         f"/api/v1/namespaces/{namespace}/pods", bound_pod(namespace, "standin", cluster.nodes[0])
     )
     api.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions"})  # graceful: Terminating
+    # The stand-in records a completion after its DELETE has answered, so the pod can be gone a moment
+    # before it is listed: wait for both, then check nothing else (a controller) took it away first
     wait_until(lambda: gone(api, path), timeout_s=10, what="the Terminating pod to be finished")
-    assert f"{namespace}/standin" in cluster.plane.kubelet.completed
+    wait_until(
+        lambda: f"{namespace}/standin" in cluster.plane.kubelet.completed,
+        timeout_s=10,
+        what="the stand-in to record that it finished the pod",
+    )
     assert created["metadata"]["uid"] not in {
         p["metadata"]["uid"] for p in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
     }
