@@ -72,7 +72,7 @@ from extender.model.queue import (
     Queue,
     QueueError,
     amount_text,
-    parse_queue,
+    read_queue,
 )
 from extender.state.store import POD, ClusterStore, is_live, is_terminal
 
@@ -160,39 +160,63 @@ class QueueTree:
             out.append(parent)
         return out
 
+    def usable(self, name: str) -> bool:
+        """Whether the queue exists and is sound (a malformed one is kept only for what it limits)."""
+        return name in self.queues and name not in self.errors
+
     def is_leaf(self, name: str) -> bool:
         return not self.children.get(name)
 
 
 def read_tree(objects: Iterable[Mapping[str, Any]]) -> QueueTree:
     """The queues of Queue objects; a malformed one, or one in a parent cycle, is an error, never raised.
-    A queue whose parent does not exist is a top-level queue."""
+
+    A malformed queue stays in the tree, read closed where it cannot be read (model.queue.read_queue),
+    so its children stay under its limits; a queue in a parent cycle keeps its own limits and becomes
+    a top-level queue, the cycle being cut at it. A queue with an error takes no workloads itself. A
+    queue whose parent does not exist is a top-level queue."""
     queues: dict[str, Queue] = {}
     errors: dict[str, str] = {}
     for obj in objects:
         name = str((obj.get("metadata") or {}).get("name") or "")
         try:
-            q = parse_queue(obj)
+            q, problems = read_queue(obj)
         except QueueError as exc:
             errors[name or "?"] = str(exc)
             continue
         queues[q.name] = q
-    for name in list(queues):
+        if problems:
+            errors[q.name] = "; ".join(problems)
+    in_cycle: set[str] = set()
+    for name in queues:
         seen = {name}
         parent = queues[name].parent
         while parent is not None and parent in queues:
             if parent in seen:
-                errors[name] = f"spec.parentQueue: queue {name} is in a cycle of parent queues"
+                if name in _cycle_from(queues, parent):
+                    in_cycle.add(name)
                 break
             seen.add(parent)
             parent = queues[parent].parent
-    for name in errors:
-        queues.pop(name, None)
+    for name in in_cycle:
+        why = f"spec.parentQueue: queue {name} is in a cycle of parent queues"
+        errors[name] = f"{errors[name]}; {why}" if name in errors else why
+        queues[name] = dataclasses.replace(queues[name], parent=None)
     children: dict[str | None, list[str]] = {}
     for q in sorted(queues.values(), key=lambda q: q.name):
         parent = q.parent if q.parent in queues else None
         children.setdefault(parent, []).append(q.name)
     return QueueTree(queues, errors, {k: tuple(v) for k, v in children.items()})
+
+
+def _cycle_from(queues: Mapping[str, Queue], start: str) -> set[str]:
+    """The queues of the parent cycle `start` is on."""
+    out = {start}
+    parent = queues[start].parent
+    while parent is not None and parent != start:
+        out.add(parent)
+        parent = queues[parent].parent
+    return out
 
 
 def fair_shares(
@@ -276,7 +300,7 @@ class QueueSnapshot:
         for key, t in self.groups.items():
             if t.queue == besides or t.pending <= 0 or t.need.get(resource, 0) <= 0:
                 continue
-            if key in self.planned or t.queue not in self.tree.queues:
+            if key in self.planned or t.queue not in self.tree.queues or t.queue in self.tree.errors:
                 continue
             if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
                 yield Waiter(key, t.queue, dict(t.need))
@@ -444,7 +468,7 @@ class QueueBook:
             fair_share=fair_shares(tree, requested, capacity),
             capacity=capacity,
             free=_column_sums(self.store, "free"),
-            unknown={q: n for q, n in sorted(self.pods_by_queue.items()) if q not in tree.queues},
+            unknown={q: n for q, n in sorted(self.pods_by_queue.items()) if not tree.usable(q)},
             # not copied (it costs the number of waiting gangs): the waiters are true until the book's
             # next snapshot, which is when the scheduler takes a new one
             groups=self.groups,
@@ -489,9 +513,14 @@ def admission(
                 continue
             used = snap.allocated[name][r]
             if used + need[r] > limit:
+                bad = (
+                    f" (queue {name} is malformed: {tree.errors[name]}; what cannot be read admits nothing)"
+                    if name in tree.errors
+                    else ""
+                )
                 return (
                     f"queue {name}: {KAI_NAMES[r]} limit {amount_text(r, limit)}, "
-                    f"in use {amount_text(r, used)}, {what} needs {amount_text(r, need[r])}"
+                    f"in use {amount_text(r, used)}, {what} needs {amount_text(r, need[r])}{bad}"
                 )
     if not fair_share:
         return None
@@ -533,7 +562,7 @@ def status_of(snap: QueueSnapshot, name: str) -> dict[str, Any]:
 def may_reclaim(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> bool:
     """A gang of `queue` needing `need` that fits nowhere may reclaim: its queue is a leaf and stays
     within its fair share on every resource with it (KAI's fair-share reclaim)."""
-    if queue not in snap.tree.queues or not snap.tree.is_leaf(queue):
+    if queue not in snap.tree.queues or queue in snap.tree.errors or not snap.tree.is_leaf(queue):
         return False
     return _within_share(snap, queue, _tracked(need))
 
@@ -563,13 +592,15 @@ def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> l
     held (`held`: gang -> (its queue, why))."""
     out = []
     for name in sorted({*snap.tree.queues, *snap.tree.errors}):
-        if name in snap.tree.errors:
-            out.append({"queue": name, "error": snap.tree.errors[name]})
+        error = {"error": snap.tree.errors[name]} if name in snap.tree.errors else {}
+        if name not in snap.tree.queues:
+            out.append({"queue": name, **error})
             continue
         q = snap.tree.queues[name]
         out.append(
             {
                 "queue": name,
+                **error,
                 "parent": q.parent,
                 "priority": q.priority,
                 "leaf": snap.tree.is_leaf(name),

@@ -149,6 +149,7 @@ class Scheduler:
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
         self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
+        self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
         self.queue_book = queues.QueueBook(store, default_queue)
         self._held_need: dict[GroupKey, dict[str, int]] = {}
         self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
@@ -528,10 +529,18 @@ class Scheduler:
             planned = [g for g, e in self.ledger.gangs.items() if e.plan]
             snap = self.queue_book.snapshot(planned)
             self._queue_snapshot = (self.store.change_gen, snap)
+            self._log_queue_errors(snap.tree.errors if snap is not None else {})
             for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
                 del self.queue_holds[gang]  # gone: bounded memory
                 self._held_need.pop(gang, None)
         return snap
+
+    def _log_queue_errors(self, errors: dict[str, str]) -> None:
+        """Say each malformed Queue once, when its fault appears (it fails closed: see read_tree)."""
+        for name, why in sorted(errors.items()):
+            if self._queue_errors.get(name) != why:
+                log.warning("queue %s is malformed: %s; what cannot be read admits nothing", name, why)
+        self._queue_errors = dict(errors)
 
     def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
         return queues.queue_of(self.store, group, pod, self.default_queue)

@@ -1,0 +1,246 @@
+"""Reclaim and holds over the queue book with changes in flight: every ancestor's quota kept, victims
+leaving counted once, a preemptor's hold lasting while its victims terminate, a fair-share hold
+only for a holder that could use the room, and a malformed Queue failing closed.
+
+Driven as test_queues.py drives the scheduler: directly, over an embedded cluster; evictions are
+effects the test carries out (or not) itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.scheduling.decisions import Verdict
+from tests.builders import make_pod
+from tests.scheduling.test_preemptor import FULL_R01, Evictions, cluster, preemptor, settle, victim_gang
+from tests.scheduling.test_queues import UNSCHEDULABLE, World, gpu_nodes, kai_queue
+
+GPU = "nvidia.com/gpu"
+DELETING = "2026-01-01T00:00:00Z"
+
+
+def evicted(decision) -> list[str]:
+    return sorted(e.name for e in decision.effects if e.kind == "evict")
+
+
+def terminating(w: World, name: str) -> None:
+    """The eviction reached the API server: the pod is terminating (its grace period), still bound."""
+    pod = w.pod(name)
+    w.cluster.apply({**pod, "metadata": {**pod["metadata"], "deletionTimestamp": DELETING}})
+
+
+def queue_use(w: World, queue: str) -> int:
+    """GPUs the queue's pods hold that are not on their way out."""
+    snap = w.scheduler.queue_snapshot()
+    return snap.allocated[queue][GPU] - snap.leaving[queue][GPU]
+
+
+# ================================================================= 2: every ancestor's quota
+def depts(b_gangs: list[int]) -> World:
+    """dept-a / team-a and dept-b / team-b (quota 0 itself: only its parent guarantees anything), four
+    8-gpu nodes; team-b runs one gang per entry of `b_gangs`, of that many 8-gpu pods."""
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("dept-a", gpu={"quota": 16, "limit": -1}),
+            kai_queue("team-a", "dept-a", gpu={"quota": 16, "limit": -1}),
+            kai_queue("dept-b", gpu={"quota": 16, "limit": -1}),
+            kai_queue("team-b", "dept-b", gpu={"quota": 0, "limit": -1}),
+        ]
+    )
+    for i, size in enumerate(b_gangs):
+        members = w.gang(f"b{i}", size, "team-b", gpu="8")
+        w.schedule(*members)
+        assert w.bound(*members)
+    return w
+
+
+def test_a_reclaim_never_takes_an_ancestor_of_the_victims_queue_below_its_quota() -> None:
+    # team-b's one gang of 24 gpus is the only victim; team-b's own quota is 0, but evicting it would
+    # take dept-b from 24 to 0, below its quota of 16
+    w = depts([3])
+    decision = w.filter(w.gang("a", 2, "team-a", gpu="8")[0])
+    assert evicted(decision) == []
+    assert decision.verdict is Verdict.NO_FIT
+    assert w.scheduler.ledger.preemption("default/a") is None
+
+
+def test_a_reclaim_that_keeps_every_ancestor_at_its_quota_goes_ahead() -> None:
+    # three gangs of 8: one of them is enough (8 free + 8 freed), and dept-b stays at 16
+    w = depts([1, 1, 1])
+    decision = w.filter(w.gang("a", 2, "team-a", gpu="8")[0])
+    assert decision.verdict is Verdict.WAITING
+    assert len(evicted(decision)) == 1
+    assert queue_use(w, "dept-b") == 16
+
+
+def test_a_reclaim_between_siblings_nets_out_in_their_shared_parent() -> None:
+    # team-b2, below its fair share inside dept-b, reclaims from its sibling over its own: dept-b loses
+    # what team-b2 takes back, so it stays at its quota once the reclaim is done
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("dept-b", gpu={"quota": 16, "limit": -1}),
+            kai_queue("team-b1", "dept-b", gpu={"quota": 0, "limit": -1}),
+            kai_queue("team-b2", "dept-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    for name in ("b1", "b2"):
+        w.schedule(*w.gang(name, 1, "team-b1", gpu="8"))
+    decision = w.filter(w.gang("c", 2, "team-b2", gpu="4")[0])
+    assert len(evicted(decision)) == 1, decision.reason
+
+
+# ================================================================= 3: victims leaving, counted once
+@pytest.mark.parametrize("victims_terminating", [False, True], ids=["eviction-not-seen-yet", "terminating"])
+def test_a_second_reclaim_counts_the_first_ones_victims_as_leaving(victims_terminating: bool) -> None:
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("team-a", gpu={"quota": 16, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 16, "limit": -1}),
+        ]
+    )
+    for i in range(4):
+        members = w.gang(f"b{i}", 1, "team-b", gpu="8")
+        w.schedule(*members)
+        assert w.bound(*members)
+    first = w.filter(w.gang("a1", 2, "team-a", gpu="8")[0])
+    assert len(evicted(first)) == 2  # team-b from 32 to 16: its quota
+    if victims_terminating:
+        for name in evicted(first):
+            terminating(w, name)
+    second = w.filter(w.gang("a2", 2, "team-a", gpu="8")[0])
+    assert evicted(second) == [], "team-b would fall to 0, below its quota of 16"
+    assert queue_use(w, "team-b") == 16
+    assert w.scheduler.ledger.preemption("default/a2") is None
+
+
+# ================================================================= 5: the hold while victims terminate
+async def test_the_preemption_hold_lasts_while_its_victims_are_still_terminating(make_service) -> None:
+    # lo's pods take longer than the 60 s hold to terminate (an ordinary grace period): the room stays
+    # the preemptor's, and it never evicts x and y (untouched) as well
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    await svc.filter("hi-0")
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == ["default/lo-0", "default/lo-1"]
+    for name in ("lo-0", "lo-1"):
+        pod = svc.pod(name)
+        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "deletionTimestamp": DELETING}})
+    await svc.expire(61.0)
+    assert svc.scheduler.ledger.preemption("default/hi") is not None
+    assert svc.scheduler.preemption_outcomes["expired"] == 0
+    doc = await svc.filter("hi-0")
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == ["default/lo-0", "default/lo-1"], "nobody else"
+    assert next(iter(doc["FailedAndUnresolvableNodes"].values())).endswith("waiting for them to go")
+    deadline = svc.scheduler.ledger.next_deadline()
+    assert deadline is None or deadline > svc.clock.now, "no deadline in the past: the ticker would spin"
+    # the victims go, late: the room is held for the preemptor from then on, and it is planned there
+    for name in ("lo-0", "lo-1"):
+        svc.cluster.delete("", "Pod", "default", name)
+    await svc.expire(30.0)
+    assert svc.scheduler.ledger.victims_gone("default/hi")
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
+    svc.check_invariants()
+
+
+async def test_a_victim_whose_eviction_never_started_ends_the_hold_on_time(make_service) -> None:
+    # the eviction was refused (a PodDisruptionBudget): the victim is not terminating, so the hold ends
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    await svc.expire(61.0)
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    assert svc.scheduler.preemption_outcomes["expired"] == 1
+
+
+# ================================================================= 6: a holder that cannot use the room
+def test_a_fair_share_hold_does_not_wait_for_a_holder_that_can_neither_fit_nor_reclaim() -> None:
+    # team-b's gang (8 gpus, within its share) fits nowhere with 4 gpus free, and cannot reclaim:
+    # team-a's one gang of 12 is all it runs and team-a's quota is 8. team-a's small gang, over its
+    # share, must not wait for it
+    w = World(
+        [
+            *gpu_nodes(4, gpus=4),
+            kai_queue("team-a", gpu={"quota": 8, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    big = w.gang("a1", 3, "team-a", gpu="4")
+    w.schedule(*big)
+    assert w.bound(*big)
+    small = w.gang("a2", 2, "team-a", gpu="1")
+    holder = w.gang("h", 2, "team-b", gpu="4")
+    for name in holder:
+        w.cluster.apply({**w.pod(name), "status": {"conditions": [UNSCHEDULABLE]}})
+    first = w.filter(small[0])
+    assert first.verdict is Verdict.WAITING and "fair share" in first.reason  # h has not been tried yet
+    assert w.filter(holder[0]).verdict is Verdict.NO_FIT  # tried: it fits nowhere, reclaims nothing
+    assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
+    w.schedule(*small)
+    assert w.bound(*small)
+
+
+# ================================================================= 8: a malformed parent fails closed
+@pytest.mark.parametrize(
+    ("org_resources", "says"),
+    [
+        pytest.param(
+            {"cpu": {"quota": 4000, "limit": 2000}, "gpu": {"quota": 8, "limit": 8}},
+            "queue org: gpu limit 8, in use 8, gang needs 8",
+            id="cpu limit below quota: its valid gpu limit still holds",
+        ),
+        pytest.param(
+            {"gpu": {"quota": 8, "limit": "lots"}},
+            "queue org: gpu limit 0",
+            id="unreadable gpu limit: no gpu admitted",
+        ),
+    ],
+)
+def test_a_malformed_parent_queue_keeps_holding_its_children(org_resources: dict, says: str) -> None:
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("org", **org_resources),
+            kai_queue("team-a", "org", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    first = w.gang("first", 8, "team-a")
+    decisions = w.schedule(*first)
+    if "limit 0" in says:
+        reason = decisions[first[0]].reason
+        assert not w.bound(first[0])
+    else:
+        assert w.bound(*first)
+        reason = w.filter(w.gang("second", 8, "team-a")[0]).reason
+    assert says in reason
+    assert "queue org is malformed: spec.resources." in reason  # and says why
+    (org,) = [q for q in w.scheduler.describe_queues()["queues"] if q["queue"] == "org"]
+    assert org["error"].startswith("spec.resources.") and org["resources"]["gpu"]["limit"] is not None
+    assert [q["parent"] for q in w.scheduler.describe_queues()["queues"] if q["queue"] == "team-a"] == ["org"]
+
+
+def test_a_queue_in_a_parent_cycle_keeps_its_limits_over_its_children() -> None:
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("x", "y", gpu={"quota": 0, "limit": 2}),
+            kai_queue("y", "x", gpu={"quota": 0, "limit": 2}),
+            kai_queue("team", "x", gpu={"quota": 0, "limit": -1}),
+        ]
+    )
+    reason = w.filter(w.gang("g", 4, "team")[0]).reason
+    assert "gpu limit 2" in reason and "cycle" in reason
+
+
+def test_a_malformed_leaf_queue_still_takes_nothing_and_says_why() -> None:
+    w = World([*gpu_nodes(1), kai_queue("team", gpu={"quota": 4, "limit": 2})])
+    w.cluster.apply(make_pod("p", gpu="1", labels={"kai.scheduler/queue": "team"}))
+    decision = w.filter("p")
+    assert decision.verdict is Verdict.WAITING
+    assert "queue team cannot be used: spec.resources.gpu.limit" in decision.reason
