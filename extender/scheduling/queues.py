@@ -15,7 +15,11 @@ The queue of a gang is its KAI PodGroup's `spec.queue` (authoritative), else the
 Accounting, per queue and resource (cpu, memory, nvidia.com/gpu):
 - allocated = requests of bound, unfinished pods + capacity held for pods (a planned gang's members,
   a pod whose bind is in flight);
-- requested = allocated + requests of live pending pods.
+- requested = allocated + requests of live pending pods;
+- leaving = the part of allocated on its way out: bound pods terminating, and the victims of a
+  preemption or reclaim in flight (evicted, not yet seen terminating). A pod leaving still holds its
+  room, so it counts in allocated (limits, capacity) until it is gone; a reclaim reads allocated -
+  leaving, so the victims of one reclaim are never taken from their queue a second time.
 A queue's usage counts toward each of its ancestors. A pod of the default scheduler (the cluster's
 other pods, which this service never places) counts only when it names a queue.
 
@@ -33,7 +37,9 @@ Admission of a gang (or plain pod) of queue Q needing N waits when:
 3. fair-share hold: on some resource r, Q's allocated + N exceeds Q's fair share, while a ready,
    unplanned gang H of another queue P needs r, P's allocated + H's need stays within P's fair share
    on every resource H needs and within every limit of P and its ancestors, and the cluster's free r
-   is short of N + H's need (they compete).
+   is short of N + H's need (they compete). A holder found to fit nowhere and to reclaim nothing,
+   with no capacity grown since (`QueueSnapshot.stuck`), holds no one: it could not use the room,
+   which would sit idle for nobody. (A plain pod is never found so: it may hold until placed.)
 Why the hold cannot starve anyone: a gang that holds others is within its queue's share on every
 resource, so it is itself never held; holds therefore never form a cycle, and each holder is
 planned as soon as the capacity for it frees, since no over-share gang takes that capacity. A held
@@ -44,7 +50,9 @@ planned, leaves or the free capacity covers both, the held gang is admitted.
 Reclaim (KAI's fair-share reclaim, simplified to leaf queues): a gang that fits nowhere, of a queue
 that stays within its fair share with it (`may_reclaim`), may evict whole gangs and plain pods of
 other queues that are over their fair share on a resource the eviction frees, never taking such a
-queue below its quota on any resource, all its victims together (`reclaimable`). The victims are
+queue, or any of its ancestors, below its quota on any resource, all its victims together
+(`reclaimable`). Use there is allocated - leaving, so victims already on their way out are not
+counted twice; an ancestor the reclaimer shares with a victim gets back what the gang takes. The victims are
 chosen, evicted and their room held by the gang-aware preemption (scheduling.preemptor), priority
 playing no part: a preemption is within priorities, a reclaim between queues.
 """
@@ -290,8 +298,13 @@ class QueueSnapshot:
     free: dict[str, int]  # free on schedulable nodes
     unknown: dict[str, int]
     """Queues pods name that do not exist (or cannot be used) -> pods naming them."""
+    leaving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue, the part of allocated on its way out, its descendants included (none when absent)."""
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
+    stuck: frozenset[GroupKey] = frozenset()
+    """Gangs that fit nowhere and may reclaim nothing as things are: they could not use room held for
+    them, so they hold no one (rule 3)."""
 
     def waiters(self, resource: str, *, besides: str) -> Iterator[Waiter]:
         """Ready, unplanned gangs (and pods) of existing queues other than `besides` whose pending pods
@@ -300,7 +313,7 @@ class QueueSnapshot:
         for key, t in self.groups.items():
             if t.queue == besides or t.pending <= 0 or t.need.get(resource, 0) <= 0:
                 continue
-            if key in self.planned or t.queue not in self.tree.queues or t.queue in self.tree.errors:
+            if key in self.planned or key in self.stuck or not self.tree.usable(t.queue):
                 continue
             if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
                 yield Waiter(key, t.queue, dict(t.need))
@@ -336,6 +349,7 @@ class _PodShare:
     queue: str
     allocated: bool
     pending: bool
+    leaving: bool  # allocated, and terminating
     need: dict[str, int]
     group: GroupSpec | None
     leaf: str | None
@@ -363,6 +377,7 @@ class QueueBook:
         self._grouping_gen = -1
         self._held: set[PodKey] = set()
         self.own_allocated: dict[str, dict[str, int]] = {}
+        self.own_leaving: dict[str, dict[str, int]] = {}
         self.own_pending: dict[str, dict[str, int]] = {}
         self.groups: dict[GroupKey, _GroupTally] = {}
         self.pods_by_queue: dict[str, int] = {}
@@ -380,6 +395,7 @@ class QueueBook:
         self._shares, self._dirty, self._held = {}, set(), set()
         self._grouping_gen = -1
         self.own_allocated, self.own_pending, self.groups, self.pods_by_queue = {}, {}, {}, {}
+        self.own_leaving = {}
 
     def refresh(self) -> None:
         store = self.store
@@ -411,10 +427,12 @@ class QueueBook:
                 return None
             queue = self.default_queue
         allocated = bool(rec.node_name) or pk in self._held
+        live = is_live(rec.obj)
         return _PodShare(
             queue=queue,
             allocated=allocated,
-            pending=not allocated and is_live(rec.obj),
+            pending=not allocated and live,
+            leaving=allocated and not live,
             need=_tracked(rec.requests),
             group=group,
             leaf=m.subgroup,
@@ -426,6 +444,8 @@ class QueueBook:
             del self.pods_by_queue[share.queue]
         if share.allocated:
             _add(self.own_allocated.setdefault(share.queue, {}), share.need, sign)
+        if share.leaving:
+            _add(self.own_leaving.setdefault(share.queue, {}), share.need, sign)
         elif share.pending:
             _add(self.own_pending.setdefault(share.queue, {}), share.need, sign)
         if share.group is None or not (share.allocated or share.pending):
@@ -442,9 +462,13 @@ class QueueBook:
         if not any(tally.live.values()):
             del self.groups[key]
 
-    def snapshot(self, planned: Iterable[GroupKey]) -> QueueSnapshot | None:
+    def snapshot(
+        self, planned: Iterable[GroupKey], victims: Iterable[PodKey] = (), stuck: Iterable[GroupKey] = ()
+    ) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
-        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing)."""
+        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing);
+        `victims`: pods being evicted for a preemption or reclaim in flight (leaving); `stuck`: gangs
+        found to fit nowhere and reclaim nothing since capacity last grew (they hold no one)."""
         if not in_use(self.store):
             if self.tracking:
                 self._forget()
@@ -455,15 +479,23 @@ class QueueBook:
         tree = read_tree(objects)
         allocated = {name: _tracked({}) for name in tree.queues}
         requested = {name: _tracked({}) for name in tree.queues}
+        leaving = {name: _tracked({}) for name in tree.queues}
+        own_leaving = {q: dict(v) for q, v in self.own_leaving.items()}
+        for pk in victims:
+            share = self._shares.get(pk)
+            if share is not None and share.allocated and not share.leaving:  # terminating: counted
+                _add(own_leaving.setdefault(share.queue, {}), share.need)
         for queue in tree.queues:
             for ancestor in tree.ancestors(queue):
                 _add(allocated[ancestor], self.own_allocated.get(queue, {}))
+                _add(leaving[ancestor], own_leaving.get(queue, {}))
                 _add(requested[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_pending.get(queue, {}))
         capacity = _column_sums(self.store, "allocatable")
         return QueueSnapshot(
             tree=tree,
             allocated=allocated,
+            leaving=leaving,
             requested=requested,
             fair_share=fair_shares(tree, requested, capacity),
             capacity=capacity,
@@ -473,6 +505,7 @@ class QueueBook:
             # next snapshot, which is when the scheduler takes a new one
             groups=self.groups,
             planned=frozenset(planned),
+            stuck=frozenset(stuck),
         )
 
 
@@ -567,24 +600,50 @@ def may_reclaim(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> boo
     return _within_share(snap, queue, _tracked(need))
 
 
-def reclaimable(snap: QueueSnapshot, reclaimer: str, victim_queue: str, freed: Mapping[str, int]) -> bool:
-    """Whether evicting pods that free `freed` from `victim_queue` for a gang of `reclaimer` keeps the
-    rules: another queue, over its fair share on a resource it frees, and never taken below its quota
-    on any (a quota of -1 is never reclaimed from)."""
-    if victim_queue == reclaimer or victim_queue not in snap.tree.queues:
+def reclaimable(
+    snap: QueueSnapshot,
+    reclaimer: str,
+    need: Mapping[str, int],
+    freed_by_queue: Mapping[str, Mapping[str, int]],
+) -> bool:
+    """Whether evicting pods that free `freed_by_queue[q]` from each queue q, for a gang of `reclaimer`
+    needing `need`, keeps the rules: each q is another queue, over its fair share on a resource it
+    frees, and no ancestor of any q (q itself included) is taken below its quota on any resource it
+    loses (a quota of -1 is never reclaimed from). Use is allocated - leaving: what earlier reclaims
+    and preemptions are taking already is not taken again. An ancestor the reclaimer shares gets back
+    what the gang takes, so it loses only what the gang does not make up."""
+    tree = snap.tree
+    if reclaimer not in tree.queues:
         return False
-    q = snap.tree.queues[victim_queue]
-    alloc, fair = snap.allocated[victim_queue], snap.fair_share[victim_queue]
-    freed = _tracked(freed)
-    over = False
-    for r in TRACKED:
-        if freed[r] <= 0:
-            continue
-        quota = q.resource(r).quota
-        if quota is None or alloc[r] - freed[r] < quota:
+    mine = set(tree.ancestors(reclaimer))
+    need = _tracked(need)
+    lost: dict[str, dict[str, int]] = {}
+    for victim_queue, freed in freed_by_queue.items():
+        if victim_queue == reclaimer or victim_queue not in tree.queues:
             return False
-        over = over or alloc[r] > fair.get(r, 0)
-    return over
+        freed = _tracked(freed)
+        use = _net(snap, victim_queue)
+        fair = snap.fair_share[victim_queue]
+        if not any(freed[r] > 0 and use[r] > fair.get(r, 0) for r in TRACKED):
+            return False
+        for ancestor in tree.ancestors(victim_queue):
+            _add(lost.setdefault(ancestor, _tracked({})), freed)
+    for name, freed in lost.items():
+        use = _net(snap, name)
+        for r in TRACKED:
+            back = need[r] if name in mine else 0
+            if freed[r] <= back:
+                continue  # the reclaimer's gang makes up at least what leaves it
+            quota = tree.queues[name].resource(r).quota
+            if quota is None or use[r] - freed[r] + back < quota:
+                return False
+    return True
+
+
+def _net(snap: QueueSnapshot, queue: str) -> dict[str, int]:
+    """The queue's use once what is leaving has gone."""
+    leaving = snap.leaving.get(queue, {})
+    return {r: snap.allocated[queue][r] - leaving.get(r, 0) for r in TRACKED}
 
 
 def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> list[dict[str, Any]]:
@@ -610,6 +669,7 @@ def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> l
                         "limit": q.resource(r).limit,
                         "overQuotaWeight": float(q.resource(r).weight),
                         "allocated": snap.allocated[name][r],
+                        "leaving": snap.leaving.get(name, {}).get(r, 0),
                         "requested": snap.requested[name][r],
                         "fairShare": snap.fair_share[name].get(r, 0),
                     }

@@ -148,11 +148,11 @@ class Scheduler:
         """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
-        self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
+        self._queue_snapshot: tuple[tuple[int, int], queues.QueueSnapshot | None] = ((-1, -1), None)
         self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
         self.queue_book = queues.QueueBook(store, default_queue)
         self._held_need: dict[GroupKey, dict[str, int]] = {}
-        self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
+        self._holds_checked = (-1, -1)  # (store.change_gen, ledger.gen) at the last queue_holds_over look
         self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         self.settling = SettlingRows(settle_s=settle_s, clock=ledger.clock)
@@ -525,10 +525,15 @@ class Scheduler:
         """Every queue's usage and fair share, recomputed only when the store changed; None when the
         cluster has no Queue objects (then nothing is enforced)."""
         gen, snap = self._queue_snapshot
-        if gen != self.store.change_gen:
+        now_gen = (self.store.change_gen, self.ledger.gen)
+        if gen != now_gen:
             planned = [g for g, e in self.ledger.gangs.items() if e.plan]
-            snap = self.queue_book.snapshot(planned)
-            self._queue_snapshot = (self.store.change_gen, snap)
+            snap = self.queue_book.snapshot(
+                planned,
+                victims=self.ledger.victims_in_flight(),
+                stuck=self.ledger.stuck(self.store.release_gen),
+            )
+            self._queue_snapshot = (now_gen, snap)
             self._log_queue_errors(snap.tree.errors if snap is not None else {})
             for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
                 del self.queue_holds[gang]  # gone: bounded memory
@@ -574,9 +579,10 @@ class Scheduler:
         passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
         below a limit, or another queue's gang being planned, is not always one of them. Looked at
         only when the store changed (the ticker's pass)."""
-        if not self.queue_holds or self._holds_checked == self.store.change_gen:
+        gen = (self.store.change_gen, self.ledger.gen)
+        if not self.queue_holds or self._holds_checked == gen:
             return []
-        self._holds_checked = self.store.change_gen
+        self._holds_checked = gen
         snap = self.queue_snapshot()
         effects = []
         for gang, (queue, _) in list(self.queue_holds.items()):
@@ -719,6 +725,7 @@ class Scheduler:
             hold_until=self.ledger.clock() + self.preemption_hold_s,
             where=plan.where,
             reason=reason,
+            hold_s=self.preemption_hold_s,
         )
         self.ledger.start_preemption(record)
         self.preemption_outcomes[outcome] += 1
@@ -762,9 +769,8 @@ class Scheduler:
             return None
         group = call.group
         queue = self.queue_name(group, call.pod)
-        if not queues.may_reclaim(
-            snap, queue, self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
-        ):
+        need = self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
+        if not queues.may_reclaim(snap, queue, need):
             return None
 
         def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
@@ -777,7 +783,7 @@ class Scheduler:
             return total
 
         def admit(u: preemptor.Unit) -> bool:
-            return queues.reclaimable(snap, queue, self._queue_of_unit(u), freed([u]))
+            return queues.reclaimable(snap, queue, need, {self._queue_of_unit(u): freed([u])})
 
         try:
             plan = preemptor.plan_preemption(
@@ -790,8 +796,8 @@ class Scheduler:
         by_queue: dict[str, list[preemptor.Unit]] = {}
         for u in plan.units:
             by_queue.setdefault(self._queue_of_unit(u), []).append(u)
-        if not all(queues.reclaimable(snap, queue, vq, freed(us)) for vq, us in by_queue.items()):
-            return None  # each unit alone keeps its queue at its quota, not all of them together
+        if not queues.reclaimable(snap, queue, need, {vq: freed(us) for vq, us in by_queue.items()}):
+            return None  # each unit alone keeps every queue at its quota, not all of them together
         where = f" in {plan.domain}" if plan.domain else ""
         shown = ", ".join(plan.gangs[:3]) + (
             f" and {len(plan.gangs) - 3} more" if len(plan.gangs) > 3 else ""

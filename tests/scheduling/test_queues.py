@@ -200,7 +200,6 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
     w.schedule(*a1)
     assert w.bound(*a1)  # alone, team-a may take more than its share
     big = w.gang("big", 8, "team-b")  # needs 8: only 4 free; team-b is below its share
-    assert w.filter(big[0]).verdict is Verdict.NO_FIT
     a2 = w.gang("a2", 2, "team-a")  # would fit in the 4 free gpus, but team-a is over its share
     decision = w.filter(a2[0])
     assert decision.verdict is Verdict.WAITING
@@ -216,6 +215,25 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
     w.schedule(*big)
     assert w.bound(*big)
     assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
+    w.schedule(*a2)
+    assert w.bound(*a2)
+
+
+def test_a_holder_found_to_fit_nowhere_and_reclaim_nothing_holds_no_one() -> None:
+    # as above, but the big gang has been tried: with 4 gpus free it fits nowhere, and it cannot reclaim
+    # (team-a's one gang of 12 would fall to 0, below its quota): holding a2 would keep 4 gpus idle
+    # for nobody (issue 21)
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a1", 12, "team-a"))
+    big = w.gang("big", 8, "team-b")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    a2 = w.gang("a2", 2, "team-a")
     w.schedule(*a2)
     assert w.bound(*a2)
 
@@ -257,6 +275,7 @@ async def test_debug_queues_metrics_and_explain_show_a_held_gang(make_service) -
         "limit": 2,
         "overQuotaWeight": 1.0,
         "allocated": 0,
+        "leaving": 0,
         "requested": 3,
         "fairShare": 2,
     }
