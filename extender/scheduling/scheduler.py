@@ -1439,6 +1439,7 @@ class Scheduler:
         p = self.ledger.preemption(gang)
         if p is None:
             return None
+        terminating = set(self.ledger.terminating(p))
         return {
             "domain": p.domain,
             "priority": p.priority,
@@ -1451,6 +1452,7 @@ class Scheduler:
                     "priority": v.priority,
                     "gang": v.gang,
                     "gone": v.pod in p.held,
+                    "terminating": v.pod in terminating,  # the hold lasts while any is
                 }
                 for v in p.victims.values()
             ],

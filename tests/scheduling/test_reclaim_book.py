@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from extender.scheduling.decisions import Verdict
+from extender.scheduling.queues import QueueSnapshot, read_tree, reclaimable
 from tests.builders import make_pod
 from tests.scheduling.test_preemptor import FULL_R01, Evictions, cluster, preemptor, settle, victim_gang
 from tests.scheduling.test_queues import UNSCHEDULABLE, World, gpu_nodes, kai_queue
@@ -132,6 +133,11 @@ async def test_the_preemption_hold_lasts_while_its_victims_are_still_terminating
     await svc.expire(61.0)
     assert svc.scheduler.ledger.preemption("default/hi") is not None
     assert svc.scheduler.preemption_outcomes["expired"] == 0
+    described = (await (await svc.client.get("/debug/gangs/default/hi")).json())["preemption"]
+    assert [(v["pod"], v["gone"], v["terminating"]) for v in described["victims"]] == [
+        ("default/lo-0", False, True),
+        ("default/lo-1", False, True),
+    ]
     doc = await svc.filter("hi-0")
     await settle()
     assert sorted(pk for pk, _, _ in evict.calls) == ["default/lo-0", "default/lo-1"], "nobody else"
@@ -244,3 +250,119 @@ def test_a_malformed_leaf_queue_still_takes_nothing_and_says_why() -> None:
     decision = w.filter("p")
     assert decision.verdict is Verdict.WAITING
     assert "queue team cannot be used: spec.resources.gpu.limit" in decision.reason
+
+
+# ================================================================= reclaimable, the pure rule
+def snapshot(use: dict[str, tuple[int, int, int]]) -> QueueSnapshot:
+    """org (quota 16) over team-x (quota 0) and team-y (quota 4); other (quota -1) over team-z
+    (quota 0); team-r, the reclaimer's, alone. `use`: queue -> (allocated, leaving, fair share) in
+    gpus, descendants included."""
+    tree = read_tree(
+        [
+            kai_queue("org", gpu={"quota": 16, "limit": -1}),
+            kai_queue("team-x", "org", gpu={"quota": 0, "limit": -1}),
+            kai_queue("team-y", "org", gpu={"quota": 4, "limit": -1}),
+            kai_queue("other", gpu={"quota": -1, "limit": -1}),
+            kai_queue("team-z", "other", gpu={"quota": 0, "limit": -1}),
+            kai_queue("team-r", gpu={"quota": 8, "limit": -1}),
+        ]
+    )
+    zero = {name: (0, 0, 0) for name in tree.queues}
+
+    def column(i: int) -> dict[str, dict[str, int]]:
+        return {q: {"cpu": 0, "memory": 0, GPU: v[i]} for q, v in {**zero, **use}.items()}
+
+    return QueueSnapshot(
+        tree=tree,
+        allocated=column(0),
+        requested=column(0),
+        fair_share=column(2),
+        capacity={GPU: 64},
+        free={GPU: 0},
+        unknown={},
+        leaving=column(1),
+    )
+
+
+@pytest.mark.parametrize(
+    ("use", "reclaimer", "need", "freed", "ok"),
+    [
+        pytest.param(
+            {"org": (24, 0, 16), "team-x": (24, 0, 8)},
+            "team-r",
+            8,
+            {"team-x": 8},
+            True,
+            id="org stays at its quota",
+        ),
+        pytest.param(
+            {"org": (24, 0, 16), "team-x": (24, 0, 8)},
+            "team-r",
+            16,
+            {"team-x": 16},
+            False,
+            id="the leaf has room above its quota, its parent does not",
+        ),
+        pytest.param(
+            {"org": (24, 8, 16), "team-x": (24, 8, 8)},
+            "team-r",
+            8,
+            {"team-x": 8},
+            False,
+            id="what is leaving already is not taken again",
+        ),
+        pytest.param(
+            {"org": (16, 0, 16), "team-x": (16, 0, 8)},
+            "team-y",
+            8,
+            {"team-x": 8},
+            True,
+            id="a sibling's reclaim nets out in the parent they share",
+        ),
+        pytest.param(
+            {"org": (16, 0, 16), "team-x": (16, 0, 8)},
+            "team-y",
+            4,
+            {"team-x": 8},
+            False,
+            id="the shared parent loses what the gang does not make up",
+        ),
+        pytest.param(
+            {"org": (24, 0, 16), "team-x": (12, 0, 8), "team-y": (12, 0, 8)},
+            "team-r",
+            16,
+            {"team-x": 4, "team-y": 4},
+            True,
+            id="two victim queues together keep their parent at its quota",
+        ),
+        pytest.param(
+            {"org": (24, 0, 16), "team-x": (12, 0, 4), "team-y": (12, 0, 4)},
+            "team-r",
+            16,
+            {"team-x": 8, "team-y": 4},
+            False,
+            id="two victim queues together take their parent below its quota",
+        ),
+        pytest.param(
+            {"other": (8, 0, 0), "team-z": (8, 0, 0)},
+            "team-r",
+            8,
+            {"team-z": 8},
+            False,
+            id="an ancestor with an unlimited quota is never reclaimed from",
+        ),
+        pytest.param(
+            {"org": (40, 8, 16), "team-x": (24, 8, 16)},
+            "team-r",
+            8,
+            {"team-x": 8},
+            False,
+            id="over its fair share only before what is leaving goes",
+        ),
+    ],
+)
+def test_reclaimable(
+    use: dict[str, tuple[int, int, int]], reclaimer: str, need: int, freed: dict[str, int], ok: bool
+) -> None:
+    freed_by_queue = {q: {GPU: n} for q, n in freed.items()}
+    assert reclaimable(snapshot(use), reclaimer, {GPU: need}, freed_by_queue) is ok
