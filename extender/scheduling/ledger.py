@@ -490,6 +490,10 @@ class GangLedger:
         """Every pod being evicted for a preemption (or reclaim) under way: leaving its queue."""
         return list(self._victim_of)
 
+    def incoming(self) -> list[PodKey]:
+        """The members each preemption (or reclaim) under way makes room for: arriving in their queue."""
+        return [pk for p in self.preemptions.values() for pk in p.where]
+
     def stuck(self, release_gen: int) -> list[GroupKey]:
         """Gangs whose last plan found no fit, no preemption and no reclaim, with no capacity grown
         since (`release_gen` is the store's as the memo was made: see remember_no_fit's signature)."""

@@ -19,7 +19,10 @@ Accounting, per queue and resource (cpu, memory, nvidia.com/gpu):
 - leaving = the part of allocated on its way out: bound pods terminating, and the victims of a
   preemption or reclaim in flight (evicted, not yet seen terminating). A pod leaving still holds its
   room, so it counts in allocated (limits, capacity) until it is gone; a reclaim reads allocated -
-  leaving, so the victims of one reclaim are never taken from their queue a second time.
+  leaving, so the victims of one reclaim are never taken from their queue a second time;
+- arriving = what the pending members of a preempting (or reclaiming) gang will take once its
+  victims are gone: a queue whose reclaim is under way is judged by `may_reclaim` with it, so two of
+  its gangs cannot each reclaim up to the same fair share.
 A queue's usage counts toward each of its ancestors. A pod of the default scheduler (the cluster's
 other pods, which this service never places) counts only when it names a queue.
 
@@ -300,6 +303,8 @@ class QueueSnapshot:
     """Queues pods name that do not exist (or cannot be used) -> pods naming them."""
     leaving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """Per queue, the part of allocated on its way out, its descendants included (none when absent)."""
+    arriving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue, what gangs preempting or reclaiming will take once their victims are gone."""
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
     stuck: frozenset[GroupKey] = frozenset()
@@ -463,12 +468,17 @@ class QueueBook:
             del self.groups[key]
 
     def snapshot(
-        self, planned: Iterable[GroupKey], victims: Iterable[PodKey] = (), stuck: Iterable[GroupKey] = ()
+        self,
+        planned: Iterable[GroupKey],
+        victims: Iterable[PodKey] = (),
+        stuck: Iterable[GroupKey] = (),
+        incoming: Iterable[PodKey] = (),
     ) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
         queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing);
         `victims`: pods being evicted for a preemption or reclaim in flight (leaving); `stuck`: gangs
-        found to fit nowhere and reclaim nothing since capacity last grew (they hold no one)."""
+        found to fit nowhere and reclaim nothing since capacity last grew (they hold no one);
+        `incoming`: pending members of gangs preempting or reclaiming (arriving)."""
         if not in_use(self.store):
             if self.tracking:
                 self._forget()
@@ -485,10 +495,17 @@ class QueueBook:
             share = self._shares.get(pk)
             if share is not None and share.allocated and not share.leaving:  # terminating: counted
                 _add(own_leaving.setdefault(share.queue, {}), share.need)
+        own_arriving: dict[str, dict[str, int]] = {}
+        for pk in incoming:
+            share = self._shares.get(pk)
+            if share is not None and share.pending:
+                _add(own_arriving.setdefault(share.queue, {}), share.need)
+        arriving = {name: _tracked({}) for name in tree.queues}
         for queue in tree.queues:
             for ancestor in tree.ancestors(queue):
                 _add(allocated[ancestor], self.own_allocated.get(queue, {}))
                 _add(leaving[ancestor], own_leaving.get(queue, {}))
+                _add(arriving[ancestor], own_arriving.get(queue, {}))
                 _add(requested[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_pending.get(queue, {}))
         capacity = _column_sums(self.store, "allocatable")
@@ -496,6 +513,7 @@ class QueueBook:
             tree=tree,
             allocated=allocated,
             leaving=leaving,
+            arriving=arriving,
             requested=requested,
             fair_share=fair_shares(tree, requested, capacity),
             capacity=capacity,
@@ -594,10 +612,13 @@ def status_of(snap: QueueSnapshot, name: str) -> dict[str, Any]:
 
 def may_reclaim(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> bool:
     """A gang of `queue` needing `need` that fits nowhere may reclaim: its queue is a leaf and stays
-    within its fair share on every resource with it (KAI's fair-share reclaim)."""
+    within its fair share on every resource with it (KAI's fair-share reclaim), counting what its
+    gangs preempting or reclaiming already will take."""
     if queue not in snap.tree.queues or queue in snap.tree.errors or not snap.tree.is_leaf(queue):
         return False
-    return _within_share(snap, queue, _tracked(need))
+    need = _tracked(need)
+    _add(need, snap.arriving.get(queue, {}))
+    return _within_share(snap, queue, need)
 
 
 def reclaimable(

@@ -532,6 +532,7 @@ class Scheduler:
                 planned,
                 victims=self.ledger.victims_in_flight(),
                 stuck=self.ledger.stuck(self.store.release_gen),
+                incoming=self.ledger.incoming(),
             )
             self._queue_snapshot = (now_gen, snap)
             self._log_queue_errors(snap.tree.errors if snap is not None else {})

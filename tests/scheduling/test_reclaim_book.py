@@ -366,3 +366,25 @@ def test_reclaimable(
 ) -> None:
     freed_by_queue = {q: {GPU: n} for q, n in freed.items()}
     assert reclaimable(snapshot(use), reclaimer, {GPU: need}, freed_by_queue) is ok
+
+
+def test_a_queue_whose_reclaim_is_under_way_counts_that_gang_as_arriving() -> None:
+    # team-a's fair share is 16: a1's reclaim (16) takes it there once a1 lands, so a2 (16 more) is not
+    # within its share and may not reclaim from team-c as well, though team-c is over its own
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("team-a", gpu={"quota": 16, "limit": -1, "overQuotaWeight": 0}),
+            kai_queue("team-b", gpu={"quota": 0, "limit": -1}),
+            kai_queue("team-c", gpu={"quota": 0, "limit": -1}),
+        ]
+    )
+    for queue in ("b", "c"):
+        for i in range(2):
+            w.schedule(*w.gang(f"{queue}{i}", 1, f"team-{queue}", gpu="8"))
+    a1, a2 = w.gang("a1", 2, "team-a", gpu="8"), w.gang("a2", 2, "team-a", gpu="8")
+    assert w.scheduler.queue_snapshot().fair_share["team-a"][GPU] == 16
+    assert len(evicted(w.filter(a1[0]))) == 2
+    assert evicted(w.filter(a2[0])) == [], "team-a would end at 32, over its fair share of 16"
+    snap = w.scheduler.queue_snapshot()
+    assert snap.arriving["team-a"][GPU] == 16
