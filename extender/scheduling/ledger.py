@@ -273,8 +273,7 @@ class GangLedger:
         return e.no_fit[1]
 
     def remember_no_fit(self, key: GroupKey, signature: tuple[int, ...], reason: str) -> None:
-        """The gang fits nowhere, preempts and reclaims nothing, as the cluster is at `signature`
-        (the store's release_gen first: see `stuck`)."""
+        """The gang fits nowhere, preempts and reclaims nothing, as the cluster is at `signature`."""
         e = self._entry(key)
         e.no_fit = (signature, reason)
         e.last_reason = reason
@@ -493,15 +492,6 @@ class GangLedger:
     def incoming(self) -> list[PodKey]:
         """The members each preemption (or reclaim) under way makes room for: arriving in their queue."""
         return [pk for p in self.preemptions.values() for pk in p.where]
-
-    def stuck(self, release_gen: int) -> list[GroupKey]:
-        """Gangs whose last plan found no fit, no preemption and no reclaim, with no capacity grown
-        since (`release_gen` is the store's as the memo was made: see remember_no_fit's signature)."""
-        return [
-            key
-            for key, e in self.gangs.items()
-            if e.no_fit is not None and not e.plan and e.no_fit[0][:1] == (release_gen,)
-        ]
 
     def start_preemption(self, p: Preemption) -> None:
         """Record a preemption: from now on each victim's capacity is held for the gang as it goes."""

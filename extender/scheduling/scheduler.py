@@ -446,7 +446,7 @@ class Scheduler:
                 return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, pending.reason))
             preempted = ledger.end_preemption(group.key)  # its room is the gang's to plan into now
         signature = (
-            self.store.release_gen,
+            self.store.release_gen,  # first: _stuck reads it
             self.store.grouping_gen,
             hash(tuple(m.key for m in members)),
             hash(call.rows.tobytes()),
@@ -531,7 +531,7 @@ class Scheduler:
             snap = self.queue_book.snapshot(
                 planned,
                 victims=self.ledger.victims_in_flight(),
-                stuck=self.ledger.stuck(self.store.release_gen),
+                stuck=self._stuck(),
                 incoming=self.ledger.incoming(),
             )
             self._queue_snapshot = (now_gen, snap)
@@ -540,6 +540,18 @@ class Scheduler:
                 del self.queue_holds[gang]  # gone: bounded memory
                 self._held_need.pop(gang, None)
         return snap
+
+    def _stuck(self) -> list[GroupKey]:
+        """Gangs whose last plan found no fit, preemption or reclaim, with no capacity grown since
+        (the no-fit signature `_filter_gang` remembers starts with the store's release_gen): they
+        could use no room held for them (queues.admission). A grouping change elsewhere (any group
+        object written) does not make them fit."""
+        release_gen = self.store.release_gen
+        return [
+            key
+            for key, e in self.ledger.gangs.items()
+            if e.no_fit is not None and not e.plan and e.no_fit[0][0] == release_gen
+        ]
 
     def _log_queue_errors(self, errors: dict[str, str]) -> None:
         """Say each malformed Queue once, when its fault appears (it fails closed: see read_tree)."""
