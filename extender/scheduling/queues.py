@@ -449,8 +449,8 @@ class QueueBook:
             del self.pods_by_queue[share.queue]
         if share.allocated:
             _add(self.own_allocated.setdefault(share.queue, {}), share.need, sign)
-        if share.leaving:
-            _add(self.own_leaving.setdefault(share.queue, {}), share.need, sign)
+            if share.leaving:
+                _add(self.own_leaving.setdefault(share.queue, {}), share.need, sign)
         elif share.pending:
             _add(self.own_pending.setdefault(share.queue, {}), share.need, sign)
         if share.group is None or not (share.allocated or share.pending):
