@@ -339,7 +339,7 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
     w = World([*gpu_nodes(3), kai_queue("team-a"), kai_queue("team-b")])
     book = w.scheduler.queue_book
     for step in range(300):
-        op = rng.choice(["pod", "gang", "bind", "delete", "relabel", "hold", "unhold", "gate"])
+        op = rng.choice(["pod", "gang", "bind", "delete", "relabel", "hold", "unhold", "gate", "terminate"])
         names = sorted(p["metadata"]["name"] for p in w.cluster.list("", "Pod"))
         queue = rng.choice(["team-a", "team-b", "team-x"])
         if op == "pod":
@@ -348,12 +348,15 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
             w.cluster.apply(make_kai_podgroup(f"g{step}", min_member=2, queue=queue))
             for i in range(rng.randint(1, 3)):
                 w.cluster.apply(gang_pod(f"g{step}-{i}", f"g{step}", gpu="1"))
-        elif names and op in ("bind", "delete", "relabel", "gate"):
+        elif names and op in ("bind", "delete", "relabel", "gate", "terminate"):
             pod = w.pod(rng.choice(names))
             if op == "bind":
                 w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": "node-1"}})
             elif op == "delete":
                 w.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+            elif op == "terminate":
+                meta = {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+                w.cluster.apply({**pod, "metadata": meta})
             elif op == "relabel":
                 labels = {"kai.scheduler/queue": queue}
                 w.cluster.apply({**pod, "metadata": {**pod["metadata"], "labels": labels}})
@@ -367,8 +370,9 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
         if step % 10 == 0:
             kept, fresh = book.snapshot(()), QueueBook(w.store, "default-queue").snapshot(())
             assert kept is not None and fresh is not None
-            assert (kept.allocated, kept.requested, kept.fair_share, kept.unknown) == (
+            assert (kept.allocated, kept.leaving, kept.requested, kept.fair_share, kept.unknown) == (
                 fresh.allocated,
+                fresh.leaving,
                 fresh.requested,
                 fresh.fair_share,
                 fresh.unknown,
