@@ -222,7 +222,7 @@ class GangLedger:
         times = [t for e in self.gangs.values() for t in (e.answer_at, e.hold_until) if t is not None]
         times += [e.backoff_until for e in self.gangs.values() if not e.backoff_told]
         # a hold past its deadline with a victim terminating ends on a pod event, not at a time
-        times += [p.hold_until for p in self.preemptions.values() if not self._over_but_terminating(p)]
+        times += [p.hold_until for p in self.preemptions.values() if not self._held_on(p)]
         return min(times, default=None)
 
     def backoffs_over(self) -> list[GroupKey]:
@@ -530,7 +530,7 @@ class GangLedger:
         now = self.clock()
         out = []
         for gang, p in list(self.preemptions.items()):
-            if now >= p.hold_until and not self.terminating(p):
+            if now >= p.hold_until and not self._held_on(p):
                 self.end_preemption(gang)
                 gone = len(p.held)
                 e = self._entry(gang)
@@ -554,8 +554,12 @@ class GangLedger:
                     out.append(pk)
         return out
 
-    def _over_but_terminating(self, p: Preemption) -> bool:
-        return self.clock() >= p.hold_until and bool(self.terminating(p))
+    def _held_on(self, p: Preemption) -> bool:
+        """Past its deadline, but held on: a victim is still terminating, for a preemptor still there
+        (one whose members are all gone needs no room)."""
+        if self.clock() < p.hold_until or not self.terminating(p):
+            return False
+        return any(is_live(rec.obj) for rec in self.store.group_members(p.gang))
 
     def preemption_hold_keys(self) -> set[PodKey]:
         return {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}

@@ -388,3 +388,17 @@ def test_a_queue_whose_reclaim_is_under_way_counts_that_gang_as_arriving() -> No
     assert evicted(w.filter(a2[0])) == [], "team-a would end at 32, over its fair share of 16"
     snap = w.scheduler.queue_snapshot()
     assert snap.arriving["team-a"][GPU] == 16
+
+
+async def test_the_hold_of_a_preemptor_deleted_meanwhile_ends_on_time(make_service) -> None:
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    for name in ("lo-0", "lo-1"):
+        pod = svc.pod(name)
+        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "deletionTimestamp": DELETING}})
+    for name in ("hi-0", "hi-1"):
+        svc.cluster.delete("", "Pod", "default", name)
+    await svc.expire(61.0)
+    assert svc.scheduler.ledger.preemption("default/hi") is None
