@@ -434,7 +434,7 @@ def render_gang(doc: dict[str, Any]) -> str:
         )
         for v in pre.get("victims") or []:
             whole = f", with its gang {v['gang']}" if v.get("gang") else ""
-            state = "gone" if v.get("gone") else "being evicted"
+            state = "gone" if v.get("gone") else "terminating" if v.get("terminating") else "being evicted"
             lines.append(f"  {v['pod']} on {v.get('node') or '-'}{whole}: {state}")
     disruption = doc.get("disruption") or {}
     if disruption:

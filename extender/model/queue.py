@@ -15,6 +15,9 @@ Where we differ: a resource the Queue does not mention at all is neither guarant
 that sets only gpu would otherwise stop every pod that asks for cpu. Inside a resource that is
 mentioned, an unset limit is KAI's 0 and an unset overQuotaWeight is 1 (what KAI's own examples
 and default queue set).
+
+A malformed Queue fails closed (`read_queue`): it keeps every limit that reads, and what does not
+read admits nothing, so a child never runs past a parent written badly; the faults say why.
 """
 
 from __future__ import annotations
@@ -87,51 +90,104 @@ def _amount(value: Any, kai_name: str, where: str, *, special: str) -> int | Non
     return math.floor(number * _UNIT[kai_name])
 
 
-def _resource(raw: Any, kai_name: str, where: str) -> QueueResource:
+CLOSED = QueueResource(quota=0, limit=0, weight=Fraction(0))
+"""A resource a malformed Queue does not say readably: nothing guaranteed, nothing admitted, no
+share of what is left over (fail closed: a Queue cannot lose its limits by being written badly)."""
+
+
+class _Problems:
+    """The faults found in one Queue, in the order they were found; the first is its error."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def note(self, exc: QueueError) -> None:
+        self.found.append(str(exc))
+
+
+def _resource(raw: Any, kai_name: str, where: str, problems: _Problems) -> QueueResource:
+    """One resource as far as it can be read; a field that cannot be is noted and read closed: an
+    unreadable quota or weight as 0, an unreadable limit closes the resource (CLOSED: nothing
+    admitted); a limit below the quota keeps the limit (the tighter) and lowers the quota to it."""
     if not isinstance(raw, Mapping):
-        raise QueueError(f"{where}: expected a map with quota, limit and overQuotaWeight")
-    quota = _amount(raw.get("quota", 0), kai_name, f"{where}.quota", special="unlimited")
+        problems.note(QueueError(f"{where}: expected a map with quota, limit and overQuotaWeight"))
+        return CLOSED
+    try:
+        quota = _amount(raw.get("quota", 0), kai_name, f"{where}.quota", special="unlimited")
+    except QueueError as exc:
+        problems.note(exc)
+        quota = 0
+    limit: int | None = quota
     if "limit" in raw and raw["limit"] is not None:
-        limit = _amount(raw["limit"], kai_name, f"{where}.limit", special="no limit")
+        try:
+            limit = _amount(raw["limit"], kai_name, f"{where}.limit", special="no limit")
+        except QueueError as exc:
+            problems.note(exc)
+            return CLOSED
         if limit == 0:
             limit = quota  # nothing above quota
-    else:
-        limit = quota
     if limit is not None and quota is not None and limit < quota:
-        raise QueueError(f"{where}.limit: {raw.get('limit')!r} is below the quota {raw.get('quota')!r}")
-    weight = _number(raw.get("overQuotaWeight", 1), f"{where}.overQuotaWeight")
-    if weight < 0:
-        raise QueueError(f"{where}.overQuotaWeight: must be 0 or more, got {raw.get('overQuotaWeight')!r}")
+        below = f"{raw.get('limit')!r} is below the quota {raw.get('quota')!r}"
+        problems.note(QueueError(f"{where}.limit: {below}"))
+        quota = limit
+    try:
+        weight = _number(raw.get("overQuotaWeight", 1), f"{where}.overQuotaWeight")
+        if weight < 0:
+            got = raw.get("overQuotaWeight")
+            raise QueueError(f"{where}.overQuotaWeight: must be 0 or more, got {got!r}")
+    except QueueError as exc:
+        problems.note(exc)
+        weight = Fraction(0)
     return QueueResource(quota=quota, limit=limit, weight=weight)
 
 
-def parse_queue(obj: Mapping[str, Any]) -> Queue:
-    """A Queue object as read from the API; raises QueueError naming the field at fault."""
+def read_queue(obj: Mapping[str, Any]) -> tuple[Queue, tuple[str, ...]]:
+    """A Queue object as far as it can be read, and what is wrong with it (nothing: it is sound).
+
+    A malformed Queue still holds what it limits: every field that reads is kept, and what does not
+    read is closed (CLOSED; a spec, resources or parent that cannot be read closes every resource,
+    since the limits it would inherit are unknown). Raises QueueError only for a Queue without a
+    name, which nothing can refer to."""
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not name or not isinstance(name, str):
         raise QueueError("metadata.name: a Queue needs a name")
+    problems = _Problems()
+    closed = {ours: CLOSED for ours in RESOURCES.values()}
     spec = obj.get("spec") or {}
     if not isinstance(spec, Mapping):
-        raise QueueError("spec: expected a map")
+        problems.note(QueueError("spec: expected a map"))
+        return Queue(name=name, resources=closed), tuple(problems.found)
     parent = spec.get("parentQueue") or None
     if parent is not None and not isinstance(parent, str):
-        raise QueueError(f"spec.parentQueue: expected a queue name, got {parent!r}")
+        problems.note(QueueError(f"spec.parentQueue: expected a queue name, got {parent!r}"))
+        return Queue(name=name, resources=closed), tuple(problems.found)
     if parent == name:
-        raise QueueError(f"spec.parentQueue: a queue cannot be its own parent ({name!r})")
+        problems.note(QueueError(f"spec.parentQueue: a queue cannot be its own parent ({name!r})"))
+        return Queue(name=name, resources=closed), tuple(problems.found)
     priority = spec.get("priority", DEFAULT_PRIORITY)
     if priority is None:
         priority = DEFAULT_PRIORITY
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise QueueError(f"spec.priority: expected a whole number, got {priority!r}")
+        problems.note(QueueError(f"spec.priority: expected a whole number, got {priority!r}"))
+        priority = DEFAULT_PRIORITY
     raw = spec.get("resources") or {}
     if not isinstance(raw, Mapping):
-        raise QueueError("spec.resources: expected a map of cpu, memory and gpu")
+        problems.note(QueueError("spec.resources: expected a map of cpu, memory and gpu"))
+        return Queue(name=name, parent=parent, priority=priority, resources=closed), tuple(problems.found)
     out: dict[str, QueueResource] = {}
     for kai_name, ours in RESOURCES.items():
         if raw.get(kai_name) is not None:
-            out[ours] = _resource(raw[kai_name], kai_name, f"spec.resources.{kai_name}")
-    return Queue(name=name, parent=parent, priority=priority, resources=out)
+            out[ours] = _resource(raw[kai_name], kai_name, f"spec.resources.{kai_name}", problems)
+    return Queue(name=name, parent=parent, priority=priority, resources=out), tuple(problems.found)
+
+
+def parse_queue(obj: Mapping[str, Any]) -> Queue:
+    """A sound Queue object as read from the API; raises QueueError naming the (first) field at fault."""
+    queue, problems = read_queue(obj)
+    if problems:
+        raise QueueError(problems[0])
+    return queue
 
 
 def amount_text(resource: str, units: int | None) -> str:

@@ -85,7 +85,10 @@ class Victim:
 @dataclasses.dataclass
 class Preemption:
     """A gang preempting: the victims being evicted for it in one domain, whose capacity is held for
-    it as each one goes, until the gang is planned or `hold_until`."""
+    it as each one goes, until the gang is planned or the hold ends. The hold ends at `hold_until`,
+    which each victim's going moves to `hold_s` after it, and never while a victim is still
+    terminating: a grace period longer than the hold must not hand the room to others (nor let the
+    preemptor, finding its victims neither candidates nor gone, evict a second set)."""
 
     gang: GroupKey
     domain: str  # "rack r1"; "" when the gang has no required level (the whole cluster)
@@ -96,6 +99,7 @@ class Preemption:
     where: dict[PodKey, str]  # the placement the plan found for the preemptor's members
     reason: str
     held: set[PodKey] = dataclasses.field(default_factory=set)  # victims gone whose room is held
+    hold_s: float = 0.0  # how long the room stays held once a victim has gone
     nudged: bool = False  # the members were brought back once every victim was gone
     queue: str | None = None  # the preemptor's queue, which the held room is charged to (queues in use)
 
@@ -160,6 +164,9 @@ class GangLedger:
         self.preemptions: dict[GroupKey, Preemption] = {}
         """gang -> its preemption in progress: one at a time, never repeated while it runs."""
         self._victim_of: dict[PodKey, GroupKey] = {}
+        self.gen = 0
+        """Bumps when a preemption starts or ends or a no-fit is remembered: what the queue book reads
+        of the ledger (victims leaving, gangs stuck) may have changed without a store change."""
         store.add_listener(self._on_change)
 
     # ================================================================= reads
@@ -225,7 +232,8 @@ class GangLedger:
         """The next barrier deadline or backoff end, for the server's ticker."""
         times = [t for e in self.gangs.values() for t in (e.answer_at, e.hold_until) if t is not None]
         times += [e.backoff_until for e in self.gangs.values() if not e.backoff_told]
-        times += [p.hold_until for p in self.preemptions.values()]
+        # a hold past its deadline with a victim terminating ends on a pod event, not at a time
+        times += [p.hold_until for p in self.preemptions.values() if not self._held_on(p)]
         return min(times, default=None)
 
     def backoffs_over(self) -> list[GroupKey]:
@@ -276,9 +284,11 @@ class GangLedger:
         return e.no_fit[1]
 
     def remember_no_fit(self, key: GroupKey, signature: tuple[int, ...], reason: str) -> None:
+        """The gang fits nowhere, preempts and reclaims nothing, as the cluster is at `signature`."""
         e = self._entry(key)
         e.no_fit = (signature, reason)
         e.last_reason = reason
+        self.gen += 1
 
     def forget_refusals(self, key: GroupKey) -> None:
         e = self.gangs.get(key)
@@ -486,18 +496,29 @@ class GangLedger:
         """The preemptor a pod is being evicted for, if any: no other preemptor counts on it."""
         return self._victim_of.get(pod)
 
+    def victims_in_flight(self) -> list[PodKey]:
+        """Every pod being evicted for a preemption (or reclaim) under way: leaving its queue."""
+        return list(self._victim_of)
+
+    def incoming(self) -> list[PodKey]:
+        """The members each preemption (or reclaim) under way makes room for: arriving in their queue."""
+        return [pk for p in self.preemptions.values() for pk in p.where]
+
     def start_preemption(self, p: Preemption) -> None:
         """Record a preemption: from now on each victim's capacity is held for the gang as it goes."""
         if p.gang in self.preemptions:
             raise RuntimeError(f"gang {p.gang} is already preempting in {self.preemptions[p.gang].domain}")
         self.preemptions[p.gang] = p
+        self.gen += 1
         for pk in p.victims:
             self._victim_of[pk] = p.gang
         self._entry(p.gang).last_reason = p.reason
         for pk, v in p.victims.items():
             rec = self.store.pods.get(pk)
             if rec is None or (v.uid and rec.uid != v.uid) or is_terminal(rec.obj):
-                self._hold_freed(p, v)  # gone already (the cache saw it before the plan was carried out)
+                # gone already (the cache saw it before the plan was carried out, or a restarted
+                # preemption): the hold keeps its deadline
+                self._hold_freed(p, v, rearm=False)
 
     def victims_gone(self, gang: GroupKey) -> bool:
         p = self.preemptions.get(gang)
@@ -508,6 +529,7 @@ class GangLedger:
         p = self.preemptions.pop(gang, None)
         if p is None:
             return None
+        self.gen += 1
         for pk in p.victims:
             if self._victim_of.get(pk) == gang:
                 del self._victim_of[pk]
@@ -519,7 +541,7 @@ class GangLedger:
         now = self.clock()
         out = []
         for gang, p in list(self.preemptions.items()):
-            if now >= p.hold_until:
+            if now >= p.hold_until and not self._held_on(p):
                 self.end_preemption(gang)
                 gone = len(p.held)
                 e = self._entry(gang)
@@ -531,13 +553,34 @@ class GangLedger:
                 out.append(p)
         return out
 
+    def terminating(self, p: Preemption) -> list[PodKey]:
+        """The victims of `p` still terminating: evicted (a deletion under way), not gone yet."""
+        out = []
+        for pk, v in p.victims.items():
+            if pk in p.held:
+                continue
+            rec = self.store.pods.get(pk)
+            if rec is not None and (not v.uid or rec.uid == v.uid) and not is_terminal(rec.obj):
+                if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
+                    out.append(pk)
+        return out
+
+    def _held_on(self, p: Preemption) -> bool:
+        """Past its deadline, but held on: a victim is still terminating, for a preemptor still there
+        (one whose members are all gone needs no room)."""
+        if self.clock() < p.hold_until or not self.terminating(p):
+            return False
+        return any(is_live(rec.obj) for rec in self.store.group_members(p.gang))
+
     def preemption_hold_keys(self) -> set[PodKey]:
         return {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}
 
-    def _hold_freed(self, p: Preemption, v: Victim) -> None:
+    def _hold_freed(self, p: Preemption, v: Victim, *, rearm: bool = True) -> None:
         if v.pod in p.held:
             return
         p.held.add(v.pod)
+        if rearm:  # seen going now: the preemptor gets its time to plan into the room from here
+            p.hold_until = max(p.hold_until, self.clock() + p.hold_s)
         if v.node and v.node in self.store.node_rows:
             self.store.hold(Preemption.hold_key(p.gang, v.pod), v.node, v.requests)
 

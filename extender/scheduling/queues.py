@@ -19,7 +19,15 @@ Accounting, per queue and resource (cpu, memory, nvidia.com/gpu):
 - allocated = requests of bound, unfinished pods + capacity held for pods (a planned gang's members,
   a pod whose bind is in flight) + the room held for a preemptor (its victims gone), charged to the
   preemptor's queue from the instant each victim's charge leaves its own;
-- requested = allocated + requests of live pending pods.
+- requested = allocated + requests of live pending pods;
+- leaving = the part of allocated on its way out: bound pods terminating, and the victims of a
+  preemption or reclaim in flight (evicted, not yet seen terminating). A pod leaving still holds its
+  room, so it counts in allocated (limits, capacity) until it is gone; a reclaim reads allocated -
+  leaving, so the victims of one reclaim are never taken from their queue a second time;
+- arriving = what the pending members of a preempting (or reclaiming) gang will take once its
+  victims are gone, less the room already held (and so allocated) for it: a queue whose reclaim is
+  under way is judged by `may_reclaim` with it, so two of its gangs cannot each reclaim up to the
+  same fair share.
 A queue's usage counts toward each of its ancestors. A pod of the default scheduler (the cluster's
 other pods, which this service never places) counts only when it names a queue.
 
@@ -39,7 +47,9 @@ the room held for a preemptor that it is being planned into):
 3. fair-share hold: on some resource r, Q's allocated + N exceeds Q's fair share, while a ready,
    unplanned gang H of another queue P needs r, P's allocated + H's need stays within P's fair share
    on every resource H needs and within every limit of P and its ancestors, and the cluster's free r
-   is short of N + H's need (they compete).
+   is short of N + H's need (they compete). A holder found to fit nowhere and to reclaim nothing,
+   with no capacity grown since (`QueueSnapshot.stuck`), holds no one: it could not use the room,
+   which would sit idle for nobody. (A plain pod is never found so: it may hold until placed.)
 Why the hold cannot starve anyone: a gang that holds others is within its queue's share on every
 resource, so it is itself never held; holds therefore never form a cycle, and each holder is
 planned as soon as the capacity for it frees, since no over-share gang takes that capacity. A held
@@ -50,7 +60,9 @@ planned, leaves or the free capacity covers both, the held gang is admitted.
 Reclaim (KAI's fair-share reclaim, simplified to leaf queues): a gang that fits nowhere, of a queue
 that stays within its fair share with it (`may_reclaim`), may evict whole gangs and plain pods of
 other queues that are over their fair share on a resource the eviction frees, never taking such a
-queue below its quota on any resource, all its victims together (`reclaimable`). The victims are
+queue, or any of its ancestors, below its quota on any resource, all its victims together
+(`reclaimable`). Use there is allocated - leaving, so victims already on their way out are not
+counted twice; an ancestor the reclaimer shares with a victim gets back what the gang takes. The victims are
 chosen, evicted and their room held by the gang-aware preemption (scheduling.preemptor), priority
 playing no part: a preemption is within priorities, a reclaim between queues.
 """
@@ -78,7 +90,7 @@ from extender.model.queue import (
     Queue,
     QueueError,
     amount_text,
-    parse_queue,
+    read_queue,
 )
 from extender.state.store import POD, ClusterStore, is_live, is_terminal
 
@@ -166,39 +178,63 @@ class QueueTree:
             out.append(parent)
         return out
 
+    def usable(self, name: str) -> bool:
+        """Whether the queue exists and is sound (a malformed one is kept only for what it limits)."""
+        return name in self.queues and name not in self.errors
+
     def is_leaf(self, name: str) -> bool:
         return not self.children.get(name)
 
 
 def read_tree(objects: Iterable[Mapping[str, Any]]) -> QueueTree:
     """The queues of Queue objects; a malformed one, or one in a parent cycle, is an error, never raised.
-    A queue whose parent does not exist is a top-level queue."""
+
+    A malformed queue stays in the tree, read closed where it cannot be read (model.queue.read_queue),
+    so its children stay under its limits; a queue in a parent cycle keeps its own limits and becomes
+    a top-level queue, the cycle being cut at it. A queue with an error takes no workloads itself. A
+    queue whose parent does not exist is a top-level queue."""
     queues: dict[str, Queue] = {}
     errors: dict[str, str] = {}
     for obj in objects:
         name = str((obj.get("metadata") or {}).get("name") or "")
         try:
-            q = parse_queue(obj)
+            q, problems = read_queue(obj)
         except QueueError as exc:
             errors[name or "?"] = str(exc)
             continue
         queues[q.name] = q
-    for name in list(queues):
+        if problems:
+            errors[q.name] = "; ".join(problems)
+    in_cycle: set[str] = set()
+    for name in queues:
         seen = {name}
         parent = queues[name].parent
         while parent is not None and parent in queues:
             if parent in seen:
-                errors[name] = f"spec.parentQueue: queue {name} is in a cycle of parent queues"
+                if name in _cycle_from(queues, parent):
+                    in_cycle.add(name)
                 break
             seen.add(parent)
             parent = queues[parent].parent
-    for name in errors:
-        queues.pop(name, None)
+    for name in in_cycle:
+        why = f"spec.parentQueue: queue {name} is in a cycle of parent queues"
+        errors[name] = f"{errors[name]}; {why}" if name in errors else why
+        queues[name] = dataclasses.replace(queues[name], parent=None)
     children: dict[str | None, list[str]] = {}
     for q in sorted(queues.values(), key=lambda q: q.name):
         parent = q.parent if q.parent in queues else None
         children.setdefault(parent, []).append(q.name)
     return QueueTree(queues, errors, {k: tuple(v) for k, v in children.items()})
+
+
+def _cycle_from(queues: Mapping[str, Queue], start: str) -> set[str]:
+    """The queues of the parent cycle `start` is on."""
+    out = {start}
+    parent = queues[start].parent
+    while parent is not None and parent != start:
+        out.add(parent)
+        parent = queues[parent].parent
+    return out
 
 
 def fair_shares(
@@ -282,8 +318,15 @@ class QueueSnapshot:
     free: dict[str, int]  # free on schedulable nodes
     unknown: dict[str, int]
     """Queues pods name that do not exist (or cannot be used) -> pods naming them."""
+    leaving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue, the part of allocated on its way out, its descendants included (none when absent)."""
+    arriving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue, what gangs preempting or reclaiming will take once their victims are gone."""
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
+    stuck: frozenset[GroupKey] = frozenset()
+    """Gangs that fit nowhere and may reclaim nothing as things are: they could not use room held for
+    them, so they hold no one (rule 3)."""
 
     def group_queue(self, key: GroupKey) -> tuple[str | None, str]:
         """The gang's one queue as the book counts its pods: (queue, ""); (None, "") when none is
@@ -300,8 +343,8 @@ class QueueSnapshot:
         for key, t in self.groups.items():
             if t.queue == besides or t.pending <= 0 or t.need.get(resource, 0) <= 0:
                 continue
-            if key in self.planned or t.queue not in self.tree.queues or len(t.queues) > 1:
-                continue  # planned, of no queue, or of no one queue (it is not admitted)
+            if key in self.planned or key in self.stuck or not self.tree.usable(t.queue) or len(t.queues) > 1:
+                continue  # planned, stuck, of no usable queue, or of no one queue (not admitted)
             if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
                 yield Waiter(key, t.queue, dict(t.need))
 
@@ -336,6 +379,7 @@ class _PodShare:
     queue: str
     allocated: bool
     pending: bool
+    leaving: bool  # allocated, and terminating
     need: dict[str, int]
     group: GroupSpec | None
     leaf: str | None
@@ -389,6 +433,7 @@ class QueueBook:
         self._grouping_gen = -1
         self._held: set[PodKey] = set()
         self.own_allocated: dict[str, dict[str, int]] = {}
+        self.own_leaving: dict[str, dict[str, int]] = {}
         self.own_pending: dict[str, dict[str, int]] = {}
         self.groups: dict[GroupKey, _GroupTally] = {}
         self.pods_by_queue: dict[str, int] = {}
@@ -406,6 +451,7 @@ class QueueBook:
         self._shares, self._dirty, self._held = {}, set(), set()
         self._grouping_gen = -1
         self.own_allocated, self.own_pending, self.groups, self.pods_by_queue = {}, {}, {}, {}
+        self.own_leaving = {}
 
     def refresh(self) -> None:
         store = self.store
@@ -435,10 +481,12 @@ class QueueBook:
         if queue is None:
             return None
         allocated = bool(rec.node_name) or pk in self._held
+        live = is_live(rec.obj)
         return _PodShare(
             queue=queue,
             allocated=allocated,
-            pending=not allocated and is_live(rec.obj),
+            pending=not allocated and live,
+            leaving=allocated and not live,
             need=_tracked(rec.requests),
             group=group,
             leaf=m.subgroup,
@@ -450,6 +498,8 @@ class QueueBook:
             del self.pods_by_queue[share.queue]
         if share.allocated:
             _add(self.own_allocated.setdefault(share.queue, {}), share.need, sign)
+            if share.leaving:
+                _add(self.own_leaving.setdefault(share.queue, {}), share.need, sign)
         elif share.pending:
             _add(self.own_pending.setdefault(share.queue, {}), share.need, sign)
         if share.group is None or not (share.allocated or share.pending):
@@ -473,10 +523,17 @@ class QueueBook:
         self,
         planned: Iterable[GroupKey],
         holding: Mapping[GroupKey, tuple[str, Mapping[str, int]]] | None = None,
+        *,
+        victims: Iterable[PodKey] = (),
+        stuck: Iterable[GroupKey] = (),
+        incoming: Iterable[PodKey] = (),
     ) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
-        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing).
-        `holding`: preemptor gang -> (its queue, the room held for it), charged to that queue."""
+        queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing);
+        `holding`: preemptor gang -> (its queue, the room held for it), charged to that queue;
+        `victims`: pods being evicted for a preemption or reclaim in flight (leaving); `stuck`: gangs
+        found to fit nowhere and reclaim nothing since capacity last grew (they hold no one);
+        `incoming`: pending members of gangs preempting or reclaiming (arriving)."""
         if not in_use(self.store):
             if self.tracking:
                 self._forget()
@@ -487,9 +544,23 @@ class QueueBook:
         tree = read_tree(objects)
         allocated = {name: _tracked({}) for name in tree.queues}
         requested = {name: _tracked({}) for name in tree.queues}
+        leaving = {name: _tracked({}) for name in tree.queues}
+        own_leaving = {q: dict(v) for q, v in self.own_leaving.items()}
+        for pk in victims:
+            share = self._shares.get(pk)
+            if share is not None and share.allocated and not share.leaving:  # terminating: counted
+                _add(own_leaving.setdefault(share.queue, {}), share.need)
+        own_arriving: dict[str, dict[str, int]] = {}
+        for pk in incoming:
+            share = self._shares.get(pk)
+            if share is not None and share.pending:
+                _add(own_arriving.setdefault(share.queue, {}), share.need)
+        arriving = {name: _tracked({}) for name in tree.queues}
         for queue in tree.queues:
             for ancestor in tree.ancestors(queue):
                 _add(allocated[ancestor], self.own_allocated.get(queue, {}))
+                _add(leaving[ancestor], own_leaving.get(queue, {}))
+                _add(arriving[ancestor], own_arriving.get(queue, {}))
                 _add(requested[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_pending.get(queue, {}))
         for gang, (queue, room) in (holding or {}).items():
@@ -500,22 +571,30 @@ class QueueBook:
             waiting = tally.need if tally is not None else {}
             # requested already has the preemptor's pending pods: the room counts only beyond them
             beyond = {r: max(0, v - waiting.get(r, 0)) for r, v in room.items()}
+            # and arriving has them too: the part of them the held room already covers is allocated
+            covered = {r: min(v, waiting.get(r, 0)) for r, v in room.items()}
             for ancestor in tree.ancestors(queue):
                 _add(allocated[ancestor], room)
                 _add(requested[ancestor], beyond)
+                _add(arriving[ancestor], covered, -1)
+                for r, v in arriving[ancestor].items():
+                    arriving[ancestor][r] = max(0, v)
         capacity = _column_sums(self.store, "allocatable")
         return QueueSnapshot(
             tree=tree,
             allocated=allocated,
+            leaving=leaving,
+            arriving=arriving,
             requested=requested,
             fair_share=fair_shares(tree, requested, capacity),
             capacity=capacity,
             free=_column_sums(self.store, "free"),
-            unknown={q: n for q, n in sorted(self.pods_by_queue.items()) if q not in tree.queues},
+            unknown={q: n for q, n in sorted(self.pods_by_queue.items()) if not tree.usable(q)},
             # not copied (it costs the number of waiting gangs): the waiters are true until the book's
             # next snapshot, which is when the scheduler takes a new one
             groups=self.groups,
             planned=frozenset(planned),
+            stuck=frozenset(stuck),
         )
 
 
@@ -559,9 +638,14 @@ def admission(
                 continue
             used = max(0, snap.allocated[name][r] - back[r])
             if used + need[r] > limit:
+                bad = (
+                    f" (queue {name} is malformed: {tree.errors[name]}; what cannot be read admits nothing)"
+                    if name in tree.errors
+                    else ""
+                )
                 return (
                     f"queue {name}: {KAI_NAMES[r]} limit {amount_text(r, limit)}, "
-                    f"in use {amount_text(r, used)}, {what} needs {amount_text(r, need[r])}"
+                    f"in use {amount_text(r, used)}, {what} needs {amount_text(r, need[r])}{bad}"
                 )
     if not fair_share:
         return None
@@ -603,30 +687,59 @@ def status_of(snap: QueueSnapshot, name: str) -> dict[str, Any]:
 
 def may_reclaim(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> bool:
     """A gang of `queue` needing `need` that fits nowhere may reclaim: its queue is a leaf and stays
-    within its fair share on every resource with it (KAI's fair-share reclaim)."""
-    if queue not in snap.tree.queues or not snap.tree.is_leaf(queue):
+    within its fair share on every resource with it (KAI's fair-share reclaim), counting what its
+    gangs preempting or reclaiming already will take."""
+    if queue not in snap.tree.queues or queue in snap.tree.errors or not snap.tree.is_leaf(queue):
         return False
-    return _within_share(snap, queue, _tracked(need))
+    need = _tracked(need)
+    _add(need, snap.arriving.get(queue, {}))
+    return _within_share(snap, queue, need)
 
 
-def reclaimable(snap: QueueSnapshot, reclaimer: str, victim_queue: str, freed: Mapping[str, int]) -> bool:
-    """Whether evicting pods that free `freed` from `victim_queue` for a gang of `reclaimer` keeps the
-    rules: another queue, over its fair share on a resource it frees, and never taken below its quota
-    on any (a quota of -1 is never reclaimed from)."""
-    if victim_queue == reclaimer or victim_queue not in snap.tree.queues:
+def reclaimable(
+    snap: QueueSnapshot,
+    reclaimer: str,
+    need: Mapping[str, int],
+    freed_by_queue: Mapping[str, Mapping[str, int]],
+) -> bool:
+    """Whether evicting pods that free `freed_by_queue[q]` from each queue q, for a gang of `reclaimer`
+    needing `need`, keeps the rules: each q is another queue, over its fair share on a resource it
+    frees, and no ancestor of any q (q itself included) is taken below its quota on any resource it
+    loses (a quota of -1 is never reclaimed from). Use is allocated - leaving: what earlier reclaims
+    and preemptions are taking already is not taken again. An ancestor the reclaimer shares gets back
+    what the gang takes, so it loses only what the gang does not make up."""
+    tree = snap.tree
+    if reclaimer not in tree.queues:
         return False
-    q = snap.tree.queues[victim_queue]
-    alloc, fair = snap.allocated[victim_queue], snap.fair_share[victim_queue]
-    freed = _tracked(freed)
-    over = False
-    for r in TRACKED:
-        if freed[r] <= 0:
-            continue
-        quota = q.resource(r).quota
-        if quota is None or alloc[r] - freed[r] < quota:
+    mine = set(tree.ancestors(reclaimer))
+    need = _tracked(need)
+    lost: dict[str, dict[str, int]] = {}
+    for victim_queue, freed in freed_by_queue.items():
+        if victim_queue == reclaimer or victim_queue not in tree.queues:
             return False
-        over = over or alloc[r] > fair.get(r, 0)
-    return over
+        freed = _tracked(freed)
+        use = _net(snap, victim_queue)
+        fair = snap.fair_share[victim_queue]
+        if not any(freed[r] > 0 and use[r] > fair.get(r, 0) for r in TRACKED):
+            return False
+        for ancestor in tree.ancestors(victim_queue):
+            _add(lost.setdefault(ancestor, _tracked({})), freed)
+    for name, freed in lost.items():
+        use = _net(snap, name)
+        for r in TRACKED:
+            back = need[r] if name in mine else 0
+            if freed[r] <= back:
+                continue  # the reclaimer's gang makes up at least what leaves it
+            quota = tree.queues[name].resource(r).quota
+            if quota is None or use[r] - freed[r] + back < quota:
+                return False
+    return True
+
+
+def _net(snap: QueueSnapshot, queue: str) -> dict[str, int]:
+    """The queue's use once what is leaving has gone."""
+    leaving = snap.leaving.get(queue, {})
+    return {r: snap.allocated[queue][r] - leaving.get(r, 0) for r in TRACKED}
 
 
 def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> list[dict[str, Any]]:
@@ -634,13 +747,15 @@ def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> l
     held (`held`: gang -> (its queue, why))."""
     out = []
     for name in sorted({*snap.tree.queues, *snap.tree.errors}):
-        if name in snap.tree.errors:
-            out.append({"queue": name, "error": snap.tree.errors[name]})
+        error = {"error": snap.tree.errors[name]} if name in snap.tree.errors else {}
+        if name not in snap.tree.queues:
+            out.append({"queue": name, **error})
             continue
         q = snap.tree.queues[name]
         out.append(
             {
                 "queue": name,
+                **error,
                 "parent": q.parent,
                 "priority": q.priority,
                 "leaf": snap.tree.is_leaf(name),
@@ -650,6 +765,7 @@ def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> l
                         "limit": q.resource(r).limit,
                         "overQuotaWeight": float(q.resource(r).weight),
                         "allocated": snap.allocated[name][r],
+                        "leaving": snap.leaving.get(name, {}).get(r, 0),
                         "requested": snap.requested[name][r],
                         "fairShare": snap.fair_share[name].get(r, 0),
                     }

@@ -148,11 +148,12 @@ class Scheduler:
         """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
-        self._queue_snapshot: tuple[int, queues.QueueSnapshot | None] = (-1, None)
+        self._queue_snapshot: tuple[tuple[int, int], queues.QueueSnapshot | None] = ((-1, -1), None)
+        self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
         self.queue_book = queues.QueueBook(store, default_queue)
         self._held_need: dict[GroupKey, dict[str, int]] = {}
         self._admit_looked: dict[GroupKey, int] = {}  # gang -> store.change_gen at _preempt_to_admit's look
-        self._holds_checked = -1  # store.change_gen at the last queue_holds_over look
+        self._holds_checked = (-1, -1)  # (store.change_gen, ledger.gen) at the last queue_holds_over look
         self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         self.settling = SettlingRows(settle_s=settle_s, clock=ledger.clock)
@@ -463,7 +464,7 @@ class Scheduler:
                     return FilterDecision(Verdict.WAITING, [], reason)
             preempted = ledger.end_preemption(group.key)  # its room is the gang's to plan into now
         signature = (
-            self.store.release_gen,
+            self.store.release_gen,  # first: _stuck reads it
             self.store.grouping_gen,
             hash(tuple(m.key for m in members)),
             hash(call.rows.tobytes()),
@@ -542,7 +543,8 @@ class Scheduler:
         """Every queue's usage and fair share, recomputed only when the store changed; None when the
         cluster has no Queue objects (then nothing is enforced)."""
         gen, snap = self._queue_snapshot
-        if gen != self.store.change_gen:
+        now_gen = (self.store.change_gen, self.ledger.gen)
+        if gen != now_gen:
             planned = [g for g, e in self.ledger.gangs.items() if e.plan]
             # the room held for a preemptor is its queue's: the victims' charge left with them
             holding = {
@@ -550,14 +552,40 @@ class Scheduler:
                 for g, p in self.ledger.preemptions.items()
                 if p.queue is not None and p.held
             }
-            snap = self.queue_book.snapshot(planned, holding)
-            self._queue_snapshot = (self.store.change_gen, snap)
+            snap = self.queue_book.snapshot(
+                planned,
+                holding,
+                victims=self.ledger.victims_in_flight(),
+                stuck=self._stuck(),
+                incoming=self.ledger.incoming(),
+            )
+            self._queue_snapshot = (now_gen, snap)
+            self._log_queue_errors(snap.tree.errors if snap is not None else {})
             for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
                 del self.queue_holds[gang]  # gone: bounded memory
                 self._held_need.pop(gang, None)
             for gang in [g for g in self._admit_looked if g not in self.queue_holds]:
                 del self._admit_looked[gang]
         return snap
+
+    def _stuck(self) -> list[GroupKey]:
+        """Gangs whose last plan found no fit, preemption or reclaim, with no capacity grown since
+        (the no-fit signature `_filter_gang` remembers starts with the store's release_gen): they
+        could use no room held for them (queues.admission). A grouping change elsewhere (any group
+        object written) does not make them fit."""
+        release_gen = self.store.release_gen
+        return [
+            key
+            for key, e in self.ledger.gangs.items()
+            if e.no_fit is not None and not e.plan and e.no_fit[0][0] == release_gen
+        ]
+
+    def _log_queue_errors(self, errors: dict[str, str]) -> None:
+        """Say each malformed Queue once, when its fault appears (it fails closed: see read_tree)."""
+        for name, why in sorted(errors.items()):
+            if self._queue_errors.get(name) != why:
+                log.warning("queue %s is malformed: %s; what cannot be read admits nothing", name, why)
+        self._queue_errors = dict(errors)
 
     def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
         """The queue `pod` is charged to as its gang and labels name it (see gang_queue for a gang's)."""
@@ -614,9 +642,10 @@ class Scheduler:
         passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
         below a limit, or another queue's gang being planned, is not always one of them. Looked at
         only when the store changed (the ticker's pass)."""
-        if not self.queue_holds or self._holds_checked == self.store.change_gen:
+        gen = (self.store.change_gen, self.ledger.gen)
+        if not self.queue_holds or self._holds_checked == gen:
             return []
-        self._holds_checked = self.store.change_gen
+        self._holds_checked = gen
         snap = self.queue_snapshot()
         effects = []
         for gang, (queue, _) in list(self.queue_holds.items()):
@@ -814,6 +843,7 @@ class Scheduler:
             hold_until=self.ledger.clock() + self.preemption_hold_s,
             where=plan.where,
             reason=reason,
+            hold_s=self.preemption_hold_s,
         )
         self.ledger.start_preemption(record)
         self.preemption_outcomes[outcome] += 1
@@ -857,9 +887,8 @@ class Scheduler:
             return None
         group = call.group
         queue = self.queue_name(group, call.pod)
-        if not queues.may_reclaim(
-            snap, queue, self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
-        ):
+        need = self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
+        if not queues.may_reclaim(snap, queue, need):
             return None
 
         def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
@@ -872,7 +901,7 @@ class Scheduler:
             return total
 
         def admit(u: preemptor.Unit) -> bool:
-            return queues.reclaimable(snap, queue, self._queue_of_unit(u), freed([u]))
+            return queues.reclaimable(snap, queue, need, {self._queue_of_unit(u): freed([u])})
 
         try:
             plan = preemptor.plan_preemption(
@@ -885,8 +914,8 @@ class Scheduler:
         by_queue: dict[str, list[preemptor.Unit]] = {}
         for u in plan.units:
             by_queue.setdefault(self._queue_of_unit(u), []).append(u)
-        if not all(queues.reclaimable(snap, queue, vq, freed(us)) for vq, us in by_queue.items()):
-            return None  # each unit alone keeps its queue at its quota, not all of them together
+        if not queues.reclaimable(snap, queue, need, {vq: freed(us) for vq, us in by_queue.items()}):
+            return None  # each unit alone keeps every queue at its quota, not all of them together
         where = f" in {plan.domain}" if plan.domain else ""
         shown = ", ".join(plan.gangs[:3]) + (
             f" and {len(plan.gangs) - 3} more" if len(plan.gangs) > 3 else ""
@@ -1513,12 +1542,15 @@ class Scheduler:
             )
             if over is not None:
                 return f"{over}, with the victims of queue {queue} gone"
-            for vq, f in sorted(freed.items()):
-                if not (queues.may_reclaim(snap, queue, requests) and queues.reclaimable(snap, queue, vq, f)):
-                    return (
-                        f"evicts pods of queue {vq}: a preemption evicts within its own queue ({queue}) "
-                        "only, and a reclaim only from a queue over its fair share, never below its quota"
-                    )
+            # the victims of other queues are reclaimed together: every ancestor of theirs keeps its quota
+            if freed and not (
+                queues.may_reclaim(snap, queue, requests) and queues.reclaimable(snap, queue, requests, freed)
+            ):
+                return (
+                    f"evicts pods of queue(s) {', '.join(sorted(freed))}: a preemption evicts within its own "
+                    f"queue ({queue}) only, and a reclaim only from a queue over its fair share, never "
+                    "below its quota or any ancestor's"
+                )
             return ""
 
         return rule
@@ -1576,6 +1608,7 @@ class Scheduler:
         p = self.ledger.preemption(gang)
         if p is None:
             return None
+        terminating = set(self.ledger.terminating(p))
         return {
             "domain": p.domain,
             "priority": p.priority,
@@ -1588,6 +1621,7 @@ class Scheduler:
                     "priority": v.priority,
                     "gang": v.gang,
                     "gone": v.pod in p.held,
+                    "terminating": v.pod in terminating,  # the hold lasts while any is
                 }
                 for v in p.victims.values()
             ],

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.model.queue import GPU, QueueError, QueueResource, parse_queue
+from extender.model.queue import GPU, QueueError, QueueResource, parse_queue, read_queue
 from extender.scheduling.queues import Claim, divide, fair_shares, read_tree
 
 
@@ -113,9 +113,27 @@ def test_a_malformed_queue_is_a_clear_error(obj: dict, field: str) -> None:
 
 def test_malformed_queues_and_cycles_are_errors_of_the_tree_never_exceptions() -> None:
     tree = read_tree([queue("bad", gpu={"quota": "x"}), queue("x", "y"), queue("y", "x"), queue("ok")])
-    assert set(tree.queues) == {"ok"}
     assert "spec.resources.gpu.quota" in tree.errors["bad"]
     assert "cycle" in tree.errors["x"] and "cycle" in tree.errors["y"]
+    assert set(tree.errors) == {"bad", "x", "y"}
+    # kept, failing closed: what reads is kept (a limit of 0 = nothing above the unreadable quota, 0)
+    assert tree.queues["bad"].resource(GPU) == QueueResource(0, 0, Fraction(1))
+    assert tree.queues["x"].parent is None and tree.queues["y"].parent is None  # the cycle is cut
+
+
+def test_a_malformed_queue_keeps_what_reads_and_closes_what_does_not() -> None:
+    q, problems = read_queue(
+        queue(
+            "q", cpu={"quota": 4000, "limit": 2000}, gpu={"quota": 8, "limit": "lots"}, memory={"quota": 10}
+        )
+    )
+    assert q.resource("cpu") == QueueResource(2000, 2000, Fraction(1))  # the tighter limit holds
+    assert q.resource(GPU) == QueueResource(0, 0, Fraction(0))  # unreadable limit: nothing admitted
+    assert q.resource("memory") == QueueResource(10 * 10**6, 10 * 10**6, Fraction(1))
+    assert [p.split(":")[0] for p in problems] == ["spec.resources.cpu.limit", "spec.resources.gpu.limit"]
+    for spec in ({"resources": [1]}, {"parentQueue": 3}, "nonsense"):
+        closed, problems = read_queue({"metadata": {"name": "q"}, "spec": spec})
+        assert problems and all(closed.resource(r).limit == 0 for r in ("cpu", "memory", GPU)), spec
 
 
 claims = st.lists(

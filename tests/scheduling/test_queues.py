@@ -200,7 +200,6 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
     w.schedule(*a1)
     assert w.bound(*a1)  # alone, team-a may take more than its share
     big = w.gang("big", 8, "team-b")  # needs 8: only 4 free; team-b is below its share
-    assert w.filter(big[0]).verdict is Verdict.NO_FIT
     a2 = w.gang("a2", 2, "team-a")  # would fit in the 4 free gpus, but team-a is over its share
     decision = w.filter(a2[0])
     assert decision.verdict is Verdict.WAITING
@@ -216,6 +215,25 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
     w.schedule(*big)
     assert w.bound(*big)
     assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
+    w.schedule(*a2)
+    assert w.bound(*a2)
+
+
+def test_a_holder_found_to_fit_nowhere_and_reclaim_nothing_holds_no_one() -> None:
+    # as above, but the big gang has been tried: with 4 gpus free it fits nowhere, and it cannot reclaim
+    # (team-a's one gang of 12 would fall to 0, below its quota): holding a2 would keep 4 gpus idle
+    # for nobody (issue 21)
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a1", 12, "team-a"))
+    big = w.gang("big", 8, "team-b")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    a2 = w.gang("a2", 2, "team-a")
     w.schedule(*a2)
     assert w.bound(*a2)
 
@@ -257,6 +275,7 @@ async def test_debug_queues_metrics_and_explain_show_a_held_gang(make_service) -
         "limit": 2,
         "overQuotaWeight": 1.0,
         "allocated": 0,
+        "leaving": 0,
         "requested": 3,
         "fairShare": 2,
     }
@@ -320,7 +339,7 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
     w = World([*gpu_nodes(3), kai_queue("team-a"), kai_queue("team-b")])
     book = w.scheduler.queue_book
     for step in range(300):
-        op = rng.choice(["pod", "gang", "bind", "delete", "relabel", "hold", "unhold", "gate"])
+        op = rng.choice(["pod", "gang", "bind", "delete", "relabel", "hold", "unhold", "gate", "terminate"])
         names = sorted(p["metadata"]["name"] for p in w.cluster.list("", "Pod"))
         queue = rng.choice(["team-a", "team-b", "team-x"])
         if op == "pod":
@@ -329,12 +348,15 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
             w.cluster.apply(make_kai_podgroup(f"g{step}", min_member=2, queue=queue))
             for i in range(rng.randint(1, 3)):
                 w.cluster.apply(gang_pod(f"g{step}-{i}", f"g{step}", gpu="1"))
-        elif names and op in ("bind", "delete", "relabel", "gate"):
+        elif names and op in ("bind", "delete", "relabel", "gate", "terminate"):
             pod = w.pod(rng.choice(names))
             if op == "bind":
                 w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": "node-1"}})
             elif op == "delete":
                 w.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+            elif op == "terminate":
+                meta = {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+                w.cluster.apply({**pod, "metadata": meta})
             elif op == "relabel":
                 labels = {"kai.scheduler/queue": queue}
                 w.cluster.apply({**pod, "metadata": {**pod["metadata"], "labels": labels}})
@@ -348,8 +370,9 @@ def test_the_book_kept_event_by_event_agrees_with_one_counted_afresh() -> None:
         if step % 10 == 0:
             kept, fresh = book.snapshot(()), QueueBook(w.store, "default-queue").snapshot(())
             assert kept is not None and fresh is not None
-            assert (kept.allocated, kept.requested, kept.fair_share, kept.unknown) == (
+            assert (kept.allocated, kept.leaving, kept.requested, kept.fair_share, kept.unknown) == (
                 fresh.allocated,
+                fresh.leaving,
                 fresh.requested,
                 fresh.fair_share,
                 fresh.unknown,
