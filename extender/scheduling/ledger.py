@@ -149,6 +149,7 @@ class GangLedger:
         self.preemptions: dict[GroupKey, Preemption] = {}
         """gang -> its preemption in progress: one at a time, never repeated while it runs."""
         self._victim_of: dict[PodKey, GroupKey] = {}
+        self._grouping_seen = store.grouping_gen  # the grouping the plans' members were last checked at
         store.add_listener(self._on_change)
 
     # ================================================================= reads
@@ -635,12 +636,19 @@ class GangLedger:
                     if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
                         self._discard(e, f"planned node {name} was removed or cordoned")
         elif kind in GROUPING_KINDS:
+            # a status write leaves every gang as it was; only a grouping change can move a member
+            moved = self._grouping_seen != self.store.grouping_gen
+            self._grouping_seen = self.store.grouping_gen
             for e in list(self.gangs.values()):
                 if not e.plan or e.spec is None:
                     continue
                 fresh = self._current_spec(e.plan)
                 if fresh is not None and fresh != e.spec:
                     self._discard(e, "the group's definition changed")
+                elif moved:
+                    left = next((pk for pk in sorted(e.plan) if self._left(e, pk)), None)
+                    if left is not None:
+                        self._discard(e, f"member {left} left the gang (its group changed)")
             if event == "DELETED":
                 # A PodGroup deleted before its pods: their deletions then name no group, so
                 # _forget_if_empty cannot find the entry; forget every entry left with no member.
@@ -681,6 +689,10 @@ class GangLedger:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         if gone or (planned.uid and uid and uid != planned.uid):
             self._discard(e, f"member {pk} was deleted")
+        elif (now_in := self._gang_now(obj)) != e.key:
+            # its gang changed (a pod-group-name rewritten, say): the plan counted it toward a quorum it
+            # no longer makes up, and binding it with the rest would leave both gangs partial
+            self._discard(e, f"member {pk} left the gang (it is now {now_in or 'in no gang'})")
         elif node == planned.node:
             # bound by a bind this process no longer waits for (or by someone else, there): it counts
             # as bound where it is; the rest of the plan stands
@@ -690,6 +702,16 @@ class GangLedger:
             # rest of the plan may lie in another domain than this member now does. The replan
             # counts it as bound and keeps the others with it
             self._discard(e, f"member {pk} was bound to {node}, not its planned {planned.node}")
+
+    def _left(self, e: GangEntry, pk: PodKey) -> bool:
+        """Whether a planned member (not in flight) is no longer in the gang whose plan holds it."""
+        rec = self.store.pods.get(pk)
+        return rec is not None and pk not in e.releasing and self._gang_now(rec.obj) != e.key
+
+    def _gang_now(self, pod: dict[str, Any]) -> GroupKey | None:
+        """The gang the store derives for the pod now; None when it is in none (waiting, invalid)."""
+        m = self.store.membership_of(pod)
+        return m.group.key if m.state is MembershipState.MEMBER and m.group is not None else None
 
     def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
         for pk in plan:

@@ -939,6 +939,11 @@ class Scheduler:
             return BindDecision(ARRIVAL_VERDICT[arrival], gang=entry.key, members=members)
         membership = self.store.membership(rec)
         group = membership.group
+        if membership.state is not MembershipState.MEMBER and not self._gated_natively(rec.obj):
+            # its filter passed while it was in a gang (a plan since dropped): waiting for a group, or
+            # invalid, it is nobody's to bind alone
+            why = membership.message or "it is in no gang"
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {why}; not binding it")
         if (
             group is not None
             and group.is_gang()
