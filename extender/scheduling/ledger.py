@@ -182,8 +182,9 @@ class GangLedger:
         return max(0.0, e.backoff_until - self.clock())
 
     def bound_counts(self, group: GroupSpec) -> dict[str | None, int]:
-        """Bound members per leaf, counted in the cluster (and the API's confirmed binds)."""
-        counts: dict[str | None, int] = {}
+        """Bound members per leaf, counted in the cluster (and the API's confirmed binds); members
+        that ran to completion count as bound (`ClusterStore.finished_counts`)."""
+        counts = self.store.finished_counts(group)
         for rec in self.store.group_members(group.key):
             if (rec.node_name or rec.key in self.assumed) and is_live(rec.obj):
                 leaf = self.store.membership(rec).subgroup

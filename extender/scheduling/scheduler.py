@@ -400,7 +400,8 @@ class Scheduler:
             # the gang's own reason (it says how long the backoff is), never a countdown: what the pod
             # is told must stand still while the gang does, or every retry would rewrite its siblings
             return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, entry.last_reason))
-        counts: dict[str | None, int] = {}
+        counts = self.store.finished_counts(group)  # they ran: the quorum counts them (defect 13)
+        finished = sum(counts.values())
         for m in members:
             counts[m.leaf] = counts.get(m.leaf, 0) + 1
         if quorum_bound:
@@ -419,7 +420,8 @@ class Scheduler:
             ready = group.ready_leaves(counts)
             if ready is None:
                 need = group.quorum_upper_bound()
-                reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
+                have = f"{len(members)} exist" + (f" and {finished} finished" if finished else "")
+                reason = f"gang {group.key} waiting for pods: {have}, {need} needed for quorum"
                 ledger.set_reason(group.key, reason)
                 self.told.counting(group.key, reason)
                 ledger.await_pods(group)
@@ -1150,7 +1152,7 @@ class Scheduler:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
         for key, spec in list(self.ledger.short_of_pods.items()):
-            counts = self._live_leaf_counts(key)
+            counts = self._live_leaf_counts(key, spec)
             if counts and spec.ready_leaves(counts) is None:
                 continue  # still short: keep watching
             self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
@@ -1326,7 +1328,7 @@ class Scheduler:
             specs[m.group.key] = m.group
         effects = []
         for key, pods in parked.items():
-            if specs[key].ready_leaves(self._live_leaf_counts(key)) is None:
+            if specs[key].ready_leaves(self._live_leaf_counts(key, specs[key])) is None:
                 self.ledger.await_pods(specs[key])  # nudged by quorum_arrived once the rest exist
                 for pk in pods:
                     self.ledger.note_answer(pk, turned_away=True)
@@ -1334,9 +1336,10 @@ class Scheduler:
             effects += self._nudge_turned_away(key, "restart")  # the parked ones: PodScheduled=False
         return effects
 
-    def _live_leaf_counts(self, key: GroupKey) -> dict[str | None, int]:
-        """subgroup -> live members of the gang in the cache (None: the gang without subgroups)."""
-        counts: dict[str | None, int] = {}
+    def _live_leaf_counts(self, key: GroupKey, spec: GroupSpec) -> dict[str | None, int]:
+        """subgroup -> live members of the gang in the cache, and those that ran to completion (None:
+        the gang without subgroups)."""
+        counts = self.store.finished_counts(spec)
         for rec in self.store.group_members(key):
             if is_live(rec.obj):
                 leaf = self.store.membership(rec).subgroup
