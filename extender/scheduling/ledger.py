@@ -649,7 +649,7 @@ class GangLedger:
                 elif moved:
                     left = next((pk for pk in sorted(e.plan) if self._left(e, pk)), None)
                     if left is not None:
-                        self._discard(e, f"member {left} left the gang (its group changed)")
+                        self._discard(e, f"member {left} left the gang's plan (its group changed)")
             if event == "DELETED":
                 # A PodGroup deleted before its pods: their deletions then name no group, so
                 # _forget_if_empty cannot find the entry; forget every entry left with no member.
@@ -690,10 +690,12 @@ class GangLedger:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         if gone or (planned.uid and uid and uid != planned.uid):
             self._discard(e, f"member {pk} was deleted")
-        elif (now_in := self._gang_now(obj)) != e.key:
-            # its gang changed (a pod-group-name rewritten, say): the plan counted it toward a quorum it
-            # no longer makes up, and binding it with the rest would leave both gangs partial
-            self._discard(e, f"member {pk} left the gang (it is now {now_in or 'in no gang'})")
+        elif (now_in := self._place_now(obj)) != (e.key, planned.leaf):
+            # its gang (a pod-group-name rewritten, say) or its subgroup changed: the plan counted it
+            # toward a quorum it no longer makes up, and binding it with the rest would leave both
+            # partial
+            where = f"subgroup {now_in[1]}" if now_in[0] == e.key else (now_in[0] or "in no gang")
+            self._discard(e, f"member {pk} left the gang's plan (it is now {where})")
         elif node == planned.node:
             # bound by a bind this process no longer waits for (or by someone else, there): it counts
             # as bound where it is; the rest of the plan stands
@@ -707,12 +709,17 @@ class GangLedger:
     def _left(self, e: GangEntry, pk: PodKey) -> bool:
         """Whether a planned member (not in flight) is no longer in the gang whose plan holds it."""
         rec = self.store.pods.get(pk)
-        return rec is not None and pk not in e.releasing and self._gang_now(rec.obj) != e.key
+        if rec is None or pk in e.releasing:
+            return False
+        return self._place_now(rec.obj) != (e.key, e.plan[pk].leaf)
 
-    def _gang_now(self, pod: dict[str, Any]) -> GroupKey | None:
-        """The gang the store derives for the pod now; None when it is in none (waiting, invalid)."""
+    def _place_now(self, pod: dict[str, Any]) -> tuple[GroupKey | None, str | None]:
+        """The gang and leaf the store derives for the pod now; no gang when it is in none (it waits
+        for its group object, or is invalid)."""
         m = self.store.membership_of(pod)
-        return m.group.key if m.state is MembershipState.MEMBER and m.group is not None else None
+        if m.state is not MembershipState.MEMBER or m.group is None:
+            return None, None
+        return m.group.key, m.subgroup
 
     def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
         for pk in plan:

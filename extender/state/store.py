@@ -330,6 +330,7 @@ class ClusterStore:
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._finished_index: dict[GroupKey, set[PodKey]] = {}  # Succeeded members, by group
         self._pod_finished: dict[PodKey, GroupKey] = {}
+        self._finished_seen: dict[GroupKey, tuple[int, GroupSpec, dict[str | None, int]]] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
 
     # ----------------------------------------------------------------- feeding
@@ -735,7 +736,11 @@ class ClusterStore:
         """Members per leaf that ran to completion (Succeeded). A gang's quorum counts them as it counts
         bound ones (so does KAI's): a Job whose other pods finished is not short of its retried one.
         Counted from the pods the store holds, or, once the pod garbage collector deleted them, from
-        what their Jobs keep (`status.succeeded`), whichever is more."""
+        what their Jobs keep (`status.succeeded`), whichever is more. Kept until anything changes: a
+        filter call asks for its gang's more than once."""
+        hit = self._finished_seen.get(group.key)
+        if hit is not None and hit[0] == self.change_gen and hit[1] == group:
+            return dict(hit[2])
         self._fresh_index()
         by_pods: dict[str | None, int] = {}
         finished = [self.pods[k] for k in self._finished_index.get(group.key, ()) if k in self.pods]
@@ -752,9 +757,13 @@ class ClusterStore:
             n = _count((pg.get("status") or {}).get("succeeded"))
             if n > by_jobs.get(None, 0):
                 by_jobs[None] = n
-        return {
+        counts = {
             leaf: max(by_pods.get(leaf, 0), by_jobs.get(leaf, 0)) for leaf in by_pods.keys() | by_jobs.keys()
         }
+        if len(self._finished_seen) >= _REQUESTS_KEPT:
+            self._finished_seen.clear()
+        self._finished_seen[group.key] = (self.change_gen, group, counts)
+        return dict(counts)
 
     def _succeeded_by_jobs(self, namespace: str, members: Iterable[PodRecord]) -> dict[str | None, int]:
         """`status.succeeded` of the Jobs that own `members`, per leaf (a Job whose members sit in

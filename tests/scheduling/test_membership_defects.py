@@ -53,7 +53,7 @@ async def test_a_planned_pod_that_changes_gang_leaves_its_old_plan(make_service)
     assert "default/a-1" not in svc.plan("default/a")
     assert svc.scheduler.ledger.gang_of("default/a-1") is None
     assert "default/a-1" not in svc.store.reservations
-    assert "left the gang" in await asyncio.wait_for(waiting, 1)
+    assert "left the gang's plan (it is now default/b)" in await asyncio.wait_for(waiting, 1)
     # a-1 now plans with b; a waits for a second member again
     doc = await svc.filter("a-1")
     assert doc["NodeNames"], doc
@@ -166,4 +166,23 @@ async def test_a_plan_whose_podgroup_is_deleted_is_dropped(make_service):
     assert svc.plan("default/a") == {} and svc.store.reservations == {}
     assert "waiting for PodGroup default/a to exist" in await svc.bind("a-0", node)
     assert svc.node_of("a-0") is None and svc.node_of("a-1") is None
+    svc.check_invariants()
+
+
+async def test_a_planned_member_whose_subgroup_changes_drops_the_plan(make_service):
+    """Same gang, another leaf: the plan counted it toward its old subgroup's minMember."""
+    pg = make_kai_podgroup("t", subgroups=[{"name": "x", "minMember": 2}, {"name": "y", "minMember": 1}])
+    leaf = "kai.scheduler/subgroup-name"
+    objs = [*rack_cluster(), pg]
+    objs += [gang_pod(f"t-{i}", "t", cpu="2", labels={leaf: lf}) for i, lf in enumerate("xxy")]
+    svc = await make_service(objs)
+    node, reason = await svc.schedule("t-0")
+    assert node, reason
+    assert len(svc.plan("default/t")) == 3
+    moved = copy.deepcopy(svc.pod("t-1"))
+    moved["metadata"]["labels"][leaf] = "y"
+    svc.cluster.apply(moved)
+    assert svc.plan("default/t") == {} and svc.store.reservations == {}
+    doc = await svc.filter("t-0")  # x has one pod now: the gang waits
+    assert doc["NodeNames"] == []
     svc.check_invariants()

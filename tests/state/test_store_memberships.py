@@ -126,7 +126,9 @@ def test_finished_counts_follow_the_pods_then_the_jobs_status():
         store.upsert(pod)
     assert store.finished_counts(group) == {None: 1}
     assert [r.key for r in store.group_members(group.key)] == ["default/job-2"]  # live ones only
-    store.grouping_gen += 1  # the index is rebuilt from the pods
+    gen = store.grouping_gen
+    store.upsert(make_kai_podgroup("g", min_member=3))  # a grouping change: the index is rebuilt
+    assert store.grouping_gen > gen
     assert store.finished_counts(group) == {None: 1}
     store.remove(store.pods["default/job-0"].obj)  # the pod garbage collector
     assert store.finished_counts(group) == {}
