@@ -169,17 +169,18 @@ def derive_group(
 
 
 def _check_derived_tree(group: GroupSpec) -> None:
-    """A derived tree obeys the rules an external PodGroup's does (the kinds' own checks name the
-    workload's field first; this is what no workload may get past)."""
+    """A derived tree's names are unique and its parents known, as in an external PodGroup's (the
+    kinds' own checks name the workload's field first; this is what no workload may get past). Its
+    quorums are not held to the webhook's rules: a replicatedJob scaled to 0 replicas is a parent
+    without children, which counts as ready."""
     names: set[str] = set()
     for sg in group.subgroups:
         if sg.name in names:
             raise GroupingError("spec", f"the derived PodGroup {group.key} has subgroup {sg.name!r} twice")
         names.add(sg.name)
-    try:
-        _check_tree(list(group.subgroups), names)
-    except GroupingError as err:
-        raise GroupingError("spec", f"the derived PodGroup {group.key} is not a valid tree: {err}") from None
+    for sg in group.subgroups:
+        if sg.parent is not None and sg.parent not in names:
+            raise GroupingError("spec", f"the derived PodGroup {group.key} has no subgroup {sg.parent!r}")
 
 
 def _int_field(value: Any, field: str, *, default: int) -> int:

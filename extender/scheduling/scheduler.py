@@ -400,7 +400,7 @@ class Scheduler:
             # the gang's own reason (it says how long the backoff is), never a countdown: what the pod
             # is told must stand still while the gang does, or every retry would rewrite its siblings
             return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, entry.last_reason))
-        counts = self.store.finished_counts(group)  # they ran: the quorum counts them (defect 13)
+        counts = self.store.finished_counts(group)  # they ran: the quorum counts them as KAI does
         finished = sum(counts.values())
         for m in members:
             counts[m.leaf] = counts.get(m.leaf, 0) + 1

@@ -32,10 +32,18 @@ def test_a_derived_jobset_tree_with_colliding_subgroup_names_is_invalid(rjs, col
     assert err.value.field.startswith("spec.replicatedJobs[")
 
 
-def test_a_derived_jobset_tree_with_distinct_names_is_valid():
-    js = jobset([("a", 1, 2), ("b-replica-0", 1, 2)])
+@pytest.mark.parametrize(
+    "rjs",
+    [
+        [("a", 1, 2), ("b-replica-0", 1, 2)],
+        [("a", 0, 2), ("b", 1, 2)],  # scaled to no replicas: a parent without children
+    ],
+)
+def test_a_derived_jobset_tree_with_distinct_names_is_valid(rjs):
+    js = jobset(rjs)
     pods, lookup = pods_and_lookup(js)
-    assert {derive_membership(p, lookup).state for p in pods} == {MembershipState.MEMBER}
+    assert pods and {derive_membership(p, lookup).state for p in pods} == {MembershipState.MEMBER}
+    assert groups_for_workload(js, lookup)
 
 
 # -------------------------------------------------------------- 12: a derived PodGroup is its workload's
