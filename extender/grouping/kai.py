@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from extender.grouping.base import GroupingError
-from extender.grouping.owners import annotations, kind_of, labels, meta
+from extender.grouping.owners import annotations, controller_ref, kind_of, labels, meta
 from extender.model import labels as keys
 from extender.model.group import (
     GroupSpec,
@@ -59,6 +59,18 @@ def is_skip_podgrouper(obj: dict[str, Any]) -> bool:
 def is_managed(pg: dict[str, Any]) -> bool:
     """A PodGroup this service created and keeps (spec and status); any other is never written."""
     return labels(pg).get(keys.MANAGED_BY) == keys.MANAGER
+
+
+def derived_for(pg: dict[str, Any]) -> dict[str, Any] | None:
+    """The owner reference of the workload a PodGroup was derived for (ours, or KAI's podgrouper's:
+    owned by the workload and named `pg-<name>-<uid>` after it), or None for a PodGroup someone
+    created to be joined (the external PodGroup contract)."""
+    ref = controller_ref(pg)
+    if ref is None:
+        return None
+    if is_managed(pg) or meta(pg).get("name") == f"pg-{ref.get('name', '')}-{ref.get('uid', '')}":
+        return ref
+    return None
 
 
 def template_pod(top: dict[str, Any]) -> dict[str, Any]:
@@ -147,10 +159,28 @@ def derive_group(
     if group_kind == JOB:
         return _job_group(top, common)
     if group_kind == JOBSET:
-        return _jobset_group(top, common)
-    if group_kind == PYTORCHJOB:
-        return _pytorch_group(top, common)
-    return None
+        group = _jobset_group(top, common)
+    elif group_kind == PYTORCHJOB:
+        group = _pytorch_group(top, common)
+    else:
+        return None
+    _check_derived_tree(group)
+    return group
+
+
+def _check_derived_tree(group: GroupSpec) -> None:
+    """A derived tree's names are unique and its parents known, as in an external PodGroup's (the
+    kinds' own checks name the workload's field first; this is what no workload may get past). Its
+    quorums are not held to the webhook's rules: a replicatedJob scaled to 0 replicas is a parent
+    without children, which counts as ready."""
+    names: set[str] = set()
+    for sg in group.subgroups:
+        if sg.name in names:
+            raise GroupingError("spec", f"the derived PodGroup {group.key} has subgroup {sg.name!r} twice")
+        names.add(sg.name)
+    for sg in group.subgroups:
+        if sg.parent is not None and sg.parent not in names:
+            raise GroupingError("spec", f"the derived PodGroup {group.key} has no subgroup {sg.parent!r}")
 
 
 def _int_field(value: Any, field: str, *, default: int) -> int:
@@ -218,6 +248,7 @@ def _jobset_group(jobset: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
     else:
         root_min = len(rjs)
     subgroups: list[SubGroup] = []
+    made_by: dict[str, tuple[int, str]] = {}  # subgroup name -> (replicatedJob index, what it is of it)
     for i, rj in enumerate(rjs):
         name = str(rj["name"])
         replicas = rj_replicas(rj, i)
@@ -230,16 +261,36 @@ def _jobset_group(jobset: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
             leaf_min = min(_parse_positive(rj_anns[keys.BATCH_MIN_MEMBER], field), parallelism)
         leaf_topology = topology_from(rj_anns)
         subgroups.append(SubGroup(name=name, min_subgroup=replicas))
-        subgroups.extend(
-            SubGroup(name=f"{name}-replica-{j}", parent=name, min_member=leaf_min, topology=leaf_topology)
-            for j in range(replicas)
-        )
+        _claim_name(made_by, name, i, "its subgroup", rjs)
+        for j in range(replicas):
+            leaf = f"{name}-replica-{j}"
+            _claim_name(made_by, leaf, i, f"the subgroup of its replica {j}", rjs)
+            subgroups.append(SubGroup(name=leaf, parent=name, min_member=leaf_min, topology=leaf_topology))
     return GroupSpec(
         policy=Policy.GANG,
         min_subgroup=root_min,
         topology=topology_from(annotations(jobset)),
         subgroups=tuple(subgroups),
         **common,
+    )
+
+
+def _claim_name(
+    made_by: dict[str, tuple[int, str]], name: str, index: int, what: str, rjs: list[dict[str, Any]]
+) -> None:
+    """KAI names a replicatedJob's subgroups `<name>` and `<name>-replica-<j>`: two replicatedJobs
+    can make the same one (`a`'s replica 0 and a replicatedJob named `a-replica-0`), and pods of both
+    would then share a leaf the tree counts once."""
+    other = made_by.get(name)
+    if other is None:
+        made_by[name] = (index, what)
+        return
+    j, other_what = other
+    raise GroupingError(
+        f"spec.replicatedJobs[{index}].name",
+        f"replicatedJob {rjs[index]['name']!r} makes subgroup {name!r} ({what}), which replicatedJob "
+        f"{rjs[j]['name']!r} makes too ({other_what}); KAI names a replicatedJob's subgroups <name> and "
+        "<name>-replica-<index>: rename one of the replicatedJobs",
     )
 
 

@@ -5,7 +5,9 @@ Precedence for a pod (first that applies wins):
    owner, or an ownerless pod that already carries `pod-group-name`. The pod joins the
    `scheduling.run.ai` PodGroup its `pod-group-name` annotation names (missing: GROUP_MISSING, wait
    silently), at the leaf its `kai.scheduler/subgroup-name` label names (unknown: INVALID_SUBGROUP,
-   only this pod is rejected). A skipping pod without `pod-group-name` falls through to 2.
+   only this pod is rejected). A skipping pod without `pod-group-name` falls through to 2. A
+   PodGroup derived for a workload (ours or KAI's podgrouper's, `kai.derived_for`) takes only that
+   workload's pods: any other pod naming it is INVALID.
 2. `spec.schedulingGroup.podGroupName`: the scheduling.k8s.io PodGroup object of that name (any of
    the v1alpha2/v1alpha3/v1beta1 shapes). When it does not exist yet but the pod's JobSet has
    `spec.scheduling`, the group compiled from the JobSet (same name); otherwise GROUP_MISSING.
@@ -123,7 +125,7 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     skipping = any(kai.is_skip_podgrouper(o) for o in (pod, *chain.owners))
     ownerless = not (meta(pod).get("ownerReferences") or [])
     if pg_name and (skipping or ownerless):
-        return _external_kai(pod, ns, str(pg_name), lookup)
+        return _external_kai(chain, ns, str(pg_name), lookup)
 
     # 2. scheduling.k8s.io PodGroup named by the pod
     sg = (pod.get("spec") or {}).get("schedulingGroup")
@@ -221,11 +223,23 @@ def _compile_cached(jobset: dict[str, Any]) -> JobSetCompilation:
     return found
 
 
-def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
+def _external_kai(chain: OwnerChain, ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
+    pod = chain.pod
     obj = lookup.get(*kai.KAI_PODGROUP, ns, pg_name)
     if obj is None:
         return Membership(
             state=MembershipState.GROUP_MISSING, message=f"waiting for PodGroup {ns}/{pg_name} to exist"
+        )
+    workload = kai.derived_for(obj)
+    if workload is not None and not _owned_by(chain, workload):
+        # the gang of a PodGroup derived for a workload is that workload's pods (its key is theirs):
+        # a pod of anything else joining it would make up that workload's quorum
+        what = f"{workload.get('kind', '')} {ns}/{workload.get('name', '')}"
+        return Membership(
+            state=MembershipState.INVALID,
+            message=f"PodGroup {ns}/{pg_name} (named by {keys.POD_GROUP_NAME}) is the one derived for "
+            f"{what}, and pod {ns}/{meta(pod).get('name', '')} is not part of it: create a PodGroup of "
+            f"your own for pods of several workloads to share, and name it in {keys.POD_GROUP_NAME}",
         )
     group = kai.external_group(obj)
     # KAI: a pod without the label belongs to the subgroup "default"; a PodGroup without subgroups
@@ -239,6 +253,18 @@ def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLook
     return Membership(
         state=MembershipState.INVALID_SUBGROUP, group=group, message=invalid_subgroup_message(wanted, group)
     )
+
+
+def _owned_by(chain: OwnerChain, ref: dict[str, Any]) -> bool:
+    """Whether the object `ref` names is the pod itself or one of its owners."""
+    uid = ref.get("uid")
+    for obj in (chain.pod, *chain.owners):
+        if uid:
+            if meta(obj).get("uid") == uid:
+                return True
+        elif obj.get("kind") == ref.get("kind") and meta(obj).get("name") == ref.get("name"):
+            return True
+    return False
 
 
 def k8s_group(obj: dict[str, Any], lookup: ObjectLookup) -> GroupSpec:

@@ -105,7 +105,7 @@ class _View:
     spec: GroupSpec
     running: list[PodRecord]  # bound, live
     signals: list[_Signal]
-    healthy: dict[str | None, int]  # per leaf: running and not disrupted, or Succeeded
+    healthy: dict[str | None, int]  # per leaf: running and not disrupted, or finished (Succeeded)
     ever_bound: dict[str | None, int]  # per leaf: every member known to have been bound
 
 
@@ -291,10 +291,14 @@ class GangDisruption:
                 if cond is None:
                     healthy[leaf] = healthy.get(leaf, 0) + 1
         for obj in terminal:
-            leaf = self.store.membership_of(obj).subgroup
-            ever[leaf] = ever.get(leaf, 0) + 1
-            if (obj.get("status") or {}).get("phase") == "Succeeded":
-                healthy[leaf] = healthy.get(leaf, 0) + 1
+            if (obj.get("status") or {}).get("phase") != "Succeeded":  # those are counted below
+                leaf = self.store.membership_of(obj).subgroup
+                ever[leaf] = ever.get(leaf, 0) + 1
+        # members that ran to completion, also once the pod garbage collector deleted them (their
+        # Jobs keep the count): a finishing gang is not stale
+        for leaf, n in self.store.finished_counts(spec).items():
+            healthy[leaf] = healthy.get(leaf, 0) + n
+            ever[leaf] = ever.get(leaf, 0) + n
         # this service's own evictions are an incident's end; alone (a restart after the member that
         # started it is gone) they are all there is to go on
         foreign = [sig for sig in signals if not sig.own]

@@ -167,6 +167,7 @@ class GangLedger:
         self.gen = 0
         """Bumps when a preemption starts or ends or a no-fit is remembered: what the queue book reads
         of the ledger (victims leaving, gangs stuck) may have changed without a store change."""
+        self._grouping_seen = store.grouping_gen  # the grouping the plans' members were last checked at
         store.add_listener(self._on_change)
 
     # ================================================================= reads
@@ -199,8 +200,9 @@ class GangLedger:
         return max(0.0, e.backoff_until - self.clock())
 
     def bound_counts(self, group: GroupSpec) -> dict[str | None, int]:
-        """Bound members per leaf, counted in the cluster (and the API's confirmed binds)."""
-        counts: dict[str | None, int] = {}
+        """Bound members per leaf, counted in the cluster (and the API's confirmed binds); members
+        that ran to completion count as bound (`ClusterStore.finished_counts`)."""
+        counts = self.store.finished_counts(group)
         for rec in self.store.group_members(group.key):
             if (rec.node_name or rec.key in self.assumed) and is_live(rec.obj):
                 leaf = self.store.membership(rec).subgroup
@@ -689,12 +691,19 @@ class GangLedger:
                     if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
                         self._discard(e, f"planned node {name} was removed or cordoned")
         elif kind in GROUPING_KINDS:
+            # a status write leaves every gang as it was; only a grouping change can move a member
+            moved = self._grouping_seen != self.store.grouping_gen
+            self._grouping_seen = self.store.grouping_gen
             for e in list(self.gangs.values()):
                 if not e.plan or e.spec is None:
                     continue
                 fresh = self._current_spec(e.plan)
                 if fresh is not None and fresh != e.spec:
                     self._discard(e, "the group's definition changed")
+                elif moved:
+                    left = next((pk for pk in sorted(e.plan) if self._left(e, pk)), None)
+                    if left is not None:
+                        self._discard(e, f"member {left} left the gang's plan (its group changed)")
             if event == "DELETED":
                 # A PodGroup deleted before its pods: their deletions then name no group, so
                 # _forget_if_empty cannot find the entry; forget every entry left with no member.
@@ -735,6 +744,12 @@ class GangLedger:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         if gone or (planned.uid and uid and uid != planned.uid):
             self._discard(e, f"member {pk} was deleted")
+        elif (now_in := self._place_now(obj)) != (e.key, planned.leaf):
+            # its gang (a pod-group-name rewritten, say) or its subgroup changed: the plan counted it
+            # toward a quorum it no longer makes up, and binding it with the rest would leave both
+            # partial
+            where = f"subgroup {now_in[1]}" if now_in[0] == e.key else (now_in[0] or "in no gang")
+            self._discard(e, f"member {pk} left the gang's plan (it is now {where})")
         elif node == planned.node:
             # bound by a bind this process no longer waits for (or by someone else, there): it counts
             # as bound where it is; the rest of the plan stands
@@ -744,6 +759,21 @@ class GangLedger:
             # rest of the plan may lie in another domain than this member now does. The replan
             # counts it as bound and keeps the others with it
             self._discard(e, f"member {pk} was bound to {node}, not its planned {planned.node}")
+
+    def _left(self, e: GangEntry, pk: PodKey) -> bool:
+        """Whether a planned member (not in flight) is no longer in the gang whose plan holds it."""
+        rec = self.store.pods.get(pk)
+        if rec is None or pk in e.releasing:
+            return False
+        return self._place_now(rec.obj) != (e.key, e.plan[pk].leaf)
+
+    def _place_now(self, pod: dict[str, Any]) -> tuple[GroupKey | None, str | None]:
+        """The gang and leaf the store derives for the pod now; no gang when it is in none (it waits
+        for its group object, or is invalid)."""
+        m = self.store.membership_of(pod)
+        if m.state is not MembershipState.MEMBER or m.group is None:
+            return None, None
+        return m.group.key, m.subgroup
 
     def _current_spec(self, plan: Iterable[PodKey]) -> GroupSpec | None:
         for pk in plan:

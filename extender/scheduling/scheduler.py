@@ -402,7 +402,8 @@ class Scheduler:
             # the gang's own reason (it says how long the backoff is), never a countdown: what the pod
             # is told must stand still while the gang does, or every retry would rewrite its siblings
             return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, entry.last_reason))
-        counts: dict[str | None, int] = {}
+        counts = self.store.finished_counts(group)  # they ran: the quorum counts them as KAI does
+        finished = sum(counts.values())
         for m in members:
             counts[m.leaf] = counts.get(m.leaf, 0) + 1
         if quorum_bound:
@@ -421,7 +422,8 @@ class Scheduler:
             ready = group.ready_leaves(counts)
             if ready is None:
                 need = group.quorum_upper_bound()
-                reason = f"gang {group.key} waiting for pods: {len(members)} exist, {need} needed for quorum"
+                have = f"{len(members)} exist" + (f" and {finished} finished" if finished else "")
+                reason = f"gang {group.key} waiting for pods: {have}, {need} needed for quorum"
                 ledger.set_reason(group.key, reason)
                 self.told.counting(group.key, reason)
                 ledger.await_pods(group)
@@ -1072,6 +1074,11 @@ class Scheduler:
             return BindDecision(ARRIVAL_VERDICT[arrival], gang=entry.key, members=members)
         membership = self.store.membership(rec)
         group = membership.group
+        if membership.state is not MembershipState.MEMBER and not self._gated_natively(rec.obj):
+            # its filter passed while it was in a gang (a plan since dropped): waiting for a group, or
+            # invalid, it is nobody's to bind alone
+            why = membership.message or "it is in no gang"
+            return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {why}; not binding it")
         if (
             group is not None
             and group.is_gang()
@@ -1278,7 +1285,7 @@ class Scheduler:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
         for key, spec in list(self.ledger.short_of_pods.items()):
-            counts = self._live_leaf_counts(key)
+            counts = self._live_leaf_counts(key, spec)
             if counts and spec.ready_leaves(counts) is None:
                 continue  # still short: keep watching
             self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
@@ -1454,7 +1461,7 @@ class Scheduler:
             specs[m.group.key] = m.group
         effects = []
         for key, pods in parked.items():
-            if specs[key].ready_leaves(self._live_leaf_counts(key)) is None:
+            if specs[key].ready_leaves(self._live_leaf_counts(key, specs[key])) is None:
                 self.ledger.await_pods(specs[key])  # nudged by quorum_arrived once the rest exist
                 for pk in pods:
                     self.ledger.note_answer(pk, turned_away=True)
@@ -1462,9 +1469,10 @@ class Scheduler:
             effects += self._nudge_turned_away(key, "restart")  # the parked ones: PodScheduled=False
         return effects
 
-    def _live_leaf_counts(self, key: GroupKey) -> dict[str | None, int]:
-        """subgroup -> live members of the gang in the cache (None: the gang without subgroups)."""
-        counts: dict[str | None, int] = {}
+    def _live_leaf_counts(self, key: GroupKey, spec: GroupSpec) -> dict[str | None, int]:
+        """subgroup -> live members of the gang in the cache, and those that ran to completion (None:
+        the gang without subgroups)."""
+        counts = self.store.finished_counts(spec)
         for rec in self.store.group_members(key):
             if is_live(rec.obj):
                 leaf = self.store.membership(rec).subgroup

@@ -12,7 +12,9 @@ It owns:
   for a name no node offers adds nothing: it fits nowhere (`request_vector` reports it). When a
   column appears, bound pods and holds that ask for it are charged in it at once;
 - each pod's gang membership, derived lazily and re-derived when workloads or group objects change;
-  a group of one (a plain pod) is derived on demand and neither kept nor indexed.
+  a group of one (a plain pod) is derived on demand and neither kept nor indexed. Live members and
+  Succeeded ones are indexed apart: the latter only count toward quorum (`finished_counts`, which
+  reads the Jobs' and PodGroups' `status.succeeded` for members already deleted).
 
 It does no I/O and never awaits; sources call `upsert`/`remove`, and after a (re)list `remove` what
 `unlisted` names.
@@ -30,8 +32,9 @@ import numpy as np
 import orjson
 
 from extender import grouping
+from extender.grouping.owners import controller_ref
 from extender.model import nodematch, podaffinity, resources
-from extender.model.group import Membership, MembershipState, Source
+from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.placement import NameIndex, index_names, rows_of_names
 from extender.placement.layout import ClusterArrays
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 Kind = tuple[str, str]  # (API group, kind)
 NODE: Kind = ("", "Node")
 POD: Kind = ("", "Pod")
+JOB: Kind = ("batch", "Job")
 # Kinds whose change can alter a pod's gang; any of them bumps the grouping generation.
 GROUPING_KINDS = frozenset(
     {
@@ -76,6 +80,11 @@ def is_live(pod: dict[str, Any]) -> bool:
     if is_terminal(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return not (pod.get("spec") or {}).get("schedulingGates")
+
+
+def _count(value: Any) -> int:
+    """A status counter as the API keeps it; 0 when absent or malformed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 _ABSENT: Any = object()  # a field the pod does not have (None is a value a field may hold)
@@ -240,6 +249,11 @@ class PodRecord:
         return (status or {}).get("phase") in ("Succeeded", "Failed")
 
     @property
+    def succeeded(self) -> bool:
+        status = (self._whole if self._whole is not None else self._top).get("status")
+        return (status or {}).get("phase") == "Succeeded"
+
+    @property
     def live(self) -> bool:
         """is_live(obj), without building it: the loops over every pod (preemption) ask it first."""
         if self._whole is not None or self._built is not None:
@@ -314,6 +328,9 @@ class ClusterStore:
         self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
+        self._finished_index: dict[GroupKey, set[PodKey]] = {}  # Succeeded members, by group
+        self._pod_finished: dict[PodKey, GroupKey] = {}
+        self._finished_seen: dict[GroupKey, tuple[int, GroupSpec, dict[str | None, int]]] = {}
         self._group_index_gen = -1  # grouping_gen the index was built at
 
     # ----------------------------------------------------------------- feeding
@@ -698,17 +715,78 @@ class ClusterStore:
 
         The index is rebuilt only when a grouping object changed; pod events keep it current.
         """
-        if self._group_index_gen != self.grouping_gen:
-            self._group_index = {}
-            self._pod_group = {}
-            self._group_index_gen = self.grouping_gen
-            for rec in self.pods.values():
-                self._index_pod(rec, rec.obj)
+        self._fresh_index()
         keys: Iterable[PodKey] = self._group_index.get(group, ())
         single = self._single_member(group)
         if single is not None and single not in keys:
             keys = (*keys, single)
         return [self.pods[k] for k in sorted(keys) if k in self.pods]
+
+    def _fresh_index(self) -> None:
+        if self._group_index_gen != self.grouping_gen:
+            self._group_index = {}
+            self._pod_group = {}
+            self._finished_index = {}
+            self._pod_finished = {}
+            self._group_index_gen = self.grouping_gen
+            for rec in self.pods.values():
+                self._index_pod(rec, rec.obj)
+
+    def finished_counts(self, group: GroupSpec) -> dict[str | None, int]:
+        """Members per leaf that ran to completion (Succeeded). A gang's quorum counts them as it counts
+        bound ones (so does KAI's): a Job whose other pods finished is not short of its retried one.
+        Counted from the pods the store holds, or, once the pod garbage collector deleted them, from
+        what their Jobs keep (`status.succeeded`), whichever is more. Kept until anything changes: a
+        filter call asks for its gang's more than once."""
+        hit = self._finished_seen.get(group.key)
+        if hit is not None and hit[0] == self.change_gen and hit[1] == group:
+            return dict(hit[2])
+        self._fresh_index()
+        by_pods: dict[str | None, int] = {}
+        finished = [self.pods[k] for k in self._finished_index.get(group.key, ()) if k in self.pods]
+        for rec in finished:
+            leaf = self.membership(rec).subgroup
+            by_pods[leaf] = by_pods.get(leaf, 0) + 1
+        by_jobs = self._succeeded_by_jobs(
+            group.namespace,
+            [*(self.pods[k] for k in self._group_index.get(group.key, ()) if k in self.pods), *finished],
+        )
+        if group.source is Source.KAI_PODGROUP and not group.subgroups:
+            # an external PodGroup's own count (KAI's scheduler keeps it), for pods no Job owns
+            pg = self.get("scheduling.run.ai", "PodGroup", group.namespace, group.name) or {}
+            n = _count((pg.get("status") or {}).get("succeeded"))
+            if n > by_jobs.get(None, 0):
+                by_jobs[None] = n
+        counts = {
+            leaf: max(by_pods.get(leaf, 0), by_jobs.get(leaf, 0)) for leaf in by_pods.keys() | by_jobs.keys()
+        }
+        if len(self._finished_seen) >= _REQUESTS_KEPT:
+            self._finished_seen.clear()
+        self._finished_seen[group.key] = (self.change_gen, group, counts)
+        return dict(counts)
+
+    def _succeeded_by_jobs(self, namespace: str, members: Iterable[PodRecord]) -> dict[str | None, int]:
+        """`status.succeeded` of the Jobs that own `members`, per leaf (a Job whose members sit in
+        several leaves cannot say which of them its finished pods were in: it is left out)."""
+        leaf_of: dict[tuple[str, str], str | None] = {}
+        split: set[tuple[str, str]] = set()
+        for rec in members:
+            ref = controller_ref(rec.obj)
+            if ref is None or (api_group(str(ref.get("apiVersion", ""))), ref.get("kind")) != JOB:
+                continue
+            job = (str(ref.get("name", "")), str(ref.get("uid", "")))
+            leaf = self.membership(rec).subgroup
+            if leaf_of.setdefault(job, leaf) != leaf:
+                split.add(job)
+        out: dict[str | None, int] = {}
+        for (name, uid), leaf in leaf_of.items():
+            obj = self.get(*JOB, namespace, name)
+            if (name, uid) in split or obj is None or (uid and (obj.get("metadata") or {}).get("uid") != uid):
+                continue
+            n = _count((obj.get("status") or {}).get("succeeded"))
+            if n:
+                out[leaf] = out.get(leaf, 0) + n
+        return out
 
     def _single_member(self, group: GroupKey) -> PodKey | None:
         """The pod whose group of one is `group`: groups of one are not indexed (a set per plain pod)."""
@@ -726,19 +804,29 @@ class ClusterStore:
     def _index_pod(self, rec: PodRecord, pod: dict[str, Any]) -> None:
         """Index `rec` by its group; `pod` is its mapping (rec.obj, or the one it was kept from)."""
         self._unindex_pod(rec.key)
-        if rec.terminal or self.is_plain(pod):
+        if (rec.terminal and not rec.succeeded) or self.is_plain(pod):
             return
         m = self.membership(rec)
+        if rec.terminal:  # Succeeded: it counts toward its gang's quorum (finished_counts)
+            if m.state is MembershipState.MEMBER and m.group is not None:
+                if m.group.source is not Source.SINGLE_POD:
+                    self._finished_index.setdefault(m.group.key, set()).add(rec.key)
+                    self._pod_finished[rec.key] = m.group.key
+            return
         group = m.group if m.state is MembershipState.MEMBER else None
         if group is not None and group.source is not Source.SINGLE_POD:  # groups of one: _single_member
             self._group_index.setdefault(group.key, set()).add(rec.key)
             self._pod_group[rec.key] = group.key
 
     def _unindex_pod(self, key: PodKey) -> None:
-        group = self._pod_group.pop(key, None)
-        if group is not None:
-            members = self._group_index.get(group)
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self._group_index[group]
+        for pod_group, index in (
+            (self._pod_group, self._group_index),
+            (self._pod_finished, self._finished_index),
+        ):
+            group = pod_group.pop(key, None)
+            if group is not None:
+                members = index.get(group)
+                if members is not None:
+                    members.discard(key)
+                    if not members:
+                        del index[group]

@@ -494,3 +494,52 @@ def test_survivors_and_replacements_within_one_second_are_told_apart():
     w.clocks.advance(RETRY_S + 1)
     assert w.decide() == []  # our own evictions start no incident of their own
     assert w.running("x") == ["x-2b"]
+
+
+# ------------------------------------------------------------------ finished members the pod GC deleted
+def training_job(parallelism: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "default",
+            "uid": "train-uid",
+            "annotations": {"kai.scheduler/batch-min-member": str(parallelism)},
+        },
+        "spec": {"parallelism": parallelism, "completions": parallelism, "template": {"spec": {}}},
+        "status": {"active": parallelism},
+    }
+
+
+@pytest.mark.parametrize(
+    ("succeeded", "evicted"),
+    [
+        (3, []),  # the Job keeps the count: a finishing Job is not stale
+        (0, ["train-3"]),  # nothing says they finished: 1 of 4 running is stale
+    ],
+)
+def test_succeeded_members_the_pod_gc_deleted_still_count_for_the_stale_rule(succeeded, evicted):
+    job = training_job(4)
+    pods = []
+    for i in range(4):
+        pod = make_pod(f"train-{i}", owner=job, node=f"n{i}")
+        pod["metadata"]["creationTimestamp"] = stamp(T0 - 300)
+        pod["status"] = {"phase": "Running"}
+        pods.append(pod)
+    w = World([job, *pods], grace_s=60)
+    assert w.decide() == []
+    for i in range(3):
+        w.finish(f"train-{i}", "Succeeded")
+    assert w.decide() == []
+    for i in range(3):
+        w.remove(f"train-{i}")  # the pod garbage collector
+    job = copy.deepcopy(w.cluster.get("batch", "Job", "default", "train"))
+    job["status"] = {"active": 1, "succeeded": succeeded}
+    w.cluster.apply(job)
+    w.decide()
+    w.clocks.advance(120)
+    found = w.decide()
+    assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == evicted
+    if evicted:
+        assert found[0].why is Why.STALE

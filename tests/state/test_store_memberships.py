@@ -112,3 +112,36 @@ def test_a_synced_cluster_of_plain_pods_keeps_no_membership_nor_index_entry():
     assert store.membership(members[0]).group.source is Source.SINGLE_POD
     assert all(rec.membership is None for rec in store.pods.values())
     assert store._group_index == {} and store._pod_group == {}
+
+
+def test_finished_counts_follow_the_pods_then_the_jobs_status():
+    """Succeeded members count per leaf as the pods say, and once they are deleted as their Job keeps
+    it; failed ones never count; an index rebuild (a grouping change) gives the same answer."""
+    store = _store([make_pod(f"job-{i}", owner=JOB) for i in range(3)])
+    group = store.membership(store.pods["default/job-0"]).group
+    assert store.finished_counts(group) == {}
+    for name, phase in (("job-0", "Succeeded"), ("job-1", "Failed")):
+        pod = make_pod(name, owner=JOB, node="n1")
+        pod["status"] = {"phase": phase}
+        store.upsert(pod)
+    assert store.finished_counts(group) == {None: 1}
+    assert [r.key for r in store.group_members(group.key)] == ["default/job-2"]  # live ones only
+    gen = store.grouping_gen
+    store.upsert(make_kai_podgroup("g", min_member=3))  # a grouping change: the index is rebuilt
+    assert store.grouping_gen > gen
+    assert store.finished_counts(group) == {None: 1}
+    store.remove(store.pods["default/job-0"].obj)  # the pod garbage collector
+    assert store.finished_counts(group) == {}
+    store.upsert({**JOB, "status": {"succeeded": 2, "failed": 1}})
+    assert store.finished_counts(group) == {None: 2}
+    recreated = {**JOB, "metadata": {**JOB["metadata"], "uid": "job-2"}, "status": {"succeeded": 5}}
+    store.upsert(recreated)  # another Job under the name: not the one the pods belong to
+    assert store.finished_counts(group) == {}
+
+
+def test_an_external_podgroups_own_succeeded_count_is_read():
+    store = _store([gang_pod("g-0", "g")])
+    group = store.membership(store.pods["default/g-0"]).group
+    assert store.finished_counts(group) == {}
+    store.upsert({**make_kai_podgroup("g", min_member=2), "status": {"succeeded": 1, "running": 0}})
+    assert store.finished_counts(group) == {None: 1}
