@@ -62,3 +62,16 @@ def test_a_built_kubectl_is_used_without_building_again(
     assert kubectl_binary() == str(built)
     script.write_text("exit 1\n")  # a second build would fail
     assert kubectl_binary() == str(built)
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)], ids=["ci", "local"]
+)
+def test_an_unbuildable_kubectl_fails_under_ci_and_skips_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ci: str, outcome: type[BaseException]
+) -> None:
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setenv("GANG_EXTENDER_CP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(start, "KUBECTL_BUILD_SCRIPT", fake_build(tmp_path, "echo 'no Go here' >&2; exit 3"))
+    with pytest.raises(outcome, match=r"kubectl is unavailable: kubectl build failed \(exit 3\): no Go here"):
+        kubectl_or_skip()
