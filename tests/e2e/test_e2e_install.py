@@ -17,14 +17,22 @@ from typing import Any
 import pytest
 import yaml
 from conftest import Cluster
-from controlplane.start import INSTALL_NAMESPACE, REPO, Api, ControlPlane, kustomize, wait_until
+from controlplane.start import (
+    INSTALL_NAMESPACE,
+    REPO,
+    Api,
+    ControlPlane,
+    kubectl_or_skip,
+    kustomize,
+    wait_until,
+)
 
 MANIFESTS = REPO / "manifests"
 
 
 def kubectl(plane: ControlPlane, *args: str, objs: list[dict[str, Any]]) -> str:
     done = subprocess.run(
-        ["kubectl", "--kubeconfig", plane.kubeconfig, *args, "-f", "-"],
+        [kubectl_or_skip(), "--kubeconfig", plane.kubeconfig, *args, "-f", "-"],
         input=yaml.safe_dump_all(objs),
         capture_output=True,
         text=True,

@@ -1,9 +1,10 @@
 """The kind tier: the shipped image and manifests in a kind cluster, with a gang scheduled through them.
 
-Runs only where `kind`, `kubectl` and a docker daemon are present; skipped with a one-line reason
-otherwise. It builds the image from the Dockerfile, creates the cluster from manifests/kind-config.yaml,
-applies the test CRDs and the kustomize base (the kube-scheduler image is the one the kind node already
-runs), then checks a rack-constrained Job gang binds whole inside one rack.
+Runs only where `kind` and a docker daemon are present (kubectl is the tier's pinned build, see
+controlplane/start.py kubectl_binary); skipped with a one-line reason otherwise. It builds the image
+from the Dockerfile, creates the cluster from manifests/kind-config.yaml, applies the test CRDs and the
+kustomize base (the kube-scheduler image is the one the kind node already runs), then checks a
+rack-constrained Job gang binds whole inside one rack.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.start import SCHEDULER_NAME, kustomize, wait_until
+from controlplane.start import SCHEDULER_NAME, kubectl_or_skip, kustomize, wait_until
 
 from extender.model import labels as keys
 from extender.sim.cluster import topology
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.e2e
 
 
 def kind_missing() -> str | None:
-    for tool in ("kind", "kubectl", "docker"):
+    for tool in ("kind", "docker"):
         if not shutil.which(tool):
             return f"kind tier needs {tool} on PATH"
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
@@ -47,11 +48,12 @@ def run(*argv: str, stdin: str | None = None) -> str:
 
 
 class Kubectl:
-    def __init__(self, context: str) -> None:
+    def __init__(self, context: str, binary: str) -> None:
         self.context = context
+        self.binary = binary
 
     def __call__(self, *args: str, stdin: str | None = None) -> str:
-        return run("kubectl", "--context", self.context, *args, stdin=stdin)
+        return run(self.binary, "--context", self.context, *args, stdin=stdin)
 
     def get(self, *args: str) -> Any:
         return json.loads(self("get", "-o", "json", *args))
@@ -65,12 +67,13 @@ def kubectl() -> Iterator[Kubectl]:
     reason = kind_missing()
     if reason:
         pytest.skip(reason)
+    binary = kubectl_or_skip()  # before any cluster exists, so a skip leaves nothing behind
     run("docker", "build", "-t", IMAGE, str(REPO))
     created = CLUSTER not in run("kind", "get", "clusters").split()
     if created:
         run("kind", "create", "cluster", "--name", CLUSTER, "--config", str(MANIFESTS / "kind-config.yaml"))
     run("kind", "load", "docker-image", IMAGE, "--name", CLUSTER)
-    k = Kubectl(f"kind-{CLUSTER}")
+    k = Kubectl(f"kind-{CLUSTER}", binary)
     try:
         k("apply", "-f", str(REPO / "tests" / "e2e" / "crds"))
         k("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")

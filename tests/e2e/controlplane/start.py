@@ -2,9 +2,10 @@
 client for tests.
 
 Owns: finding the binaries (1.20.2 built once per machine by build.sh; 1.36.2 unpacked from the
-repository's sibling `shared/k8s-1.36/` and checked against its sha256), one directory per version
-under one cache root; starting etcd, kube-apiserver, kube-controller-manager, the service and
-kube-scheduler as child processes with each version's flags; the kubeconfig; the shipped scheduler
+repository's sibling `shared/k8s-1.36/` and checked against its sha256; kubectl built once per
+machine from the module in kubectl/ by kubectl-build.sh), one directory per version under one cache
+root; starting etcd, kube-apiserver, kube-controller-manager, the service and kube-scheduler as
+child processes with each version's flags; the kubeconfig; the shipped scheduler
 configuration (read as it is by 1.36, converted v1 -> v1beta1 for 1.20); fake nodes. Recipes and
 traps: shared/docs/real-control-plane.md and shared/k8s-1.36/README.md.
 
@@ -42,6 +43,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "tests" / "e2e" / "crds"  # test-only stand-ins for the CRDs of KAI, JobSet and Kubeflow
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
+# kubectl is built from its modules (pinned by kubectl/go.mod and go.sum), never taken from PATH.
+KUBECTL_MODULE = Path(__file__).resolve().parent / "kubectl"
+KUBECTL_BUILD_SCRIPT = Path(__file__).resolve().parent / "kubectl-build.sh"
 TOKEN = "test-token"
 INSTALL = REPO / "manifests" / "base"
 INSTALL_NAMESPACE = "kube-system"  # the base's kustomization.yaml `namespace:`
@@ -209,6 +213,54 @@ def _unpack_136(source: Path | None = None) -> dict[str, str]:
     return got
 
 
+def kubectl_version() -> str:
+    """The Kubernetes version of the pinned kubectl: k8s.io/kubectl v0.X.Y in its go.mod is 1.X.Y."""
+    for line in (KUBECTL_MODULE / "go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "k8s.io/kubectl" and words[1].startswith("v0."):
+            return "1." + words[1].removeprefix("v0.")
+    raise PlaneUnavailable(f"{KUBECTL_MODULE / 'go.mod'} requires no k8s.io/kubectl v0.X.Y")
+
+
+def kubectl_binary() -> str:
+    """Path of the pinned kubectl, built once per machine into `kubectl-<version>/bin` under the cache
+    root by kubectl-build.sh, or PlaneUnavailable with the build's last error line."""
+    cache = cache_root() / f"kubectl-{kubectl_version()}"
+    binary = cache / "bin" / "kubectl"
+    if os.access(binary, os.X_OK):
+        return str(binary)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        lock_file = open(cache / ".build.lock", "w")
+    except OSError as exc:
+        raise PlaneUnavailable(f"cannot write the kubectl cache {cache}: {exc}") from exc
+    # One build per machine even when several test sessions start at once.
+    with lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if not os.access(binary, os.X_OK):
+            run = subprocess.run(
+                ["bash", str(KUBECTL_BUILD_SCRIPT), str(cache)], capture_output=True, text=True
+            )
+            if run.returncode != 0:
+                tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise PlaneUnavailable(f"kubectl build failed (exit {run.returncode}): {tail[0]}")
+    if not os.access(binary, os.X_OK):
+        raise PlaneUnavailable(f"kubectl build finished but {binary} is missing")
+    return str(binary)
+
+
+def kubectl_or_skip() -> str:
+    """kubectl_binary() for a test: skip with the one-line reason, or fail under CI=true."""
+    import pytest
+
+    try:
+        return kubectl_binary()
+    except PlaneUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and kubectl is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"kubectl is unavailable: {exc}")
+
+
 class Api:
     """A minimal synchronous JSON client for test set-up and assertions (token auth, TLS unverified)."""
 
@@ -300,14 +352,10 @@ def collection_path(obj: dict[str, Any], plural: str | None = None) -> str:
 
 
 def kustomize(path: Path) -> list[dict[str, Any]]:
-    """`kubectl kustomize path`, parsed. pytest.skip without kubectl, pytest.fail under CI=true."""
-    import pytest
-
-    if shutil.which("kubectl") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true and kubectl (with its kustomize) is not on PATH", pytrace=False)
-        pytest.skip("kubectl is not on PATH")
-    done = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=60)
+    """`kubectl kustomize path` with the pinned kubectl, parsed. pytest.skip when kubectl cannot be
+    built here, pytest.fail under CI=true."""
+    kubectl = kubectl_or_skip()
+    done = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"kubectl kustomize {path}: {done.stderr.strip()}"
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
