@@ -234,7 +234,7 @@ def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLook
     if not group.subgroups:
         if wanted == DEFAULT_SUBGROUP:
             return Membership(state=MembershipState.MEMBER, group=group)
-    elif wanted in {s.name for s in group.leaves()}:
+    elif wanted in group.leaf_names:
         return Membership(state=MembershipState.MEMBER, group=group, subgroup=wanted)
     return Membership(
         state=MembershipState.INVALID_SUBGROUP, group=group, message=invalid_subgroup_message(wanted, group)

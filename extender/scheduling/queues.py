@@ -201,11 +201,13 @@ def fair_shares(
     """queue -> resource -> fair share. `requested` is per queue with its descendants' included."""
     out: dict[str, dict[str, int]] = {name: {} for name in tree.queues}
     for resource in TRACKED:
-
-        def split(parent: str | None, amount: int, resource: str = resource) -> None:
-            kids = tree.children.get(parent, ())
+        # each level is divided once its parent's share is known: a stack, never recursion (a
+        # chain of parent queues may be deeper than the interpreter's stack)
+        pending: list[tuple[str | None, int]] = [(None, capacity.get(resource, 0))]
+        while pending:
+            parent, amount = pending.pop()
             claims = []
-            for name in kids:
+            for name in tree.children.get(parent, ()):
                 q = tree.queues[name]
                 r = q.resource(resource)
                 claims.append(
@@ -220,9 +222,7 @@ def fair_shares(
                 )
             for name, share in divide(amount, claims).items():
                 out[name][resource] = share
-                split(name, share)
-
-        split(None, capacity.get(resource, 0))
+                pending.append((name, share))
     return out
 
 
