@@ -17,7 +17,10 @@ A malformed workload yields INVALID with a message naming the field; nothing her
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from extender.grouping import kai
 from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
@@ -41,6 +44,7 @@ from extender.model import labels as keys
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import api_group, group_key
 
+T = TypeVar("T")
 K8S_PODGROUP = ("scheduling.k8s.io", "PodGroup")
 K8S_WORKLOAD = ("scheduling.k8s.io", "Workload")
 POD = ("", "Pod")
@@ -166,7 +170,7 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
         compiled = _jobset_compiled(chain)
         return Membership(state=MembershipState.MEMBER, group=compiled)
     if top is not pod:
-        group = kai.derive_group(top, owners=chain.owners, pod=pod)
+        group = _derived_cached(top, chain.owners, pod)
         if group is not None:
             leaf = kai.leaf_for_pod(group, top, (pod, *chain.owners))
             return Membership(state=MembershipState.MEMBER, group=group, subgroup=leaf)
@@ -201,24 +205,68 @@ def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
     return next(g for g in compilation.groups if g.key == key)
 
 
-_COMPILED: dict[tuple[str, str], JobSetCompilation] = {}
-_COMPILED_MAX = 512
-
-
 def _compile_cached(jobset: dict[str, Any]) -> JobSetCompilation:
     """compile_jobset, once per JobSet version: every pod of a 4096-pod JobSet asks for the same one."""
-    m = meta(jobset)
+    return _versioned("jobset", jobset, None, lambda: compile_jobset(jobset))
+
+
+_KEPT: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], Any]] = OrderedDict()
+_KEPT_WEIGHT = 200_000
+"""Subgroups the kept trees hold, all together (the least recently asked go first): a gang's pods
+hold their own tree, so this only bounds what workloads whose pods are gone keep."""
+_kept_weight = 0
+
+
+def _weight(found: Any) -> int:
+    return 1 + (len(found.subgroups) if isinstance(found, GroupSpec) else 0)
+
+
+def _versioned(tag: str, obj: dict[str, Any], extra: Any, build: Callable[[], T]) -> T:
+    """build(), once per version of `obj` and `extra`: every pod of a workload asks for the same tree,
+    and building it costs the workload's size. A version is the object itself (the cache keeps it,
+    so its id is not reused) with its uid and resourceVersion: a relist's copy is built once again,
+    and two clusters whose objects share uids and versions (simulations) never share a tree. An
+    invalid one is kept too (its field and message), so each of its pods is refused without building
+    it again. An object without a version (a manifest file) is built each time."""
+    global _kept_weight
+    m = meta(obj)
     uid, rv = m.get("uid"), m.get("resourceVersion")
     if not uid or not rv:
-        return compile_jobset(jobset)
-    key = (str(uid), str(rv))
-    found = _COMPILED.get(key)
-    if found is None:
-        found = compile_jobset(jobset)  # raises GroupingError for an invalid spec: nothing cached
-        if len(_COMPILED) >= _COMPILED_MAX:
-            _COMPILED.clear()
-        _COMPILED[key] = found
+        return build()
+    key = (tag, id(obj), str(uid), str(rv), extra)
+    entry = _KEPT.get(key)
+    if entry is not None and entry[0] is obj:
+        _KEPT.move_to_end(key)
+        found = entry[1]
+    else:
+        try:
+            found = build()
+        except GroupingError as err:
+            found = _Invalid(err.field, err.message)
+        _KEPT[key] = (obj, found)
+        _kept_weight += _weight(found)
+        while _kept_weight > _KEPT_WEIGHT and len(_KEPT) > 1:
+            _kept_weight -= _weight(_KEPT.popitem(last=False)[1][1])
+    if isinstance(found, _Invalid):
+        raise GroupingError(found.field, found.message)
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class _Invalid:
+    """A kept refusal: the field and message of the GroupingError that building raised."""
+
+    field: str
+    message: str
+
+
+def _derived_cached(
+    top: dict[str, Any], owners: tuple[dict[str, Any], ...], pod: dict[str, Any]
+) -> GroupSpec | None:
+    """kai.derive_group, once per version of the top owner: the tree depends on it alone, and a pod
+    adds only its queue and priority class (the same for a workload's pods, or a few variants)."""
+    extra = (kai.resolve_queue(top, pod), kai.resolve_priority_class(owners, pod))
+    return _versioned("kai", top, extra, lambda: kai.derive_group(top, owners=owners, pod=pod))
 
 
 def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
@@ -227,7 +275,7 @@ def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLook
         return Membership(
             state=MembershipState.GROUP_MISSING, message=f"waiting for PodGroup {ns}/{pg_name} to exist"
         )
-    group = kai.external_group(obj)
+    group = cast(GroupSpec, _versioned("kai-podgroup", obj, None, lambda: kai.external_group(obj)))
     # KAI: a pod without the label belongs to the subgroup "default"; a PodGroup without subgroups
     # is one pod set of that name; only leaves take pods; any other name is the contract's error
     wanted = labels(pod).get(keys.SUBGROUP_NAME) or DEFAULT_SUBGROUP

@@ -327,16 +327,16 @@ class _GroupTally:
 
 
 class QueueBook:
-    """Each queue's usage, kept current pod by pod: a pod event, a hold made or dropped, or a grouping
-    change (which re-derives every pod) updates only what moved, so a snapshot costs the number of
-    queues and waiting gangs, not the number of pods."""
+    """Each queue's usage, kept current pod by pod: a pod event, a hold made or dropped, or a change to
+    a workload or group object (which the store reports for the pods that read it) updates only what
+    moved, so a snapshot costs the number of queues and waiting gangs, not the number of pods."""
 
     def __init__(self, store: ClusterStore, default_queue: str) -> None:
         self.store = store
         self.default_queue = default_queue
         self._shares: dict[PodKey, _PodShare] = {}
         self._dirty: set[PodKey] = set()
-        self._grouping_gen = -1
+        self._counted = False
         self._held: set[PodKey] = set()
         self.own_allocated: dict[str, dict[str, int]] = {}
         self.own_pending: dict[str, dict[str, int]] = {}
@@ -346,22 +346,28 @@ class QueueBook:
         """Whether queues are in use (the last snapshot found Queue objects): until they are, pod events
         are not recorded, and the first snapshot with queues counts every pod afresh."""
         store.add_listener(self._on_change)
+        store.add_regroup_listener(self._regrouped)
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         if kind == POD and self.tracking:
             self._dirty.add(PodKey(object_key(obj)))
 
+    def _regrouped(self, pod: PodKey) -> None:
+        """A workload or group object the pod's membership read changed: its gang or queue may have."""
+        if self.tracking:
+            self._dirty.add(pod)
+
     def _forget(self) -> None:
         self.tracking = False
         self._shares, self._dirty, self._held = {}, set(), set()
-        self._grouping_gen = -1
+        self._counted = False
         self.own_allocated, self.own_pending, self.groups, self.pods_by_queue = {}, {}, {}, {}
 
     def refresh(self) -> None:
         store = self.store
-        if store.grouping_gen != self._grouping_gen:
-            self._grouping_gen = store.grouping_gen
-            self._dirty |= set(self._shares) | set(store.pods)
+        if not self._counted:  # the first refresh since queues came into use counts every pod
+            self._counted = True
+            self._dirty |= set(store.pods)
         held = {pk for pk in store.reservations if pk in store.pods}
         self._dirty |= held ^ self._held
         self._held = held
