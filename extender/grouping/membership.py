@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from extender.grouping import kai
-from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
+from extender.grouping.base import GroupingError, ListLookup, ObjectLookup, version_of
 from extender.grouping.jobset_scheduling import (
     JobSetCompilation,
     compile_jobset,
@@ -142,7 +142,7 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
                 state=MembershipState.GROUP_MISSING,
                 message=f"JobSet {ns}/{meta(chain.top).get('name')} is suspended: it has no PodGroups",
             )
-        compiled = _jobset_compiled(chain)
+        compiled = _jobset_compiled(chain, lookup)
         if compiled is not None and compiled.key == group_key(ns, str(k8s_name)):
             return Membership(state=MembershipState.MEMBER, group=compiled)
         return Membership(
@@ -167,10 +167,10 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
                 state=MembershipState.GROUP_MISSING,
                 message=f"JobSet {ns}/{meta(top).get('name')} is suspended: it has no PodGroups",
             )
-        compiled = _jobset_compiled(chain)
+        compiled = _jobset_compiled(chain, lookup)
         return Membership(state=MembershipState.MEMBER, group=compiled)
     if top is not pod:
-        group = _derived_cached(top, chain.owners, pod)
+        group = _derived_cached(top, chain.owners, pod, lookup)
         if group is not None:
             leaf = kai.leaf_for_pod(group, top, (pod, *chain.owners))
             return Membership(state=MembershipState.MEMBER, group=group, subgroup=leaf)
@@ -179,13 +179,13 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     return Membership(state=MembershipState.MEMBER, group=single_pod_group(pod))
 
 
-def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
+def _jobset_compiled(chain: OwnerChain, lookup: ObjectLookup) -> GroupSpec | None:
     """The compiled spec.scheduling group of a JobSet pod, or None when the top owner is not such a
     JobSet. Raises GroupingError for an invalid spec or a pod that lacks the JobSet labels."""
     top = chain.top
     if kind_of(top) != kai.JOBSET or not has_scheduling(top):
         return None
-    compilation = _compile_cached(top)
+    compilation = _compile_cached(top, lookup)
     rj = index = None
     for obj in (chain.pod, *chain.owners):
         rj = rj or labels(obj).get(keys.REPLICATED_JOB_NAME)
@@ -205,12 +205,12 @@ def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
     return next(g for g in compilation.groups if g.key == key)
 
 
-def _compile_cached(jobset: dict[str, Any]) -> JobSetCompilation:
+def _compile_cached(jobset: dict[str, Any], lookup: ObjectLookup) -> JobSetCompilation:
     """compile_jobset, once per JobSet version: every pod of a 4096-pod JobSet asks for the same one."""
-    return _versioned("jobset", jobset, None, lambda: compile_jobset(jobset))
+    return _versioned("jobset", jobset, None, lambda: compile_jobset(jobset), lookup)
 
 
-_KEPT: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], Any]] = OrderedDict()
+_KEPT: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _KEPT_WEIGHT = 200_000
 """Subgroups the kept trees hold, all together (the least recently asked go first): a gang's pods
 hold their own tree, so this only bounds what workloads whose pods are gone keep."""
@@ -221,32 +221,32 @@ def _weight(found: Any) -> int:
     return 1 + (len(found.subgroups) if isinstance(found, GroupSpec) else 0)
 
 
-def _versioned(tag: str, obj: dict[str, Any], extra: Any, build: Callable[[], T]) -> T:
+def _versioned(tag: str, obj: dict[str, Any], extra: Any, build: Callable[[], T], lookup: ObjectLookup) -> T:
     """build(), once per version of `obj` and `extra`: every pod of a workload asks for the same tree,
-    and building it costs the workload's size. A version is the object itself (the cache keeps it,
-    so its id is not reused) with its uid and resourceVersion: a relist's copy is built once again,
-    and two clusters whose objects share uids and versions (simulations) never share a tree. An
-    invalid one is kept too (its field and message), so each of its pods is refused without building
-    it again. An object without a version (a manifest file) is built each time."""
+    and building it costs the workload's size. The version is what the lookup says identifies what
+    grouping reads of the object (`grouping_version`: the cluster cache's fingerprint of its spec,
+    uid, labels, annotations and owners), so a status update, which only moves the
+    resourceVersion, keeps the tree, and every pod of the gang shares one. An invalid one is kept
+    too (its field and message), so each of its pods is refused without building it again. A lookup
+    without versions (a manifest file) builds each time."""
     global _kept_weight
-    m = meta(obj)
-    uid, rv = m.get("uid"), m.get("resourceVersion")
-    if not uid or not rv:
+    version = version_of(lookup, obj)
+    if version is None:
         return build()
-    key = (tag, id(obj), str(uid), str(rv), extra)
-    entry = _KEPT.get(key)
-    if entry is not None and entry[0] is obj:
+    m = meta(obj)
+    key = (tag, obj.get("apiVersion"), obj.get("kind"), m.get("namespace"), m.get("name"), version, extra)
+    if key in _KEPT:
         _KEPT.move_to_end(key)
-        found = entry[1]
+        found = _KEPT[key]
     else:
         try:
             found = build()
         except GroupingError as err:
             found = _Invalid(err.field, err.message)
-        _KEPT[key] = (obj, found)
+        _KEPT[key] = found
         _kept_weight += _weight(found)
         while _kept_weight > _KEPT_WEIGHT and len(_KEPT) > 1:
-            _kept_weight -= _weight(_KEPT.popitem(last=False)[1][1])
+            _kept_weight -= _weight(_KEPT.popitem(last=False)[1])
     if isinstance(found, _Invalid):
         raise GroupingError(found.field, found.message)
     return found
@@ -261,12 +261,12 @@ class _Invalid:
 
 
 def _derived_cached(
-    top: dict[str, Any], owners: tuple[dict[str, Any], ...], pod: dict[str, Any]
+    top: dict[str, Any], owners: tuple[dict[str, Any], ...], pod: dict[str, Any], lookup: ObjectLookup
 ) -> GroupSpec | None:
     """kai.derive_group, once per version of the top owner: the tree depends on it alone, and a pod
     adds only its queue and priority class (the same for a workload's pods, or a few variants)."""
     extra = (kai.resolve_queue(top, pod), kai.resolve_priority_class(owners, pod))
-    return _versioned("kai", top, extra, lambda: kai.derive_group(top, owners=owners, pod=pod))
+    return _versioned("kai", top, extra, lambda: kai.derive_group(top, owners=owners, pod=pod), lookup)
 
 
 def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
@@ -275,7 +275,7 @@ def _external_kai(pod: dict[str, Any], ns: str, pg_name: str, lookup: ObjectLook
         return Membership(
             state=MembershipState.GROUP_MISSING, message=f"waiting for PodGroup {ns}/{pg_name} to exist"
         )
-    group = cast(GroupSpec, _versioned("kai-podgroup", obj, None, lambda: kai.external_group(obj)))
+    group = cast(GroupSpec, _versioned("kai-podgroup", obj, None, lambda: kai.external_group(obj), lookup))
     # KAI: a pod without the label belongs to the subgroup "default"; a PodGroup without subgroups
     # is one pod set of that name; only leaves take pods; any other name is the contract's error
     wanted = labels(pod).get(keys.SUBGROUP_NAME) or DEFAULT_SUBGROUP

@@ -297,6 +297,9 @@ class _Reads:
             self.keys.add(((group, kind), f"{namespace}/{name}" if namespace else name))
         return self.store.get(group, kind, namespace, name)
 
+    def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
+        return self.store.grouping_version(obj)
+
 
 class ClusterStore:
     def __init__(self) -> None:
@@ -423,6 +426,15 @@ class ClusterStore:
     def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         key = f"{namespace}/{name}" if namespace else name
         return self.objects.get((group, kind), {}).get(key)
+
+    def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
+        """The fingerprint of what grouping reads of `obj` (a workload or group object this store
+        holds): grouping keeps a workload's tree per fingerprint, so a status update keeps it and
+        every pod of the gang shares one. The same bytes object while what it covers is unchanged."""
+        kind, key = kind_of(obj), key_of(obj)
+        if self.objects.get(kind, {}).get(key) is not obj:
+            return None
+        return self._fingerprints.get((kind, key))
 
     def list(self, group: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         objs = self.objects.get((group, kind), {})

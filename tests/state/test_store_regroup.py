@@ -132,3 +132,35 @@ def test_a_pod_seen_before_its_job_joins_the_gang_when_the_job_arrives():
     cluster.delete("batch", "Job", "default", jobs[0]["metadata"]["name"])
     assert len(store.group_members(key)) == 2
     assert all(store.membership(r).state is MembershipState.MEMBER for r in store.pods.values())
+
+
+def test_a_status_update_keeps_the_tree_and_every_member_shares_it(monkeypatch):
+    w = World(5)
+    counts = Counts(monkeypatch)
+    js = copy.deepcopy(w.cluster.get("jobset.x-k8s.io", "JobSet", "default", "big"))
+    js["status"] = {"replicatedJobsStatus": [{"name": "rj0", "active": 1}]}
+    w.cluster.apply(js)  # a new resourceVersion, nothing grouping reads
+    assert counts.take() == (0, 0)
+    pod = copy.deepcopy(w.cluster.get("", "Pod", "default", "big-rj0-0-0"))
+    pod["metadata"]["labels"]["touched"] = "1"
+    w.cluster.apply(pod)  # the pod derived again, over the tree kept for the JobSet
+    assert counts.take() == (1, 0)
+    groups = {id(w.store.membership(r).group) for r in w.store.group_members(w.big_key)}
+    assert len(groups) == 1
+
+
+def test_clusters_whose_objects_share_names_and_versions_keep_their_own_trees():
+    # two embedded clusters in one process stamp the same stand-in uids and resourceVersions
+    sizes = {}
+    for n_rjs in (3, 5):
+        store = ClusterStore()
+        cluster = EmbeddedCluster([make_node("n1")])
+        cluster.attach(store)
+        big = jobset("big", n_rjs)
+        jobs, pods = expand(big)
+        for obj in (big, *jobs, *pods):
+            cluster.apply(obj)
+        rec = next(iter(store.pods.values()))
+        group = store.membership(rec).group
+        sizes[n_rjs] = (len(group.subgroups), len(store.group_members(group.key)))
+    assert sizes == {3: (6, 3), 5: (10, 5)}
