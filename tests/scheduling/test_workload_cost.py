@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
+from extender.grouping import kai
 from extender.model import labels as keys
 from extender.model.group import MAX_SUBGROUP_DEPTH
 from extender.scheduling.decisions import BindVerdict, FilterDecision, Verdict
 from extender.scheduling.ledger import GangLedger
+from extender.scheduling.podgrouper import Action, step_for
 from extender.scheduling.scheduler import Scheduler
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore
 from tests.builders import gang_pod, make_kai_podgroup, make_node
-from tests.grouping.test_tree_limits import chain
+from tests.grouping.test_tree_limits import _Counted, big_jobset, chain
 from tests.grouping.workloads import expand
 from tests.state.test_store_regroup import Counts, jobset
 
@@ -140,3 +142,14 @@ def test_a_filter_derives_nothing_for_workloads_it_does_not_read(n_rjs, monkeypa
     assert w.bound(*names)
     derived, trees = counts.take()
     assert trees == 0 and derived <= 3 * len(names)  # a pod's own changes (bound), not the tree's
+
+
+def test_a_suspended_jobset_with_a_million_replicas_costs_the_podgrouper_no_tree(monkeypatch):
+    store = ClusterStore()
+    EmbeddedCluster([big_jobset(1_500_000)]).attach(store)
+    _Counted.made = 0
+    monkeypatch.setattr(kai, "SubGroup", _Counted)
+    step = step_for((kai.JOBSET, "ml/huge"), store)
+    assert step.action is Action.INVALID
+    assert "spec.replicatedJobs[1].replicas" in step.message and "at most 10000" in step.message
+    assert _Counted.made == 0
