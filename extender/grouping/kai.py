@@ -448,7 +448,10 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
                 topology=topo(sg.get("topologyConstraint")),
             )
         )
-    _check_tree(subgroups, names)
+    depth = _check_tree(subgroups, names)
+    # KAI takes subgroups in any order; the gang's tree lists parents first (placement builds it
+    # in one pass): a stable sort by depth keeps the given order within a level
+    subgroups.sort(key=lambda sg: depth[sg.name])
     min_member = spec.get("minMember")
     if min_member is not None and spec.get("minSubGroup") is not None:
         raise GroupingError("spec.minSubGroup", "set minMember or minSubGroup on the root, not both")
@@ -470,10 +473,11 @@ def _optional_int(value: Any, field: str) -> int | None:
     return None if value is None else _int_field(value, field, default=0)
 
 
-def _check_tree(subgroups: list[SubGroup], names: set[str]) -> None:
+def _check_tree(subgroups: list[SubGroup], names: set[str]) -> dict[str, int]:
     """KAI's PodGroup webhook rules: known parents, no cycles, leaves count pods and inner nodes
     count children (never both); and ours: at most MAX_SUBGROUP_DEPTH levels. Linear in the
-    subgroups: each one's depth is found once, walking up only as far as an unknown depth."""
+    subgroups: each one's depth is found once, walking up only as far as an unknown depth. Returns
+    each subgroup's depth (1: a child of the root)."""
     parents = {sg.parent for sg in subgroups if sg.parent is not None}
     by_name = {sg.name: sg for sg in subgroups}
     index = {sg.name: i for i, sg in enumerate(subgroups)}
@@ -512,6 +516,7 @@ def _check_tree(subgroups: list[SubGroup], names: set[str]) -> None:
             raise GroupingError(f"{where}.minSubGroup", "a leaf subgroup counts pods with minMember")
         if sg.name not in parents and sg.min_member is None:
             raise GroupingError(f"{where}.minMember", "a leaf subgroup needs minMember")
+    return depth
 
 
 def podgroup_object(group: GroupSpec, *, top: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from extender.model.keys import GroupKey
 
 MAX_SUBGROUPS = 10_000
-"""Subgroups one gang may have (KAI's cap on generated segments; a derived PodGroup of that many
-still fits an API object). A larger tree is refused where it is read, before it is built."""
+"""Subgroups a PodGroup or a JobSet's derived gang may have (KAI's cap on generated segments; a
+derived PodGroup of that many still fits an API object). A larger tree is refused where it is read,
+before it is built. A PyTorchJob keeps KAI's own cap: 10,000 segments, plus master and worker."""
 MAX_SUBGROUP_DEPTH = 32
 """Levels of subgroups below the root (topology hierarchies have a handful)."""
 
@@ -93,7 +94,7 @@ class GroupSpec:
     min_member: int | None = None  # root quorum when there are no subgroups (None = 1)
     min_subgroup: int | None = None  # root quorum over its direct children (None = all)
     topology: TopologyConstraint | None = None
-    subgroups: tuple[SubGroup, ...] = ()
+    subgroups: tuple[SubGroup, ...] = ()  # parents before their children
     queue: str | None = None
     priority_class: str | None = None
     disruption: Disruption = Disruption.SINGLE

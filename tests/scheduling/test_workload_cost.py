@@ -109,6 +109,20 @@ def test_a_gang_past_the_depth_limit_is_refused_and_unrelated_gangs_still_bind(d
     assert f"at most {MAX_SUBGROUP_DEPTH} levels" in refused.reason and "spec.subGroups[" in refused.reason
 
 
+def test_a_podgroup_listing_children_before_parents_plans_and_binds():
+    w = World([make_node("n1")])
+    subgroups = [
+        {"name": "leaf", "parent": "mid", "minMember": 2},
+        {"name": "mid", "parent": "top", "minSubGroup": 1},
+        {"name": "top", "minSubGroup": 1},
+    ]
+    w.cluster.apply(make_kai_podgroup("any-order", subgroups=subgroups))
+    for i in range(2):
+        w.cluster.apply(gang_pod(f"any-order-{i}", "any-order", labels={keys.SUBGROUP_NAME: "leaf"}))
+    w.schedule("any-order-0", "any-order-1")
+    assert w.bound("any-order-0", "any-order-1")
+
+
 @pytest.mark.parametrize("n_rjs", [10, 120])
 def test_a_filter_derives_nothing_for_workloads_it_does_not_read(n_rjs, monkeypatch):
     nodes = [make_node(f"n{i}", cpu="64", memory="256Gi") for i in range(3)]
