@@ -11,10 +11,10 @@ It owns:
 - resource columns: only nodes add them (a device plugin registering a resource). A request
   for a name no node offers adds nothing: it fits nowhere (`request_vector` reports it). When a
   column appears, bound pods and holds that ask for it are charged in it at once;
-- each pod's gang membership, derived lazily and kept with what it read: a change to a workload or
-  group object re-derives the pods that read it, no other (a workload's tree is derived once per
-  version, in grouping); a group of one (a plain pod) is derived on demand and neither kept nor
-  indexed.
+- each pod's gang membership, derived and indexed as the pod arrives or changes, and kept with what
+  it read: a change to a workload or group object re-derives the pods that read it, no other (a
+  workload's tree is derived once per version, in grouping); a group of one (a plain pod) is derived
+  on demand and neither kept nor indexed.
 
 It does no I/O and never awaits; sources call `upsert`/`remove`, and after a (re)list `remove` what
 `unlisted` names.
