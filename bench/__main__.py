@@ -16,6 +16,7 @@ BENCHES = {
     "memory": "bench.memory",
     "scale": "bench.scale",
     "names": "bench.names",
+    "jobset": "bench.jobset",
 }
 
 

@@ -6,7 +6,7 @@ cluster cache (or, for `podgroups -f FILE`, the other objects in the file) provi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any, Protocol
 
 from extender.model.keys import api_group
@@ -17,6 +17,15 @@ class ObjectLookup(Protocol):
         """The object, or None when it is absent or cannot be read. `group` is the API group
         ("" for core); lookups ignore the version."""
         ...
+
+
+def version_of(lookup: ObjectLookup, obj: dict[str, Any]) -> Hashable | None:
+    """What identifies the version of `obj` (an object `lookup` returned) that grouping reads, for
+    keeping what is derived from it; None when the lookup cannot tell (then nothing is kept). A
+    lookup that can has `grouping_version(obj)`: equal only for versions whose spec, uid, labels,
+    annotations and owners are equal (what is kept is keyed by kind and name too)."""
+    fn = getattr(lookup, "grouping_version", None)
+    return fn(obj) if fn is not None else None
 
 
 class GroupingError(ValueError):

@@ -22,6 +22,8 @@ from extender.grouping.base import GroupingError
 from extender.grouping.owners import annotations, controller_ref, kind_of, labels, meta
 from extender.model import labels as keys
 from extender.model.group import (
+    MAX_SUBGROUP_DEPTH,
+    MAX_SUBGROUPS,
     GroupSpec,
     Policy,
     Source,
@@ -247,6 +249,19 @@ def _jobset_group(jobset: dict[str, Any], common: dict[str, Any]) -> GroupSpec:
         root_min = 1
     else:
         root_min = len(rjs)
+    # one subgroup per replicatedJob and one per Job replica: counted before any is built, since
+    # replicas may be in the millions (a suspended JobSet has no pods to bound it)
+    total = 0
+    for i, rj in enumerate(rjs):
+        total += 1 + rj_replicas(rj, i)
+        if total > MAX_SUBGROUPS:
+            total += sum(1 + rj_replicas(rest, j) for j, rest in enumerate(rjs) if j > i)
+            raise GroupingError(
+                f"spec.replicatedJobs[{i}].replicas",
+                f"the JobSet's gang would have {total} subgroups (one per replicatedJob and one per "
+                f"Job replica); a gang holds at most {MAX_SUBGROUPS}: use fewer replicas, split the "
+                "JobSet, or group it with spec.scheduling (one PodGroup per replicatedJob)",
+            )
     subgroups: list[SubGroup] = []
     made_by: dict[str, tuple[int, str]] = {}  # subgroup name -> (replicatedJob index, what it is of it)
     for i, rj in enumerate(rjs):
@@ -420,7 +435,7 @@ def leaf_for_pod(group: GroupSpec, top: dict[str, Any], chain: Sequence[dict[str
             leaf = f"worker-{int(index) // segment}"
     else:
         return None
-    if leaf not in {s.name for s in group.leaves()}:
+    if leaf not in group.leaf_names:
         label_key = keys.REPLICATED_JOB_NAME if group_kind == JOBSET else keys.PYTORCH_REPLICA_TYPE
         raise GroupingError(
             f"metadata.labels[{label_key!r}]",
@@ -457,9 +472,18 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
         )
         return None if tc.is_empty() else tc
 
+    raw_subgroups = spec.get("subGroups") or []
+    if not isinstance(raw_subgroups, list):
+        raise GroupingError("spec.subGroups", "must be a list of subgroups")
+    if len(raw_subgroups) > MAX_SUBGROUPS:
+        raise GroupingError(
+            "spec.subGroups",
+            f"has {len(raw_subgroups)} subgroups; a gang holds at most {MAX_SUBGROUPS}: split the "
+            "workload into several PodGroups",
+        )
     subgroups: list[SubGroup] = []
     names: set[str] = set()
-    for i, sg in enumerate(spec.get("subGroups") or []):
+    for i, sg in enumerate(raw_subgroups):
         if not isinstance(sg, dict) or not sg.get("name"):
             raise GroupingError(f"spec.subGroups[{i}].name", "every subgroup needs a name")
         if sg["name"] in names:
@@ -475,7 +499,10 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
                 topology=topo(sg.get("topologyConstraint")),
             )
         )
-    _check_tree(subgroups, names)
+    depth = _check_tree(subgroups, names)
+    # KAI takes subgroups in any order; the gang's tree lists parents first (placement builds it
+    # in one pass): a stable sort by depth keeps the given order within a level
+    subgroups.sort(key=lambda sg: depth[sg.name])
     min_member = spec.get("minMember")
     if min_member is not None and spec.get("minSubGroup") is not None:
         raise GroupingError("spec.minSubGroup", "set minMember or minSubGroup on the root, not both")
@@ -497,22 +524,41 @@ def _optional_int(value: Any, field: str) -> int | None:
     return None if value is None else _int_field(value, field, default=0)
 
 
-def _check_tree(subgroups: list[SubGroup], names: set[str]) -> None:
+def _check_tree(subgroups: list[SubGroup], names: set[str]) -> dict[str, int]:
     """KAI's PodGroup webhook rules: known parents, no cycles, leaves count pods and inner nodes
-    count children (never both)."""
+    count children (never both); and ours: at most MAX_SUBGROUP_DEPTH levels. Linear in the
+    subgroups: each one's depth is found once, walking up only as far as an unknown depth. Returns
+    each subgroup's depth (1: a child of the root)."""
     parents = {sg.parent for sg in subgroups if sg.parent is not None}
     by_name = {sg.name: sg for sg in subgroups}
+    index = {sg.name: i for i, sg in enumerate(subgroups)}
+    depth: dict[str, int] = {}
     for i, sg in enumerate(subgroups):
         where = f"spec.subGroups[{i}]"
         if sg.parent is not None and sg.parent not in names:
             raise GroupingError(f"{where}.parent", f"unknown parent subgroup {sg.parent!r}")
-        seen = {sg.name}
-        node = sg
-        while node.parent is not None:
-            if node.parent in seen:
-                raise GroupingError(f"{where}.parent", f"subgroup {sg.name!r} is its own ancestor")
-            seen.add(node.parent)
-            node = by_name[node.parent]
+        path: list[str] = []
+        on_path: set[str] = set()
+        node: SubGroup | None = sg
+        while node is not None and node.name not in depth:
+            if node.name in on_path:
+                raise GroupingError(
+                    f"spec.subGroups[{index[node.name]}].parent",
+                    f"subgroup {node.name!r} is its own ancestor",
+                )
+            path.append(node.name)
+            on_path.add(node.name)
+            node = by_name[node.parent] if node.parent is not None else None
+        base = depth[node.name] if node is not None else 0
+        for name in reversed(path):
+            base += 1
+            depth[name] = base
+            if base > MAX_SUBGROUP_DEPTH:
+                raise GroupingError(
+                    f"spec.subGroups[{index[name]}].parent",
+                    f"subgroup {name!r} is {base} levels deep; a gang's subgroups nest at most "
+                    f"{MAX_SUBGROUP_DEPTH} levels below the root: flatten the tree",
+                )
         if sg.min_member is not None and sg.min_subgroup is not None:
             raise GroupingError(f"{where}.minSubGroup", "set minMember or minSubGroup, not both")
         if sg.name in parents and sg.min_member is not None:
@@ -521,6 +567,7 @@ def _check_tree(subgroups: list[SubGroup], names: set[str]) -> None:
             raise GroupingError(f"{where}.minSubGroup", "a leaf subgroup counts pods with minMember")
         if sg.name not in parents and sg.min_member is None:
             raise GroupingError(f"{where}.minMember", "a leaf subgroup needs minMember")
+    return depth
 
 
 def podgroup_object(group: GroupSpec, *, top: dict[str, Any] | None = None) -> dict[str, Any]:

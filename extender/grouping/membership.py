@@ -19,10 +19,13 @@ A malformed workload yields INVALID with a message naming the field; nothing her
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from extender.grouping import kai
-from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
+from extender.grouping.base import GroupingError, ListLookup, ObjectLookup, version_of
 from extender.grouping.jobset_scheduling import (
     JobSetCompilation,
     compile_jobset,
@@ -43,6 +46,7 @@ from extender.model import labels as keys
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import api_group, group_key
 
+T = TypeVar("T")
 K8S_PODGROUP = ("scheduling.k8s.io", "PodGroup")
 K8S_WORKLOAD = ("scheduling.k8s.io", "Workload")
 POD = ("", "Pod")
@@ -140,7 +144,7 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
                 state=MembershipState.GROUP_MISSING,
                 message=f"JobSet {ns}/{meta(chain.top).get('name')} is suspended: it has no PodGroups",
             )
-        compiled = _jobset_compiled(chain)
+        compiled = _jobset_compiled(chain, lookup)
         if compiled is not None and compiled.key == group_key(ns, str(k8s_name)):
             return Membership(state=MembershipState.MEMBER, group=compiled)
         return Membership(
@@ -165,10 +169,10 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
                 state=MembershipState.GROUP_MISSING,
                 message=f"JobSet {ns}/{meta(top).get('name')} is suspended: it has no PodGroups",
             )
-        compiled = _jobset_compiled(chain)
+        compiled = _jobset_compiled(chain, lookup)
         return Membership(state=MembershipState.MEMBER, group=compiled)
     if top is not pod:
-        group = kai.derive_group(top, owners=chain.owners, pod=pod)
+        group = _derived_cached(top, chain.owners, pod, lookup)
         if group is not None:
             leaf = kai.leaf_for_pod(group, top, (pod, *chain.owners))
             return Membership(state=MembershipState.MEMBER, group=group, subgroup=leaf)
@@ -177,13 +181,13 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     return Membership(state=MembershipState.MEMBER, group=single_pod_group(pod))
 
 
-def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
+def _jobset_compiled(chain: OwnerChain, lookup: ObjectLookup) -> GroupSpec | None:
     """The compiled spec.scheduling group of a JobSet pod, or None when the top owner is not such a
     JobSet. Raises GroupingError for an invalid spec or a pod that lacks the JobSet labels."""
     top = chain.top
     if kind_of(top) != kai.JOBSET or not has_scheduling(top):
         return None
-    compilation = _compile_cached(top)
+    compilation = _compile_cached(top, lookup)
     rj = index = None
     for obj in (chain.pod, *chain.owners):
         rj = rj or labels(obj).get(keys.REPLICATED_JOB_NAME)
@@ -203,24 +207,68 @@ def _jobset_compiled(chain: OwnerChain) -> GroupSpec | None:
     return next(g for g in compilation.groups if g.key == key)
 
 
-_COMPILED: dict[tuple[str, str], JobSetCompilation] = {}
-_COMPILED_MAX = 512
-
-
-def _compile_cached(jobset: dict[str, Any]) -> JobSetCompilation:
+def _compile_cached(jobset: dict[str, Any], lookup: ObjectLookup) -> JobSetCompilation:
     """compile_jobset, once per JobSet version: every pod of a 4096-pod JobSet asks for the same one."""
-    m = meta(jobset)
-    uid, rv = m.get("uid"), m.get("resourceVersion")
-    if not uid or not rv:
-        return compile_jobset(jobset)
-    key = (str(uid), str(rv))
-    found = _COMPILED.get(key)
-    if found is None:
-        found = compile_jobset(jobset)  # raises GroupingError for an invalid spec: nothing cached
-        if len(_COMPILED) >= _COMPILED_MAX:
-            _COMPILED.clear()
-        _COMPILED[key] = found
+    return _versioned("jobset", jobset, None, lambda: compile_jobset(jobset), lookup)
+
+
+_KEPT: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_KEPT_WEIGHT = 200_000
+"""Subgroups the kept trees hold, all together (the least recently asked go first): a gang's pods
+hold their own tree, so this only bounds what workloads whose pods are gone keep."""
+_kept_weight = 0
+
+
+def _weight(found: Any) -> int:
+    return 1 + (len(found.subgroups) if isinstance(found, GroupSpec) else 0)
+
+
+def _versioned(tag: str, obj: dict[str, Any], extra: Any, build: Callable[[], T], lookup: ObjectLookup) -> T:
+    """build(), once per version of `obj` and `extra`: every pod of a workload asks for the same tree,
+    and building it costs the workload's size. The version is what the lookup says identifies what
+    grouping reads of the object (`grouping_version`: the cluster cache's fingerprint of its spec,
+    uid, labels, annotations and owners), so a status update, which only moves the
+    resourceVersion, keeps the tree, and every pod of the gang shares one. An invalid one is kept
+    too (its field and message), so each of its pods is refused without building it again. A lookup
+    without versions (a manifest file) builds each time."""
+    global _kept_weight
+    version = version_of(lookup, obj)
+    if version is None:
+        return build()
+    m = meta(obj)
+    key = (tag, obj.get("apiVersion"), obj.get("kind"), m.get("namespace"), m.get("name"), version, extra)
+    if key in _KEPT:
+        _KEPT.move_to_end(key)
+        found = _KEPT[key]
+    else:
+        try:
+            found = build()
+        except GroupingError as err:
+            found = _Invalid(err.field, err.message)
+        _KEPT[key] = found
+        _kept_weight += _weight(found)
+        while _kept_weight > _KEPT_WEIGHT and len(_KEPT) > 1:
+            _kept_weight -= _weight(_KEPT.popitem(last=False)[1])
+    if isinstance(found, _Invalid):
+        raise GroupingError(found.field, found.message)
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class _Invalid:
+    """A kept refusal: the field and message of the GroupingError that building raised."""
+
+    field: str
+    message: str
+
+
+def _derived_cached(
+    top: dict[str, Any], owners: tuple[dict[str, Any], ...], pod: dict[str, Any], lookup: ObjectLookup
+) -> GroupSpec | None:
+    """kai.derive_group, once per version of the top owner: the tree depends on it alone, and a pod
+    adds only its queue and priority class (the same for a workload's pods, or a few variants)."""
+    extra = (kai.resolve_queue(top, pod), kai.resolve_priority_class(owners, pod))
+    return _versioned("kai", top, extra, lambda: kai.derive_group(top, owners=owners, pod=pod), lookup)
 
 
 def _external_kai(chain: OwnerChain, ns: str, pg_name: str, lookup: ObjectLookup) -> Membership:
@@ -241,14 +289,14 @@ def _external_kai(chain: OwnerChain, ns: str, pg_name: str, lookup: ObjectLookup
             f"{what}, and pod {ns}/{meta(pod).get('name', '')} is not part of it: create a PodGroup of "
             f"your own for pods of several workloads to share, and name it in {keys.POD_GROUP_NAME}",
         )
-    group = kai.external_group(obj)
+    group = cast(GroupSpec, _versioned("kai-podgroup", obj, None, lambda: kai.external_group(obj), lookup))
     # KAI: a pod without the label belongs to the subgroup "default"; a PodGroup without subgroups
     # is one pod set of that name; only leaves take pods; any other name is the contract's error
     wanted = labels(pod).get(keys.SUBGROUP_NAME) or DEFAULT_SUBGROUP
     if not group.subgroups:
         if wanted == DEFAULT_SUBGROUP:
             return Membership(state=MembershipState.MEMBER, group=group)
-    elif wanted in {s.name for s in group.leaves()}:
+    elif wanted in group.leaf_names:
         return Membership(state=MembershipState.MEMBER, group=group, subgroup=wanted)
     return Membership(
         state=MembershipState.INVALID_SUBGROUP, group=group, message=invalid_subgroup_message(wanted, group)

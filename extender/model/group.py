@@ -16,9 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Mapping
 
 from extender.model.keys import GroupKey
+
+MAX_SUBGROUPS = 10_000
+"""Subgroups a PodGroup or a JobSet's derived gang may have (KAI's cap on generated segments; a
+derived PodGroup of that many still fits an API object). A larger tree is refused where it is read,
+before it is built. A PyTorchJob keeps KAI's own cap: 10,000 segments, plus master and worker."""
+MAX_SUBGROUP_DEPTH = 32
+"""Levels of subgroups below the root (topology hierarchies have a handful)."""
 
 
 class Policy(enum.Enum):
@@ -86,7 +94,7 @@ class GroupSpec:
     min_member: int | None = None  # root quorum when there are no subgroups (None = 1)
     min_subgroup: int | None = None  # root quorum over its direct children (None = all)
     topology: TopologyConstraint | None = None
-    subgroups: tuple[SubGroup, ...] = ()
+    subgroups: tuple[SubGroup, ...] = ()  # parents before their children
     queue: str | None = None
     priority_class: str | None = None
     disruption: Disruption = Disruption.SINGLE
@@ -101,18 +109,37 @@ class GroupSpec:
     def name(self) -> str:
         return self.key.partition("/")[2]
 
-    def children(self, parent: str | None) -> tuple[SubGroup, ...]:
-        return tuple(s for s in self.subgroups if s.parent == parent)
+    # The tree's indices, built once per spec (a spec is shared by every member of its gang):
+    # `children`, `leaves` and `subgroup` are asked per member and per call, and each would otherwise
+    # scan every subgroup. `cached_property` writes the instance dict, which a frozen dataclass allows.
+    @functools.cached_property
+    def _by_name(self) -> dict[str, SubGroup]:
+        return {s.name: s for s in self.subgroups}
 
-    def leaves(self) -> tuple[SubGroup, ...]:
-        parents = {s.parent for s in self.subgroups}
+    @functools.cached_property
+    def _children(self) -> dict[str | None, tuple[SubGroup, ...]]:
+        out: dict[str | None, list[SubGroup]] = {}
+        for s in self.subgroups:
+            out.setdefault(s.parent, []).append(s)
+        return {parent: tuple(kids) for parent, kids in out.items()}
+
+    @functools.cached_property
+    def _leaves(self) -> tuple[SubGroup, ...]:
+        parents = self._children
         return tuple(s for s in self.subgroups if s.name not in parents)
 
+    @functools.cached_property
+    def leaf_names(self) -> frozenset[str]:
+        return frozenset(s.name for s in self._leaves)
+
+    def children(self, parent: str | None) -> tuple[SubGroup, ...]:
+        return self._children.get(parent, ())
+
+    def leaves(self) -> tuple[SubGroup, ...]:
+        return self._leaves
+
     def subgroup(self, name: str) -> SubGroup | None:
-        for s in self.subgroups:
-            if s.name == name:
-                return s
-        return None
+        return self._by_name.get(name)
 
     def is_gang(self) -> bool:
         return self.policy is Policy.GANG and self.quorum_upper_bound() > 1
@@ -136,36 +163,42 @@ class GroupSpec:
         `pods_per_leaf` maps a leaf name (None for a root without subgroups) to the number of
         live, non-gated pods attached to it. A ready leaf under a parent that is not ready
         (too few ready siblings) does not count.
+
+        Iterative and linear in the subgroups: no tree, however deep, costs stack or a scan per node.
         """
         if not self.subgroups:
             return (None,) if pods_per_leaf.get(None, 0) >= self.leaf_quorum(None) else None
+        children = self._children
+        # parents before children (depth-first from the root), then decided children first
+        order: list[SubGroup] = []
+        stack = list(children.get(None, ()))
+        seen: set[str] = set()
+        while stack:
+            node = stack.pop()
+            if node.name in seen:  # a malformed tree (grouping refuses these): never loop
+                continue
+            seen.add(node.name)
+            order.append(node)
+            stack.extend(children.get(node.name, ()))
         ready: set[str] = set()
-
-        def visit(node: SubGroup) -> bool:
-            kids = self.children(node.name)
+        for node in reversed(order):
+            kids = children.get(node.name, ())
             if kids:
-                n_ready = sum(visit(k) for k in kids)
+                n_ready = sum(1 for k in kids if k.name in ready)
                 ok = n_ready >= _need(node.min_subgroup, len(kids))
             else:
                 ok = pods_per_leaf.get(node.name, 0) >= (node.min_member or 0)
             if ok:
                 ready.add(node.name)
-            return ok
-
-        top = self.children(None)
-        if sum(visit(k) for k in top) < _need(self.min_subgroup, len(top)):
+        top = children.get(None, ())
+        if sum(1 for k in top if k.name in ready) < _need(self.min_subgroup, len(top)):
             return None
-        by_name = {s.name: s for s in self.subgroups}
-
-        def counts(leaf: SubGroup) -> bool:
-            node: SubGroup | None = leaf
-            while node is not None:
-                if node.name not in ready:
-                    return False
-                node = by_name.get(node.parent) if node.parent is not None else None
-            return True
-
-        return tuple(leaf.name for leaf in self.leaves() if counts(leaf))
+        # a leaf counts when it and every ancestor are ready: mark down from the root
+        counted: set[str] = set()
+        for node in order:  # parents come before their children
+            if node.name in ready and (node.parent is None or node.parent in counted):
+                counted.add(node.name)
+        return tuple(leaf.name for leaf in self.leaves() if leaf.name in counted)
 
 
 def _need(min_subgroup: int | None, n_children: int) -> int:

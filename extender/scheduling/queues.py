@@ -243,11 +243,13 @@ def fair_shares(
     """queue -> resource -> fair share. `requested` is per queue with its descendants' included."""
     out: dict[str, dict[str, int]] = {name: {} for name in tree.queues}
     for resource in TRACKED:
-
-        def split(parent: str | None, amount: int, resource: str = resource) -> None:
-            kids = tree.children.get(parent, ())
+        # each level is divided once its parent's share is known: a stack, never recursion (a
+        # chain of parent queues may be deeper than the interpreter's stack)
+        pending: list[tuple[str | None, int]] = [(None, capacity.get(resource, 0))]
+        while pending:
+            parent, amount = pending.pop()
             claims = []
-            for name in kids:
+            for name in tree.children.get(parent, ()):
                 q = tree.queues[name]
                 r = q.resource(resource)
                 claims.append(
@@ -262,9 +264,7 @@ def fair_shares(
                 )
             for name, share in divide(amount, claims).items():
                 out[name][resource] = share
-                split(name, share)
-
-        split(None, capacity.get(resource, 0))
+                pending.append((name, share))
     return out
 
 
@@ -421,16 +421,16 @@ def gang_queue(
 
 
 class QueueBook:
-    """Each queue's usage, kept current pod by pod: a pod event, a hold made or dropped, or a grouping
-    change (which re-derives every pod) updates only what moved, so a snapshot costs the number of
-    queues and waiting gangs, not the number of pods."""
+    """Each queue's usage, kept current pod by pod: a pod event, a hold made or dropped, or a change to
+    a workload or group object (which the store reports for the pods that read it) updates only what
+    moved, so a snapshot costs the number of queues and waiting gangs, not the number of pods."""
 
     def __init__(self, store: ClusterStore, default_queue: str) -> None:
         self.store = store
         self.default_queue = default_queue
         self._shares: dict[PodKey, _PodShare] = {}
         self._dirty: set[PodKey] = set()
-        self._grouping_gen = -1
+        self._counted = False
         self._held: set[PodKey] = set()
         self.own_allocated: dict[str, dict[str, int]] = {}
         self.own_leaving: dict[str, dict[str, int]] = {}
@@ -441,23 +441,29 @@ class QueueBook:
         """Whether queues are in use (the last snapshot found Queue objects): until they are, pod events
         are not recorded, and the first snapshot with queues counts every pod afresh."""
         store.add_listener(self._on_change)
+        store.add_regroup_listener(self._regrouped)
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         if kind == POD and self.tracking:
             self._dirty.add(PodKey(object_key(obj)))
 
+    def _regrouped(self, pod: PodKey) -> None:
+        """A workload or group object the pod's membership read changed: its gang or queue may have."""
+        if self.tracking:
+            self._dirty.add(pod)
+
     def _forget(self) -> None:
         self.tracking = False
         self._shares, self._dirty, self._held = {}, set(), set()
-        self._grouping_gen = -1
+        self._counted = False
         self.own_allocated, self.own_pending, self.groups, self.pods_by_queue = {}, {}, {}, {}
         self.own_leaving = {}
 
     def refresh(self) -> None:
         store = self.store
-        if store.grouping_gen != self._grouping_gen:
-            self._grouping_gen = store.grouping_gen
-            self._dirty |= set(self._shares) | set(store.pods)
+        if not self._counted:  # the first refresh since queues came into use counts every pod
+            self._counted = True
+            self._dirty |= set(store.pods)
         held = {pk for pk in store.reservations if pk in store.pods}
         self._dirty |= held ^ self._held
         self._held = held

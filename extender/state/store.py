@@ -11,10 +11,12 @@ It owns:
 - resource columns: only nodes add them (a device plugin registering a resource). A request
   for a name no node offers adds nothing: it fits nowhere (`request_vector` reports it). When a
   column appears, bound pods and holds that ask for it are charged in it at once;
-- each pod's gang membership, derived lazily and re-derived when workloads or group objects change;
-  a group of one (a plain pod) is derived on demand and neither kept nor indexed. Live members and
-  Succeeded ones are indexed apart: the latter only count toward quorum (`finished_counts`, which
-  reads the Jobs' and PodGroups' `status.succeeded` for members already deleted).
+- each pod's gang membership, derived and indexed as the pod arrives or changes, and kept with what
+  it read: a change to a workload or group object re-derives the pods that read it, no other (a
+  workload's tree is derived once per version, in grouping); a group of one (a plain pod) is derived
+  on demand and neither kept nor indexed. Live members and Succeeded ones are indexed apart: the
+  latter only count toward quorum (`finished_counts`, which reads the Jobs' and PodGroups'
+  `status.succeeded` for members already deleted).
 
 It does no I/O and never awaits; sources call `upsert`/`remove`, and after a (re)list `remove` what
 `unlisted` names.
@@ -136,7 +138,7 @@ class PodRecord:
         "bound_row",
         "key",
         "membership",
-        "membership_gen",
+        "membership_fresh",
         "requests",
     )
 
@@ -147,13 +149,13 @@ class PodRecord:
         requests: dict[str, int],
         bound_row: int = -1,  # row whose free capacity this pod's requests were taken from
         membership: Membership | None = None,
-        membership_gen: int = -1,
+        membership_fresh: bool = False,
     ) -> None:
         self.key = key
         self.requests = requests
         self.bound_row = bound_row
         self.membership = membership
-        self.membership_gen = membership_gen
+        self.membership_fresh = membership_fresh  # False: a workload it read changed since
         self._whole: dict[str, Any] | None = obj
         self._built: dict[str, Any] | None = None
 
@@ -294,6 +296,25 @@ class Reservation:
     requests: dict[str, int]
 
 
+class _Reads:
+    """The store as a grouping lookup that notes what it was asked for (of the kinds whose change can
+    alter a pod's gang), found or not: a pod waiting for its Job or PodGroup reads it too."""
+
+    __slots__ = ("keys", "store")
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+        self.keys: set[tuple[Kind, str]] = set()
+
+    def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if (group, kind) in GROUPING_KINDS:
+            self.keys.add(((group, kind), f"{namespace}/{name}" if namespace else name))
+        return self.store.get(group, kind, namespace, name)
+
+    def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
+        return self.store.grouping_version(obj)
+
+
 class ClusterStore:
     def __init__(self) -> None:
         self.objects: dict[Kind, Any] = {}  # by kind: key -> object; pods are a view of `pods`
@@ -331,7 +352,11 @@ class ClusterStore:
         self._finished_index: dict[GroupKey, set[PodKey]] = {}  # Succeeded members, by group
         self._pod_finished: dict[PodKey, GroupKey] = {}
         self._finished_seen: dict[GroupKey, tuple[int, GroupSpec, dict[str | None, int]]] = {}
-        self._group_index_gen = -1  # grouping_gen the index was built at
+        # what each pod's membership read (grouping kinds only, hits and misses) and who read each
+        # object: a change re-derives and re-indexes its readers, no other pod
+        self._reads: dict[PodKey, frozenset[tuple[Kind, str]]] = {}
+        self._readers: dict[tuple[Kind, str], set[PodKey]] = {}
+        self._regroup_listeners: list[Callable[[PodKey], None]] = []
 
     # ----------------------------------------------------------------- feeding
     def add_listener(self, fn: Callable[[str, Kind, dict[str, Any]], None]) -> None:
@@ -354,6 +379,7 @@ class ClusterStore:
                 self._apply_node(obj, old)
         if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
             self.grouping_gen += 1
+            self._regroup((kind, key))
         self._notify(event, kind, obj)
 
     def _grouping_changed(self, kind: Kind, key: str, obj: dict[str, Any]) -> bool:
@@ -397,6 +423,7 @@ class ClusterStore:
         if kind in GROUPING_KINDS:
             self._fingerprints.pop((kind, key), None)
             self.grouping_gen += 1
+            self._regroup((kind, key))
         self._notify("DELETED", kind, old)
 
     def unlisted(self, group: str, kind_name: str, listed: set[str]) -> list[dict[str, Any]]:
@@ -416,6 +443,15 @@ class ClusterStore:
     def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         key = f"{namespace}/{name}" if namespace else name
         return self.objects.get((group, kind), {}).get(key)
+
+    def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
+        """The fingerprint of what grouping reads of `obj` (a workload or group object this store
+        holds): grouping keeps a workload's tree per fingerprint, so a status update keeps it and
+        every pod of the gang shares one. The same bytes object while what it covers is unchanged."""
+        kind, key = kind_of(obj), key_of(obj)
+        if self.objects.get(kind, {}).get(key) is not obj:
+            return None
+        return self._fingerprints.get((kind, key))
 
     def list(self, group: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         objs = self.objects.get((group, kind), {})
@@ -627,9 +663,8 @@ class ClusterStore:
                 rec.membership = None
             rec.keep(pod)
             rec.requests = reqs
-            rec.membership_gen = -1
-        if self._group_index_gen == self.grouping_gen:
-            self._index_pod(rec, pod)
+            rec.membership_fresh = False
+        self._index_pod(rec, pod)
         node = rec.node_name
         if node is not None and not rec.terminal:
             row = self.node_rows.get(node)
@@ -653,6 +688,7 @@ class ClusterStore:
             self._unplace(rec)
             self._release(rec)
         self._unindex_pod(key)
+        self._note_reads(key, frozenset())
 
     # ----------------------------------------------------------------- holds (the ledger's)
     def hold(self, key: PodKey, node: str, requests: dict[str, int]) -> None:
@@ -678,17 +714,59 @@ class ClusterStore:
 
     # ----------------------------------------------------------------- grouping
     def membership(self, rec: PodRecord) -> Membership:
-        if rec.membership is not None and rec.membership_gen == self.grouping_gen:
+        if rec.membership is not None and rec.membership_fresh:
             return rec.membership
-        m = grouping.derive_membership(rec.obj, self)
+        reads = _Reads(self)
+        m = grouping.derive_membership(rec.obj, reads)
+        self._note_reads(rec.key, frozenset(reads.keys))
         if m.group is not None and m.group.source is Source.SINGLE_POD:
             # a group of one is derived again in microseconds; kept, it would cost every plain pod
             # (most of a cluster) a membership and a group object
             rec.membership = None
             return m
         rec.membership = m
-        rec.membership_gen = self.grouping_gen
+        rec.membership_fresh = True
         return m
+
+    def add_regroup_listener(self, fn: Callable[[PodKey], None]) -> None:
+        """fn(pod) for each pod whose membership may have changed because an object it read did (a
+        workload or group object); a pod's own changes come as pod events (`add_listener`)."""
+        self._regroup_listeners.append(fn)
+
+    def _note_reads(self, key: PodKey, reads: frozenset[tuple[Kind, str]]) -> None:
+        old = self._reads.get(key, frozenset())
+        if old == reads:
+            return
+        for ref in old - reads:
+            readers = self._readers.get(ref)
+            if readers is not None:
+                readers.discard(key)
+                if not readers:
+                    del self._readers[ref]
+        for ref in reads - old:
+            self._readers.setdefault(ref, set()).add(key)
+        if reads:
+            self._reads[key] = reads
+        else:
+            self._reads.pop(key, None)
+
+    def _regroup(self, ref: tuple[Kind, str]) -> None:
+        """An object grouping reads changed: the pods that read it (and only they) are derived again,
+        and re-indexed; each pod once, over the workload's one tree."""
+        readers = self._readers.get(ref)
+        if not readers:
+            return
+        for key in sorted(readers):
+            rec = self.pods.get(key)
+            if rec is None:
+                continue
+            rec.membership_fresh = False
+            self._index_pod(rec, rec.obj)
+            for fn in self._regroup_listeners:
+                try:
+                    fn(key)
+                except Exception:  # a listener's bug must not corrupt the cache
+                    log.exception("store regroup listener failed on %s", key)
 
     def is_plain(self, pod: dict[str, Any]) -> bool:
         """Surely a group of one (no grouping marks, no readable owner): never a gang, without deriving.
@@ -713,24 +791,14 @@ class ClusterStore:
     def group_members(self, group: GroupKey) -> list[PodRecord]:
         """Every non-terminal pod whose membership names `group`, in name order.
 
-        The index is rebuilt only when a grouping object changed; pod events keep it current.
+        The index is kept by events: a pod is indexed as it arrives or changes, and again when an
+        object its membership read changes (`_regroup`); no call derives anything.
         """
-        self._fresh_index()
         keys: Iterable[PodKey] = self._group_index.get(group, ())
         single = self._single_member(group)
         if single is not None and single not in keys:
             keys = (*keys, single)
         return [self.pods[k] for k in sorted(keys) if k in self.pods]
-
-    def _fresh_index(self) -> None:
-        if self._group_index_gen != self.grouping_gen:
-            self._group_index = {}
-            self._pod_group = {}
-            self._finished_index = {}
-            self._pod_finished = {}
-            self._group_index_gen = self.grouping_gen
-            for rec in self.pods.values():
-                self._index_pod(rec, rec.obj)
 
     def finished_counts(self, group: GroupSpec) -> dict[str | None, int]:
         """Members per leaf that ran to completion (Succeeded). A gang's quorum counts them as it counts
@@ -741,7 +809,6 @@ class ClusterStore:
         hit = self._finished_seen.get(group.key)
         if hit is not None and hit[0] == self.change_gen and hit[1] == group:
             return dict(hit[2])
-        self._fresh_index()
         by_pods: dict[str | None, int] = {}
         finished = [self.pods[k] for k in self._finished_index.get(group.key, ()) if k in self.pods]
         for rec in finished:
@@ -804,7 +871,14 @@ class ClusterStore:
     def _index_pod(self, rec: PodRecord, pod: dict[str, Any]) -> None:
         """Index `rec` by its group; `pod` is its mapping (rec.obj, or the one it was kept from)."""
         self._unindex_pod(rec.key)
-        if (rec.terminal and not rec.succeeded) or self.is_plain(pod):
+        if rec.terminal and not rec.succeeded:
+            self._note_reads(rec.key, frozenset())
+            return
+        reads = _Reads(self)
+        plain = grouping.is_single_pod(pod, reads)
+        self._plain_seen = (pod, self.change_gen, plain)  # the listeners told of it ask next
+        if plain:
+            self._note_reads(rec.key, frozenset(reads.keys))  # an owner missing now may arrive
             return
         m = self.membership(rec)
         if rec.terminal:  # Succeeded: it counts toward its gang's quorum (finished_counts)
