@@ -1212,8 +1212,9 @@ class Driver:
                     self.fail(f"gang {g.name} must sit in one rack; its bound members are in {sorted(racks)}")
         # partial gangs: not while a gang's API binds are in flight (they land one at a time), nor
         # one the API left short (the final report asks that it healed wherever its members fit)
-        # partial evictions: a gang whole at the last check that lost members since is whole or gone
-        # once the service's effects ran (excused or not: an excuse is for a release, not an eviction)
+        # partial evictions: a gang whole at the last check that lost members since has no member
+        # running, or its quorum (finished members counted), once the service's effects ran (excused
+        # or not: an excuse is for a release, not an eviction)
         hit = {gang for _, gang, _ in self.evicted if gang is not None and self.was_whole.get(gang)}
         for g in self.gangs:
             if (
@@ -1226,7 +1227,8 @@ class Driver:
             if why:
                 self.fail(f"gang {g.name} is partially bound: {why}")
         for g in self.gangs:
-            if g.name in hit and g.name not in self.api.gang_inflight:
+            running = [n for n in bound if self.pod_gang.get(n) == g.name and not finished(pods[n])]
+            if g.name in hit and running and g.name not in self.api.gang_inflight:
                 why = self.gang_state(g, bound)
                 if why:
                     by = sorted({f"{n} by {who}" for n, gang, who in self.evicted if gang == g.name})
@@ -1326,7 +1328,8 @@ class Driver:
         flying = self.queue_totals(pods, in_flight=True)
         for name, obj in sorted(queues.items()):
             limit, total = queue_limit(obj), totals.get(name, 0)
-            if limit is None or total <= limit:
+            # within its limit, binds admitted already included: any allowance is spent
+            if limit is None or flying.get(name, total) <= limit:
                 self.over_limit.pop(name, None)
                 continue
             allowed = self.over_limit.get(name)
@@ -1499,6 +1502,7 @@ class Driver:
         loop = asyncio.get_running_loop()
         for _ in range(SETTLE_ROUNDS):
             self.step += 1
+            self.recreate()  # what was evicted meanwhile, its controller creates again
             await self.advance(GANG_WAIT_S + 0.5)  # barriers left waiting time out, backoffs start
             # past every backoff, and past every earlier bind's deadline; in steps, as a plan the
             # service makes meanwhile (a reclaim's, a preemption's) nudges its members, and
