@@ -275,6 +275,11 @@ class FlakyCluster(EmbeddedCluster):
         self.parked: set[asyncio.Future[None]] = set()  # this process's writes waiting at the API
         self.bind_fence_s = faults.fence_s
         self.on_evict: Callable[[dict, str], None] | None = None  # the driver hears of each eviction
+        self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
+
+    async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
+        self.nudged.add(name)
+        await super().nudge_pod(namespace=namespace, name=name, value=value)
 
     async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
         pod = self.get("", "Pod", namespace, name)
@@ -798,12 +803,14 @@ class Driver:
                 await self.reach_service(name, seen)
 
     async def schedule_planned(self) -> None:
-        """The pending pods the service has planned: it nudged them, so kube-scheduler filters them now."""
+        """The pending pods the service has planned or nudged: kube-scheduler filters them now (a
+        pod's update moves it out of its unschedulable queue)."""
         resp = await self.svc.client.get("/debug/gangs")
         self.debug = (await resp.json())["gangs"]
-        planned = sorted(set(self.plans()) & set(self.pending()))
+        nudged, self.cluster.nudged = self.cluster.nudged, set()
+        planned = sorted((set(self.plans()) | nudged) & set(self.pending()))
         if planned:
-            self.log(f"schedule the planned (nudged) pods {planned}")
+            self.log(f"schedule the planned and nudged pods {planned}")
             await self.schedule(planned, "all")
             await self.spin()
 
@@ -1165,10 +1172,11 @@ class Driver:
     def gang_state(self, gang: Gang, bound: dict[str, str]) -> str | None:
         """Why `gang` is partially bound, or None."""
         done = {n for n, g in self.gone_done.items() if g == gang.name}  # finished, then deleted
-        pods = [n for n in self.pods() if self.pod_gang.get(n) == gang.name] + sorted(done)
+        live = self.pods()
+        pods = [n for n in live if self.pod_gang.get(n) == gang.name] + sorted(done)
         on = [n for n in pods if n in bound or n in done]
-        if not on:
-            return None
+        if not any(n in bound and not finished(live[n]) for n in on):
+            return None  # none of it runs: finished, or evicted whole
         if not gang.subgroups:
             need = gang.min_member or 1
             return None if len(on) >= need else f"{len(on)} of {need} bound ({sorted(on)})"
@@ -1332,6 +1340,8 @@ class Driver:
             if limit is None or flying.get(name, total) <= limit:
                 self.over_limit.pop(name, None)
                 continue
+            if total <= limit:
+                continue  # binds admitted already may take it over: judged when they land
             allowed = self.over_limit.get(name)
             if allowed is None or total > allowed:
                 self.log(f"      {name}'s use: {self.queue_use_detail(pods, name)}")
