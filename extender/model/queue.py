@@ -18,13 +18,21 @@ and default queue set).
 
 A malformed Queue fails closed (`read_queue`): it keeps every limit that reads, and what does not
 read admits nothing, so a child never runs past a parent written badly; the faults say why.
+
+Numbers past int64: KAI keeps quota, limit and overQuotaWeight as float64, so `memory: {quota: 1e14}`
+(10**20 bytes) is a valid Queue. Amounts saturate at MAX_AMOUNT and weights at MAX_WEIGHT, both above
+anything a cluster can hold or a ratio can tell apart, and a number is bounded before it is computed
+exactly (`1e2000000000` would otherwise build a billion-digit integer on the event loop). A priority
+outside int64 is refused: KAI's is a Go int.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
@@ -40,6 +48,21 @@ RESOURCES: dict[str, str] = {"cpu": CPU, "memory": MEMORY, "gpu": GPU}
 KAI_NAMES: dict[str, str] = {ours: kai for kai, ours in RESOURCES.items()}
 _UNIT: dict[str, int] = {"cpu": 1, "memory": 10**6, "gpu": 1}
 """One KAI unit in this project's integer units (millicores, bytes, devices)."""
+
+
+MAX_AMOUNT = 2**61
+"""Saturation bound of a queue's quota and limit, in our units: 2 EiB of memory, 2.3 * 10**15 cores
+or devices, above any cluster's total (2048 nodes at resources.MAX_UNITS each), so a saturated quota
+or limit admits what the number written would. Two of them still add up inside int64 (2**63 - 1), which
+orjson and numpy need."""
+MAX_WEIGHT = Fraction(10**30)
+"""Saturation bound of an overQuotaWeight (and 10**-30 its smallest positive value): weights are
+ratios, and none a cluster's shares could tell apart lies beyond; /debug/queues shows it as a float."""
+_MAGNITUDE = 30
+"""Numbers whose leading digit is past 10**30 (or below 10**-30) are clamped there before being
+computed exactly; every bound above is reached from it."""
+_DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 class QueueError(ValueError):
@@ -71,13 +94,37 @@ class Queue:
 
 
 def _number(value: Any, where: str) -> Fraction:
+    """A decimal number (an int, a float or its text), clamped to 10**±30 in magnitude."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise QueueError(f"{where}: expected a number, got {value!r}")
+        raise QueueError(f"{where}: expected a number, got {_shown(value)}")
+    if isinstance(value, int):
+        return _clamped(Fraction(value))
+    text = str(value).strip()
+    if not _DECIMAL.fullmatch(text):  # NaN, inf, hex, "1/3": not what a Queue's float64 holds
+        raise QueueError(f"{where}: expected a number, got {_shown(value)}")
     try:
-        number = Fraction(str(value).strip())
-    except (ValueError, ZeroDivisionError):
-        raise QueueError(f"{where}: expected a number, got {value!r}") from None
-    return number
+        number = Decimal(text)  # holds 1e2000000000 as digits and an exponent, nothing computed
+    except InvalidOperation:
+        raise QueueError(f"{where}: expected a number, got {_shown(value)}") from None
+    if not number:
+        return Fraction(0)
+    sign = -1 if number < 0 else 1
+    if number.adjusted() > _MAGNITUDE:
+        return sign * Fraction(10**_MAGNITUDE)
+    if number.adjusted() < -_MAGNITUDE:
+        return sign * Fraction(1, 10**_MAGNITUDE)
+    return Fraction(number)
+
+
+def _clamped(number: Fraction) -> Fraction:
+    bound = Fraction(10**_MAGNITUDE)
+    return max(-bound, min(bound, number))
+
+
+def _shown(value: Any) -> str:
+    """`value` for a reason, cut short: a number may be megabytes of digits."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + f"... ({len(text)} characters)"
 
 
 def _amount(value: Any, kai_name: str, where: str, *, special: str) -> int | None:
@@ -86,8 +133,8 @@ def _amount(value: Any, kai_name: str, where: str, *, special: str) -> int | Non
     if number == -1:
         return None
     if number < 0:
-        raise QueueError(f"{where}: must be -1 ({special}) or at least 0, got {value!r}")
-    return math.floor(number * _UNIT[kai_name])
+        raise QueueError(f"{where}: must be -1 ({special}) or at least 0, got {_shown(value)}")
+    return min(MAX_AMOUNT, math.floor(number * _UNIT[kai_name]))
 
 
 CLOSED = QueueResource(quota=0, limit=0, weight=Fraction(0))
@@ -127,18 +174,18 @@ def _resource(raw: Any, kai_name: str, where: str, problems: _Problems) -> Queue
         if limit == 0:
             limit = quota  # nothing above quota
     if limit is not None and quota is not None and limit < quota:
-        below = f"{raw.get('limit')!r} is below the quota {raw.get('quota')!r}"
+        below = f"{_shown(raw.get('limit'))} is below the quota {_shown(raw.get('quota'))}"
         problems.note(QueueError(f"{where}.limit: {below}"))
         quota = limit
     try:
         weight = _number(raw.get("overQuotaWeight", 1), f"{where}.overQuotaWeight")
         if weight < 0:
-            got = raw.get("overQuotaWeight")
-            raise QueueError(f"{where}.overQuotaWeight: must be 0 or more, got {got!r}")
+            got = _shown(raw.get("overQuotaWeight"))
+            raise QueueError(f"{where}.overQuotaWeight: must be 0 or more, got {got}")
     except QueueError as exc:
         problems.note(exc)
         weight = Fraction(0)
-    return QueueResource(quota=quota, limit=limit, weight=weight)
+    return QueueResource(quota=quota, limit=limit, weight=min(weight, MAX_WEIGHT))
 
 
 def read_queue(obj: Mapping[str, Any]) -> tuple[Queue, tuple[str, ...]]:
@@ -169,7 +216,12 @@ def read_queue(obj: Mapping[str, Any]) -> tuple[Queue, tuple[str, ...]]:
     if priority is None:
         priority = DEFAULT_PRIORITY
     if isinstance(priority, bool) or not isinstance(priority, int):
-        problems.note(QueueError(f"spec.priority: expected a whole number, got {priority!r}"))
+        problems.note(QueueError(f"spec.priority: expected a whole number, got {_shown(priority)}"))
+        priority = DEFAULT_PRIORITY
+    elif not _INT64[0] <= priority <= _INT64[1]:
+        problems.note(
+            QueueError(f"spec.priority: {_shown(priority)} is outside int64 (KAI's priority is a Go int)")
+        )
         priority = DEFAULT_PRIORITY
     raw = spec.get("resources") or {}
     if not isinstance(raw, Mapping):

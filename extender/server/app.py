@@ -4,7 +4,9 @@ Routes: POST /filter, /prioritize, /bind, /preempt (so a KubeSchedulerConfigurat
 is the service's base URL); GET /healthz, /readyz, /metrics, /debug/gangs[/{ns}/{name}], /debug/queues.
 
 Bad input is HTTP 400 with a one-line reason; an internal fault is answered in the verb's Error
-field (HTTP 200, as kube-scheduler expects) and logged with the pod's namespace/name. A bind
+field (HTTP 200, as kube-scheduler expects; prioritize gives every node 0 and preempt, whose reply has
+no Error field, offers no node, so no one is evicted), logged with the pod's namespace/name and counted
+in gang_extender_internal_errors_total. A bind
 that reaches a gang's barrier waits on a future that the release or the expiry ticker resolves.
 """
 
@@ -435,7 +437,18 @@ async def handle_preempt(request: web.Request) -> web.Response:
 
     async def work(body: bytes) -> web.Response:
         args = wire.parse_preemption_args(body)
-        decision = app[SCHEDULER].preempt(args.pod, args.victims)
+        try:
+            decision = app[SCHEDULER].preempt(args.pod, args.victims)
+        except (UnknownNodesError, wire.WireError, QuantityError):
+            raise  # the caller's input: HTTP 400
+        except Exception:
+            # our fault, whatever its type. The reply has no Error field, and a 500 fails the pod's
+            # PostFilter (an ignorable extender would be skipped, and kube-scheduler would evict its
+            # own candidates, gang members among them): no node at all is the answer that evicts no
+            # one, and kube-scheduler retries the pod later.
+            log.exception("preempt failed for pod %s; no node offered", _pod_ref(args.pod))
+            app[METRICS].errors.labels("preempt").inc()
+            return _json(wire.preemption_result({}))
         for outcome, n in decision.counts().items():
             app[METRICS].preempt_candidates.labels(outcome.value).inc(n)
         effects, app[SCHEDULER].preempt_effects = app[SCHEDULER].preempt_effects, []

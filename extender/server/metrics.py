@@ -75,7 +75,7 @@ class Metrics:
         )
         self.errors = Counter(
             "gang_extender_internal_errors",
-            "Internal faults answered in a verb's Error field",
+            "Internal faults of a verb, in its Error field (prioritize: zero scores; preempt: no node)",
             ["verb"],
             registry=r,
         )

@@ -4,6 +4,9 @@ The Go structs carry no json tags, so keys are the Go field names (PascalCase) a
 are `null`, never omitted. The prioritize reply is a bare array; the preempt reply always uses
 `NodeNameToMetaVictims`, whichever mode the request came in. Every way a body can be wrong
 raises WireError with one line an operator can act on; the handler turns it into HTTP 400.
+Every field of the extender's own structs is checked by one rule: a field Go declares as a string or
+an int64 is absent (Go's zero value) or of that type, never null, which Go never writes for one;
+null stands only where Go writes it, for pointers, maps and slices (Pod, Nodes, NodeNames, Pods).
 
 The Pod is checked here, once per call, for every field the scheduling code reads (identity,
 labels, annotations, owner references, containers and their quantities, overhead, node selector,
@@ -457,13 +460,16 @@ def filter_echo(array: bytes) -> bytes:
 _ECHO_TAIL = b',"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
 
+def _present(doc: dict[str, Any], name: str) -> bool:
+    return name in doc or any(k.lower() == name.lower() for k in doc)
+
+
 def parse_binding_args(body: bytes) -> BindingArgs:
     doc = _loads(body)
     values = {}
     for field in ("PodName", "PodNamespace", "PodUID", "Node"):
-        v = _field(doc, field)
-        if v is None:
-            v = ""
+        # Go strings: absent is "", as Go decodes it; null is no string (Go writes a string as one)
+        v = _field(doc, field) if _present(doc, field) else ""
         if not isinstance(v, str):
             raise WireError(f"{field} must be a string, got {_kind(v)}")
         values[field] = v
@@ -474,10 +480,10 @@ def parse_binding_args(body: bytes) -> BindingArgs:
 
 
 def _pdb_violations(victims: dict[str, Any], where: str) -> int:
-    """NumPDBViolations: an int64 count; absent or null is 0, as Go decodes it."""
-    n = _field(victims, "NumPDBViolations")
-    if n is None:
+    """NumPDBViolations: an int64 count; absent is 0, as Go decodes it; null is no count."""
+    if not _present(victims, "NumPDBViolations"):
         return 0
+    n = _field(victims, "NumPDBViolations")
     if isinstance(n, bool) or not isinstance(n, int):
         raise WireError(f"{where}.NumPDBViolations must be an integer, got {quote(n)}")
     if not 0 <= n <= _INT64_MAX:

@@ -441,6 +441,7 @@ BAD_PREEMPT = [
             ("1.5", 1.5),
             ("negative", -1),
             ("beyond int64", 2**63),
+            ("null", None),  # an int64: Go never writes null for it
         ]
     ],
     pytest.param(
@@ -577,6 +578,24 @@ def test_well_formed_victims_in_both_modes():
     assert full.victims == {
         "n000": {"Pods": [{"UID": full_pod()["metadata"]["uid"]}], "NumPDBViolations": 2**63 - 1}
     }
+
+
+def test_absent_go_fields_are_their_zero_values():
+    """Absent is what Go's decoder reads as the zero value; only null, which Go never writes for a
+    string or an int64, is refused."""
+    args = wire.parse_binding_args(raw({"PodName": "p", "PodNamespace": "ml", "Node": "n000"}))
+    assert (args.pod_name, args.pod_namespace, args.pod_uid, args.node) == ("p", "ml", "", "n000")
+    args = wire.parse_binding_args(raw({"podname": "p", "podNamespace": "ml", "poduid": "u", "NODE": "n"}))
+    assert (args.pod_uid, args.node) == ("u", "n")
+    meta = wire.parse_preemption_args(preempt_doc(NodeNameToMetaVictims={"n000": {"Pods": [{"UID": "a"}]}}))
+    assert meta.victims["n000"]["NumPDBViolations"] == 0
+
+
+@pytest.mark.parametrize("field", ["PodName", "PodNamespace", "PodUID", "Node"])
+def test_a_null_bind_field_is_a_wire_error(field):
+    doc = {"PodName": "p", "PodNamespace": "ml", "PodUID": "u", "Node": "n000", field: None}
+    with pytest.raises(wire.WireError, match=f"{field} must be a string, got null"):
+        wire.parse_binding_args(raw(doc))
 
 
 # ------------------------------------------------------------------ what still parses
@@ -883,3 +902,39 @@ async def test_preempt_refuses_unknown_nodes_and_never_returns_a_node_without_vi
     )
     assert status == 200
     assert set(orjson.loads(body)["NodeNameToMetaVictims"]) == {"n000"}
+
+
+# ------------------------------------------------------------------ numbers past int64 in Queues
+def _kai_queue(name: str, **res: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"resources": res},
+    }
+
+
+async def test_queue_amounts_past_int64_are_shown_saturated_not_a_500(make_service):
+    """1e14 MB is 10**20 bytes: /debug/queues answered 500 (orjson encodes int64 at most); a weight past
+    float64 broke /metrics too. Each saturates, and both pages answer."""
+    svc = await make_service(
+        [
+            *rack_cluster(),
+            _kai_queue(
+                "default-queue",
+                memory={"quota": 1e14, "limit": -1},
+                cpu={"quota": -1, "limit": -1, "overQuotaWeight": "1e400"},
+            ),
+            _kai_queue("huge-limit", gpu={"quota": 0, "limit": "1e25"}),
+        ]
+    )
+    resp = await svc.client.get("/debug/queues")
+    assert resp.status == 200, (await resp.text())[:300]
+    doc = {q["queue"]: q for q in (await resp.json())["queues"]}
+    memory = doc["default-queue"]["resources"]["memory"]
+    assert 2**60 <= memory["quota"] < 2**63 and memory["limit"] is None
+    assert doc["huge-limit"]["resources"]["gpu"]["limit"] >= 2**60
+    assert (await svc.client.get("/metrics")).status == 200
+    pod = svc.cluster.apply(make_pod("p"))
+    status, body = await svc.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": ["n000"]})
+    assert status == 200 and orjson.loads(body)["NodeNames"] == ["n000"], body

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.builders import make_node, make_pod, rack_cluster
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
@@ -186,13 +186,63 @@ async def test_bad_filter_input_is_400_with_a_one_line_reason(make_service, verb
         (b'{"PodName": "p", "PodNamespace": "default"}', "missing Node"),
         (b'{"PodName": 3, "PodNamespace": "default", "Node": "n"}', "PodName must be a string"),
         (b"nope", "not valid JSON"),
+        (
+            b'{"PodName": "p", "PodNamespace": "default", "PodUID": null, "Node": "n"}',
+            "PodUID must be a string",
+        ),
+        (b'{"PodName": null, "PodNamespace": "default", "Node": "n"}', "PodName must be a string, got null"),
+        (b'{"PodName": "p", "PodNamespace": "default", "Node": null}', "Node must be a string, got null"),
+        (b'{"PodName": "p", "PodNamespace": null, "Node": "n"}', "PodNamespace must be a string, got null"),
     ],
-    ids=["bind without a node", "bind with a number for a name", "bind with garbage"],
+    ids=[
+        "bind without a node",
+        "bind with a number for a name",
+        "bind with garbage",
+        "bind with a null PodUID",
+        "bind with a null PodName",
+        "bind with a null Node",
+        "bind with a null PodNamespace",
+    ],
 )
 async def test_bad_bind_input_is_400(make_service, body, reason):
     svc = await make_service()
     status, text = await svc.post("bind", raw=body)
     assert status == 400 and reason in text.decode()
+
+
+async def test_an_internal_fault_in_preempt_vetoes_every_node_and_is_counted(
+    make_service, caplog, monkeypatch
+):
+    """The preempt reply has no Error field: a 500 would make kube-scheduler fail the pod's PostFilter
+    (or, were the extender ignorable, preempt without it, breaking gangs). An empty victims map is the
+    answer that evicts no one: kube-scheduler drops every candidate and retries the pod later."""
+    svc = await make_service([*rack_cluster(), make_kai_podgroup("urgent", min_member=2)])
+    victim = svc.cluster.apply(make_pod("v", node="n000"))
+    pods = [gang_pod(f"urgent-{i}", "urgent") for i in range(2)]
+    for pod in pods:
+        pod["spec"]["priority"] = 1000
+        svc.cluster.apply(pod)
+    pod = svc.cluster.get("", "Pod", "default", "urgent-0")
+
+    def broken(*_a, **_k):
+        raise RuntimeError("gang default/urgent: cannot plan while its release binds are in flight")
+
+    monkeypatch.setattr(svc.scheduler.ledger, "plan", broken)  # reached through the gang preemptor
+    doc = {
+        "Pod": pod,
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "n000": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}
+        },
+    }
+    status, body = await svc.post("preempt", doc)
+    assert status == 200, body
+    assert orjson.loads(body) == {"NodeNameToMetaVictims": {}}
+    assert any(r.getMessage().startswith("preempt failed for pod default/urgent-0") for r in caplog.records)
+    text = await (await svc.client.get("/metrics")).text()
+    assert 'gang_extender_internal_errors_total{verb="preempt"} 1.0' in text
+    assert 'gang_extender_requests_total{code="200",verb="preempt"} 1.0' in text
+    assert svc.cluster.get("", "Pod", "default", "v") is not None  # no one evicted
 
 
 async def test_an_oversize_body_is_400_naming_the_limit(make_service):
