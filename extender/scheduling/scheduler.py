@@ -628,7 +628,11 @@ class Scheduler:
         self._held_need[call.group.key] = dict(need)
         return reason
 
-    def _queue_limit_at_bind(self, rec: PodRecord, group: GroupSpec | None) -> str | None:
+    def _queue_limit_at_bind(
+        self, rec: PodRecord, group: GroupSpec | None, *, held: bool = False
+    ) -> str | None:
+        """Why binding `rec` would take its queue (or an ancestor) past a limit, or None. `held`: its
+        own hold is counted in the usage already (a bind that waited out the fence holding room)."""
         snap = self.queue_snapshot()
         if snap is None:
             return None
@@ -637,7 +641,10 @@ class Scheduler:
         if queue is None:
             return f"{messages.label(group)}: {conflict}"
         what = "pod" if group.source is Source.SINGLE_POD else "member"
-        return queues.admission(snap, queue, rec.requests, group.key, what=what, fair_share=False)
+        credit = rec.requests if held else None
+        return queues.admission(
+            snap, queue, rec.requests, group.key, what=what, fair_share=False, credit=credit
+        )
 
     def queue_holds_over(self) -> list[Effect]:
         """Bring back the turned-away members of gangs (and pods) held for their queue once admission
@@ -1135,7 +1142,8 @@ class Scheduler:
     def fence_over(self, key: PodKey, node: str) -> str:
         """A single pod held room on `node` while its POST waited out the start-up fence: "" when it
         may be bound now, else why not (a predecessor's binding landed there meanwhile and the room
-        is gone; the caller gives the hold back). A pod bound meanwhile is left to the POST, which
+        is gone, or landed in its queue and the room under the queue's limit is; the caller gives
+        the hold back). A pod bound meanwhile is left to the POST, which
         finds it bound (success on the same node, an error elsewhere)."""
         rec = self.store.pods.get(key)
         row = self.store.node_rows.get(node)
@@ -1143,9 +1151,13 @@ class Scheduler:
             return f"pod {key} or node {node} is gone from the extender's cache"
         if rec.node_name:
             return ""
-        if key in self.store.reservations and bool((self.store.arrays.free[row] >= 0).all()):
-            return ""
-        return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
+        if key not in self.store.reservations or not bool((self.store.arrays.free[row] >= 0).all()):
+            return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
+        # the same landings may have used the room its queue's limit left (bind checked it before)
+        over = self._queue_limit_at_bind(rec, self.store.membership(rec).group, held=True)
+        if over is not None:
+            return f"pod {key}: {over}: pods of the queue were bound while its bind waited"
+        return ""
 
     def bind_done(self, key: PodKey, node: str, error: str) -> None:
         """A single pod's API binding finished ("" = bound)."""
