@@ -678,6 +678,25 @@ def admission(
     return None
 
 
+def past_limit(snap: QueueSnapshot, queue: str) -> str | None:
+    """Why `queue` or an ancestor uses more than its limit now (its held room included), or None. A
+    plan admitted within the limits finds one past it when pods bound beside it meanwhile (a killed
+    predecessor's bindings landing in the start-up fence) or a limit was lowered below it."""
+    tree = snap.tree
+    if queue not in tree.queues:
+        return None
+    for name in tree.ancestors(queue):
+        for r in TRACKED:
+            limit = tree.queues[name].resource(r).limit
+            used = snap.allocated[name][r]
+            if limit is not None and used > limit:
+                return (
+                    f"queue {name}: {KAI_NAMES[r]} limit {amount_text(r, limit)}, "
+                    f"in use {amount_text(r, used)} with the plan's room"
+                )
+    return None
+
+
 def _quantity(resource: str, units: int) -> str:
     return f"{units}m" if resource == "cpu" else str(units)
 

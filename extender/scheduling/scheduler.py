@@ -1069,6 +1069,11 @@ class Scheduler:
                 message=self.fence_reason(key),
                 wait_s=fence_left_s,
             )
+        over = self._plan_past_queue_limit(key)
+        if over is not None:
+            gang, why = over
+            self.ledger.discard(gang, why)
+            return BindDecision(BindVerdict.REFUSE, gang=gang, message=f"gang {gang}: {why}; replanning")
         arrival, entry, members = self.ledger.arrive(key, node, uid)
         if arrival is Arrival.WRONG_NODE and entry is not None:
             planned = entry.plan[key].node
@@ -1128,6 +1133,23 @@ class Scheduler:
         if fence_left_s > 0:  # the hold keeps the room while the POST waits (see fence_over)
             return BindDecision(BindVerdict.NOW, message=self.fence_reason(key), wait_s=fence_left_s)
         return BindDecision(BindVerdict.NOW)
+
+    def _plan_past_queue_limit(self, key: PodKey) -> tuple[GroupKey, str] | None:
+        """(gang, why) when `key` is planned, its gang's release has not begun, and the gang's queue
+        (or an ancestor) is past its limit with the plan's room counted: bound, the gang would grow
+        it. Pods bound beside the plan since it was admitted do that (a predecessor's bindings
+        landing within the start-up fence, which no plan saw coming)."""
+        gang = self.ledger.gang_of(key)
+        if gang is None or self.ledger.planned(key) is None or self.ledger.is_releasing(key):
+            return None
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        queue, conflict = snap.group_queue(gang)
+        if queue is None or conflict:
+            return None
+        why = queues.past_limit(snap, queue)
+        return (gang, f"{why}: pods were bound in the queue while the gang waited to bind") if why else None
 
     def _give_back_fenced_holds(self, row: int) -> None:
         """Within the fence no single pod's POST has gone out: where a binding that landed meanwhile
