@@ -482,6 +482,11 @@ class QueueBook:
         share = self._shares.get(pk)
         return share.queue if share is not None else None
 
+    def counted_allocated(self, pk: PodKey) -> bool:
+        """Whether the last refresh counted the pod as using its queue's room (bound, or held)."""
+        share = self._shares.get(pk)
+        return share is not None and share.allocated
+
     def _share_of(self, pk: PodKey) -> _PodShare | None:
         rec = self.store.pods.get(pk)
         if rec is None or is_terminal(rec.obj):

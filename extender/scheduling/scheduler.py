@@ -1144,6 +1144,8 @@ class Scheduler:
             return
         if pk in self.ledger.binding or self.ledger.is_releasing(pk):
             return  # bound by this process: admitted with its room held, it adds nothing at landing
+        if self.queue_book.counted_allocated(pk):
+            return  # counted already (a status write of a pod bound before): nothing landed
         snap = self.queue_snapshot()
         queue = self.queue_book.charged_to(pk) if snap is not None else None
         if snap is None or queue is None:

@@ -89,3 +89,16 @@ def test_a_single_pods_hold_inside_the_fence_is_given_back_when_landings_push_it
     w.scheduler.ledger.clock.now += FENCE_S
     refused = w.scheduler.fence_over("default/p", "node-0")
     assert "queue team-a: gpu limit 8, in use 4, pod needs 6" in refused
+
+
+def test_a_landing_that_keeps_the_queue_within_its_limit_leaves_the_plan_standing() -> None:
+    w = fenced_world(LEAF_LIMIT)
+    old = w.gang("old", 2, "team-a")
+    new = w.gang("new", 6, "team-a")
+    assert w.filter(new[0]).verdict is Verdict.PASS
+    planned = {w.scheduler.ledger.planned(f"default/{n}").node for n in new}
+    free_node = next(n for n in sorted(w.store.node_rows) if n not in planned)
+    for name in old:  # 2 + 6 = 8: at the limit, not above it
+        land(w, name, free_node)
+    assert over_limits(w) == {}
+    assert all(w.scheduler.ledger.planned(f"default/{n}") is not None for n in new), "nothing to give back"
