@@ -477,6 +477,16 @@ class QueueBook:
                 self._shares[pk] = new
                 self._count(new, 1)
 
+    def charged_to(self, pk: PodKey) -> str | None:
+        """The queue the pod was counted to at the last refresh (None: counted to none)."""
+        share = self._shares.get(pk)
+        return share.queue if share is not None else None
+
+    def counted_allocated(self, pk: PodKey) -> bool:
+        """Whether the last refresh counted the pod as using its queue's room (bound, or held)."""
+        share = self._shares.get(pk)
+        return share is not None and share.allocated
+
     def _share_of(self, pk: PodKey) -> _PodShare | None:
         rec = self.store.pods.get(pk)
         if rec is None or is_terminal(rec.obj):
@@ -605,6 +615,27 @@ class QueueBook:
 
 
 # ================================================================= admission
+def over_limit(snap: QueueSnapshot, queue: str) -> list[str]:
+    """The queue and those of its ancestors whose allocated exceeds a limit on some resource."""
+    if queue not in snap.tree.queues:
+        return []
+    out = []
+    for name in snap.tree.ancestors(queue):
+        q = snap.tree.queues[name]
+        if any(
+            (limit := q.resource(r).limit) is not None and snap.allocated[name][r] > limit for r in TRACKED
+        ):
+            out.append(name)
+    return out
+
+
+def under(snap: QueueSnapshot, queue: str | None, tops: Iterable[str]) -> bool:
+    """Whether `queue` is one of `tops` or a descendant of one."""
+    if queue is None or queue not in snap.tree.queues:
+        return False
+    return not set(snap.tree.ancestors(queue)).isdisjoint(tops)
+
+
 def _within_share(snap: QueueSnapshot, queue: str, need: Mapping[str, int]) -> bool:
     alloc, fair = snap.allocated[queue], snap.fair_share[queue]
     return all(alloc[r] + need.get(r, 0) <= fair.get(r, 0) for r in TRACKED if need.get(r, 0) > 0)

@@ -1161,6 +1161,36 @@ class Scheduler:
             if pk in self.ledger.binding:
                 self.store.unhold(pk)
 
+    def _give_back_room_over_queue_limits(self, pk: PodKey) -> None:
+        """The queue rule beside the ledger's node rule (`_drop_plans_overcommitted_by`): a pod this
+        process did not bind (a killed predecessor's release landing late, a pod another scheduler
+        placed) was not counted when this process admitted the room it holds. Where its landing puts
+        its queue, or an ancestor, above a limit, the plans charged to those queues and their
+        descendants are dropped (their binds answered, the gangs replan under admission), and so are
+        the holds of single pods still waiting out the fence (fence_over refuses them); a release
+        already in flight is past recall, and a single pod's POST sent is too."""
+        if not self.store.reservations:  # nothing held to give back (a list of 150,000 bound pods)
+            return
+        if pk in self.ledger.binding or self.ledger.is_releasing(pk):
+            return  # bound by this process: admitted with its room held, it adds nothing at landing
+        if self.queue_book.counted_allocated(pk):
+            return  # counted already (a status write of a pod bound before): nothing landed
+        snap = self.queue_snapshot()
+        queue = self.queue_book.charged_to(pk) if snap is not None else None
+        if snap is None or queue is None:
+            return
+        over = queues.over_limit(snap, queue)
+        if not over:
+            return
+        why = f"queue {over[-1]} was filled above its limit by pods bound since the plan ({pk} among them)"
+        for gang, e in list(self.ledger.gangs.items()):
+            if e.plan and not e.releasing and queues.under(snap, snap.group_queue(gang)[0], over):
+                self.ledger.discard(gang, why)
+        if self.fence_until > self.ledger.clock():
+            for held in [h for h in self.ledger.binding if h in self.store.reservations]:
+                if queues.under(snap, self.queue_book.charged_to(held), over):
+                    self.store.unhold(held)
+
     def fence_over(self, key: PodKey, node: str) -> str:
         """A single pod held room on `node` while its POST waited out the start-up fence: "" when it
         may be bound now, else why not (a predecessor's binding landed there meanwhile and the room
@@ -1173,7 +1203,12 @@ class Scheduler:
             return f"pod {key} or node {node} is gone from the extender's cache"
         if rec.node_name:
             return ""
-        if key not in self.store.reservations or not bool((self.store.arrays.free[row] >= 0).all()):
+        if key not in self.store.reservations:  # given back: a queue filled meanwhile, or the node
+            over = self._queue_limit_at_bind(rec, self.store.membership(rec).group)
+            if over is not None:
+                return f"pod {key}: {over}; pods of its queue were bound while its bind waited"
+            return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
+        if not bool((self.store.arrays.free[row] >= 0).all()):
             return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
         # the same landings may have used the room its queue's limit left (bind checked it before)
         over = self._queue_limit_at_bind(rec, self.store.membership(rec).group, held=True)
@@ -1443,6 +1478,9 @@ class Scheduler:
                 self.settling.mark(row)
                 if self.fence_until > self.ledger.clock():
                     self._give_back_fenced_holds(row)
+                self._give_back_room_over_queue_limits(
+                    pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+                )
         if event == "DELETED" or node:
             self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
             self.evictions.forget(str(meta.get("uid") or ""))
