@@ -49,7 +49,11 @@ the room held for a preemptor that it is being planned into):
    on every resource H needs and within every limit of P and its ancestors, and the cluster's free r
    is short of N + H's need (they compete). A holder found to fit nowhere and to reclaim nothing,
    with no capacity grown since (`QueueSnapshot.stuck`), holds no one: it could not use the room,
-   which would sit idle for nobody. (A plain pod is never found so: it may hold until placed.)
+   which would sit idle for nobody. A plain pod is found so by its last filter (no offered node
+   fits it, or it asks for a resource no node has), or as the cluster is now (no schedulable node
+   has room for it: kube-scheduler, its own filters passing no node, may never ask), unless
+   kube-scheduler's preemption may be freeing room for it (it is nominated, or the preempt verb's
+   victims are leaving for it) (`QueueSnapshot.idle`).
 Why the hold cannot starve anyone: a gang that holds others is within its queue's share on every
 resource, so it is itself never held; holds therefore never form a cycle, and each holder is
 planned as soon as the capacity for it frees, since no over-share gang takes that capacity. A held
@@ -71,7 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -306,6 +310,7 @@ class Waiter:
     group: GroupKey
     queue: str
     need: dict[str, int]
+    lone: bool = False  # a plain pod (a group of one), pending: QueueSnapshot.idle may say it holds no one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,8 +330,12 @@ class QueueSnapshot:
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
     stuck: frozenset[GroupKey] = frozenset()
-    """Gangs that fit nowhere and may reclaim nothing as things are: they could not use room held for
-    them, so they hold no one (rule 3)."""
+    """Gangs (and plain pods) that fit nowhere and may reclaim nothing as things are: they could not
+    use room held for them, so they hold no one (rule 3)."""
+    idle: Callable[[GroupKey], bool] | None = dataclasses.field(default=None, repr=False)
+    """A plain pod (group of one) pending that could use no room as the cluster is now
+    (no node has room for it, and no preemption is under way for it): asked last, only of a waiter
+    that would otherwise hold someone, so the cost is a look per hold, not one per pending pod."""
 
     def group_queue(self, key: GroupKey) -> tuple[str | None, str]:
         """The gang's one queue as the book counts its pods: (queue, ""); (None, "") when none is
@@ -346,7 +355,7 @@ class QueueSnapshot:
             if key in self.planned or key in self.stuck or not self.tree.usable(t.queue) or len(t.queues) > 1:
                 continue  # planned, stuck, of no usable queue, or of no one queue (not admitted)
             if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
-                yield Waiter(key, t.queue, dict(t.need))
+                yield Waiter(key, t.queue, dict(t.need), lone=t.pending == 1 and not t.spec.is_gang())
 
 
 def _tracked(requests: Mapping[str, int]) -> dict[str, int]:
@@ -543,13 +552,15 @@ class QueueBook:
         victims: Iterable[PodKey] = (),
         stuck: Iterable[GroupKey] = (),
         incoming: Iterable[PodKey] = (),
+        idle: Callable[[GroupKey], bool] | None = None,
     ) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
         queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing);
         `holding`: preemptor gang -> (its queue, the room held for it), charged to that queue;
         `victims`: pods being evicted for a preemption or reclaim in flight (leaving); `stuck`: gangs
         found to fit nowhere and reclaim nothing since capacity last grew (they hold no one);
-        `incoming`: pending members of gangs preempting or reclaiming (arriving)."""
+        `incoming`: pending members of gangs preempting or reclaiming (arriving); `idle`: see
+        QueueSnapshot.idle."""
         if not in_use(self.store):
             if self.tracking:
                 self._forget()
@@ -611,6 +622,7 @@ class QueueBook:
             groups=self.groups,
             planned=frozenset(planned),
             stuck=frozenset(stuck),
+            idle=idle,
         )
 
 
@@ -700,6 +712,8 @@ def admission(
                 continue  # room for both: no one is held
             if admission(snap, h.queue, h.need, h.group, fair_share=False) is not None:
                 continue  # an ancestor's limit holds it: it could not use the room
+            if h.lone and snap.idle is not None and snap.idle(h.group):
+                continue  # a plain pod with no room anywhere, none being freed for it: it could not use it
             return (
                 f"queue {queue} is at its fair share of {KAI_NAMES[r]} ({amount_text(r, alloc[r])} in use + "
                 f"{amount_text(r, need[r])} needed > fair share {amount_text(r, fair.get(r, 0))}) while "

@@ -148,12 +148,16 @@ class Scheduler:
         """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
-        self._queue_snapshot: tuple[tuple[int, int], queues.QueueSnapshot | None] = ((-1, -1), None)
+        self._queue_snapshot: tuple[tuple[int, int, int], queues.QueueSnapshot | None] = ((-1, -1, -1), None)
+        self._pod_no_fit: dict[GroupKey, tuple[PodKey, int]] = {}
+        """Plain pods (groups of one) whose last filter found no offered node to fit them: key -> (the
+        pod, store.release_gen then). Rebuilt by filtering again; read by _stuck."""
+        self._no_fit_gen = 0  # bumps when _pod_no_fit, or who the preempt verb acts for, changes
         self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
         self.queue_book = queues.QueueBook(store, default_queue)
         self._held_need: dict[GroupKey, dict[str, int]] = {}
         self._admit_looked: dict[GroupKey, int] = {}  # gang -> store.change_gen at _preempt_to_admit's look
-        self._holds_checked = (-1, -1)  # (store.change_gen, ledger.gen) at the last queue_holds_over look
+        self._holds_checked = (-1, -1, -1)  # (change_gen, ledger.gen, _no_fit_gen) at the last look
         self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         self.settling = SettlingRows(settle_s=settle_s, clock=ledger.clock)
@@ -345,6 +349,9 @@ class Scheduler:
 
     # ----------------------------------------------------------------- single pods
     def _filter_single(self, call: FilterCall) -> FilterDecision:
+        return self._note_pod_fit(call, self._fit_single(call))
+
+    def _fit_single(self, call: FilterCall) -> FilterDecision:
         key, group, rows = call.key, call.group, call.rows
         what = "pod" if group.source.value == "single-pod" else f"{messages.label(group)} member"
         held = self._queue_wait(call, call.requests, "pod" if what == "pod" else "member")
@@ -545,7 +552,7 @@ class Scheduler:
         """Every queue's usage and fair share, recomputed only when the store changed; None when the
         cluster has no Queue objects (then nothing is enforced)."""
         gen, snap = self._queue_snapshot
-        now_gen = (self.store.change_gen, self.ledger.gen)
+        now_gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
         if gen != now_gen:
             planned = [g for g, e in self.ledger.gangs.items() if e.plan]
             # the room held for a preemptor is its queue's: the victims' charge left with them
@@ -560,6 +567,7 @@ class Scheduler:
                 victims=self.ledger.victims_in_flight(),
                 stuck=self._stuck(),
                 incoming=self.ledger.incoming(),
+                idle=self._pod_idle,
             )
             self._queue_snapshot = (now_gen, snap)
             self._log_queue_errors(snap.tree.errors if snap is not None else {})
@@ -568,19 +576,69 @@ class Scheduler:
                 self._held_need.pop(gang, None)
             for gang in [g for g in self._admit_looked if g not in self.queue_holds]:
                 del self._admit_looked[gang]
+            for single in [g for g, (pk, _) in self._pod_no_fit.items() if pk not in self.store.pods]:
+                del self._pod_no_fit[single]  # gone: bounded memory
         return snap
 
     def _stuck(self) -> list[GroupKey]:
         """Gangs whose last plan found no fit, preemption or reclaim, with no capacity grown since
-        (the no-fit signature `_filter_gang` remembers starts with the store's release_gen): they
-        could use no room held for them (queues.admission). A grouping change elsewhere (any group
-        object written) does not make them fit."""
+        (the no-fit signature `_filter_gang` remembers starts with the store's release_gen), and
+        plain pods whose last filter found no offered node to fit them, with no capacity grown since,
+        that kube-scheduler's preemption is not freeing room for (not nominated to a node, no victims
+        of the preempt verb's on their way out for them): they could use no room held for them
+        (queues.admission). A grouping change elsewhere (any group object written) does not make
+        them fit."""
         release_gen = self.store.release_gen
-        return [
+        stuck = [
             key
             for key, e in self.ledger.gangs.items()
             if e.no_fit is not None and not e.plan and e.no_fit[0][0] == release_gen
         ]
+        for key, (pk, gen) in self._pod_no_fit.items():
+            rec = self.store.pods.get(pk)
+            if gen == release_gen and rec is not None and not self._room_coming(rec):
+                stuck.append(key)
+        return stuck
+
+    def _pod_idle(self, key: GroupKey) -> bool:
+        """Whether the plain pod of group `key`, pending, could use no room as the cluster is now: it
+        asks for a resource no node has, or no schedulable node has room for it,
+        and kube-scheduler's preemption is not freeing any for it (queues.QueueSnapshot.idle). Its
+        own filters passing no node, kube-scheduler may never ask this service to say so."""
+        pending = [r for r in self._group_pods(key) if not r.node_name and is_live(r.obj)]
+        if len(pending) != 1 or self._room_coming(pending[0]):
+            return False
+        request, missing = self.store.request_vector(pending[0].requests)
+        if missing:
+            return True
+        arrays = self.store.arrays
+        rows = np.flatnonzero(arrays.schedulable[: arrays.n_rows]).astype(np.int32)
+        return not (len(rows) and bool(placement.fit_mask(arrays, rows, request).any()))
+
+    def _group_pods(self, key: GroupKey) -> list[PodRecord]:
+        members = self.store.group_members(key)
+        if members:
+            return list(members)
+        rec = self.store.pods.get(key)  # a plain pod's group is keyed as the pod is
+        return [rec] if rec is not None else []
+
+    def _room_coming(self, rec: PodRecord) -> bool:
+        """kube-scheduler's preemption may be freeing room for the pod: it is nominated to a node, or
+        the preempt verb's victims are leaving for it."""
+        return rec.uid in self.evictions or bool((rec.obj.get("status") or {}).get("nominatedNodeName"))
+
+    def _note_pod_fit(self, call: FilterCall, decision: FilterDecision) -> FilterDecision:
+        """Remember whether a plain pod fit nowhere (for _stuck); the decision, unchanged."""
+        if call.group.is_gang():
+            return decision  # a member placed as it comes: its gang's own plan speaks for it
+        if decision.verdict is Verdict.NO_FIT:
+            mark = (call.key, self.store.release_gen)
+            if self._pod_no_fit.get(call.group.key) != mark:
+                self._pod_no_fit[call.group.key] = mark
+                self._no_fit_gen += 1
+        elif self._pod_no_fit.pop(call.group.key, None) is not None:
+            self._no_fit_gen += 1
+        return decision
 
     def _log_queue_errors(self, errors: dict[str, str]) -> None:
         """Say each malformed Queue once, when its fault appears (it fails closed: see read_tree)."""
@@ -651,7 +709,7 @@ class Scheduler:
         passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
         below a limit, or another queue's gang being planned, is not always one of them. Looked at
         only when the store changed (the ticker's pass)."""
-        gen = (self.store.change_gen, self.ledger.gen)
+        gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
         if not self.queue_holds or self._holds_checked == gen:
             return []
         self._holds_checked = gen
@@ -1577,6 +1635,8 @@ class Scheduler:
             self.store, self.ledger, pod, requests, victims, self._preempt_queue_rule(pod, requests)
         )
         self.evictions.record(self.store, uid, decision.victims)
+        if self._pod_no_fit:
+            self._no_fit_gen += 1  # a pod found stuck may have room being freed for it now
         if len(decision.victims) < len(victims):
             log.info(
                 "preempt %s: %d of %d candidate nodes kept",
