@@ -26,6 +26,7 @@ from typing import Any
 from extender.gang.entry import Arrival, GangEntry, Phase, PlannedPod, backoff_delay_s
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.scheduling import topology
 from extender.state.store import GROUPING_KINDS, NODE, POD, ClusterStore, is_live, is_terminal
 
 log = logging.getLogger(__name__)
@@ -734,6 +735,13 @@ class GangLedger:
             self.binding.discard(pk)
             self.short_of_group.discard(pk)
             self.short_of_cache.pop(pk, None)
+        if e is None and node and not gone:
+            # in no plan: a member bound by another binder may still pin its gang's domain
+            gang = self._place_now(obj)[0]
+            other = self.gangs.get(gang) if gang is not None else None
+            if other is not None:
+                self._discard_if_split_by(other, pk, obj, node)
+            return
         if e is None or pk in e.releasing:
             if gone:
                 self._forget_if_empty(obj)
@@ -759,6 +767,45 @@ class GangLedger:
             # rest of the plan may lie in another domain than this member now does. The replan
             # counts it as bound and keeps the others with it
             self._discard(e, f"member {pk} was bound to {node}, not its planned {planned.node}")
+
+    def _discard_if_split_by(self, e: GangEntry, pk: PodKey, pod: dict[str, Any], node: str) -> None:
+        """A member in no plan seen bound (by a killed predecessor whose release lands late, or by
+        another binder): a plan outside the domain it now pins would split the gang once released.
+        The replan counts it as bound and keeps the rest with it. A member already apart from
+        another bound one changes nothing (no replan can mend that), so its later updates never
+        churn the plan."""
+        spec = e.spec
+        row = self.store.node_rows.get(node)
+        if spec is None or row is None or not e.plan:
+            return
+        gang, leaf = self._place_now(pod)
+        if gang != e.key:
+            return
+        bound = [
+            (rec.key, rec.bound_row, self.store.membership(rec).subgroup)
+            for rec in self.store.group_members(e.key)
+            if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
+        ]
+        planned = [(q, self.store.node_rows.get(p.node, -1), p.leaf) for q, p in e.plan.items() if q not in e.releasing]
+        try:
+            if any(self._apart(spec, leaf, row, other_leaf, other) for _, other, other_leaf in bound):
+                return
+            apart = next((q for q, other, other_leaf in planned if self._apart(spec, leaf, row, other_leaf, other)), None)
+        except topology.TopologyError:
+            return  # the plan itself is undone by the group's definition changing
+        if apart is not None:
+            self._discard(e, f"member {pk} was bound to {node}, outside the domain of its planned {apart}")
+
+    def _apart(self, spec: GroupSpec, leaf_a: str | None, row_a: int, leaf_b: str | None, row_b: int) -> bool:
+        """Whether two members placed on these rows break a required constraint they share."""
+        if row_b < 0:
+            return False
+        domains = self.store.arrays.domains
+        for key in topology.shared_required_keys(spec, leaf_a, leaf_b, self.store):
+            lvl = self.store.arrays.level(key)
+            if domains[lvl, row_a] != domains[lvl, row_b]:
+                return True
+        return False
 
     def _left(self, e: GangEntry, pk: PodKey) -> bool:
         """Whether a planned member (not in flight) is no longer in the gang whose plan holds it."""

@@ -46,17 +46,7 @@ class GangPlan:
 
 def constraint_levels(store: ClusterStore, group: GroupSpec, leaf: str | None) -> list[int]:
     """Required levels on the pod's leaf and every ancestor up to the root."""
-    levels: list[int] = []
-    chain: list[Any] = [group.topology]
-    node = group.subgroup(leaf) if leaf else None
-    while node is not None:
-        chain.append(node.topology)
-        node = group.subgroup(node.parent) if node.parent else None
-    for c in chain:
-        keys = topology.resolve(c, store)
-        if keys.required:
-            levels.append(store.arrays.level(keys.required))
-    return levels
+    return [store.arrays.level(k) for k in topology.required_keys(group, leaf, store)]
 
 
 def placed_row(store: ClusterStore, ledger: GangLedger, rec: PodRecord) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from extender.model.group import TopologyConstraint
+from extender.model.group import GroupSpec, TopologyConstraint
 
 
 class TopologyLookup(Protocol):
@@ -76,3 +76,27 @@ def resolve(constraint: TopologyConstraint | None, lookup: TopologyLookup) -> Le
             )
         fallback = tuple(reversed(order[top:below]))
     return LevelKeys(required, preferred, alias, fallback)
+
+
+def _chain(group: GroupSpec, leaf: str | None) -> list[tuple[str | None, TopologyConstraint | None]]:
+    """The constraints on `leaf` and each of its ancestors, the root's (None) last."""
+    out: list[tuple[str | None, TopologyConstraint | None]] = []
+    node = group.subgroup(leaf) if leaf else None
+    while node is not None:
+        out.append((node.name, node.topology))
+        node = group.subgroup(node.parent) if node.parent else None
+    out.append((None, group.topology))
+    return out
+
+
+def required_keys(group: GroupSpec, leaf: str | None, lookup: TopologyLookup) -> list[str]:
+    """The label keys a member of `leaf` must share with the rest: its own required level and each
+    ancestor's, up to the root."""
+    return [k for _, c in _chain(group, leaf) if (k := resolve(c, lookup).required)]
+
+
+def shared_required_keys(group: GroupSpec, leaf_a: str | None, leaf_b: str | None, lookup: TopologyLookup) -> list[str]:
+    """The required label keys two members of the group must agree on: those of the subgroups both
+    sit under (the root at least)."""
+    under_b = {name for name, _ in _chain(group, leaf_b)}
+    return [k for name, c in _chain(group, leaf_a) if name in under_b and (k := resolve(c, lookup).required)]

@@ -150,3 +150,32 @@ async def test_calls_that_do_not_wait(make_service, case, fence_s, expect):
     if not expect:
         assert svc.node_of("p") == "a0"
     svc.check_invariants()
+
+
+async def test_a_member_left_out_of_the_plan_landing_in_another_rack_replans_the_rest_with_it(make_service):
+    """The plan holds the quorum (two of three) in rack ra; the third member, in no plan, is bound
+    by the predecessor in rb. Releasing the plan after the fence would split the gang over two
+    racks: the landing drops the plan, and the replan goes where the bound member is."""
+    objs = [*two_racks(), make_kai_podgroup("g", min_member=2, topology=RACK)]
+    objs += [gang_pod(f"g-{i}", "g", cpu="1") for i in range(3)]
+    svc = await start(make_service, objs)
+    assert (await svc.filter("g-0", ["a0", "a1"]))["NodeNames"]
+    plan = svc.plan("default/g")
+    assert {n[0] for n in plan.values()} == {"a"} and len(plan) == 2, plan
+    outside = next(f"g-{i}" for i in range(3) if f"default/g-{i}" not in plan)
+    calls = {pk.split("/")[1]: launch(svc, pk.split("/")[1], node) for pk, node in plan.items()}
+    await settle()
+    await predecessor_binds(svc, outside, "b0")
+    await settle()
+    assert svc.plan("default/g") == {}, "a member bound outside the plan's rack drops the plan"
+    await svc.expire(FENCE_S)
+    for c in calls.values():
+        await c
+    pending = [f"g-{i}" for i in range(3) if svc.node_of(f"g-{i}") is None]
+    for name in pending:
+        doc = await svc.filter(name, svc.node_names)
+        assert set(doc["NodeNames"]) <= {"b0", "b1"}, doc
+        if doc["NodeNames"]:
+            assert await svc.bind(name, doc["NodeNames"][0]) == ""
+    assert {svc.node_of(f"g-{i}")[0] for i in range(3) if svc.node_of(f"g-{i}")} == {"b"}
+    svc.check_invariants()
