@@ -786,11 +786,18 @@ class GangLedger:
             for rec in self.store.group_members(e.key)
             if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
         ]
-        planned = [(q, self.store.node_rows.get(p.node, -1), p.leaf) for q, p in e.plan.items() if q not in e.releasing]
+        planned = [
+            (q, self.store.node_rows.get(p.node, -1), p.leaf)
+            for q, p in e.plan.items()
+            if q not in e.releasing
+        ]
         try:
             if any(self._apart(spec, leaf, row, other_leaf, other) for _, other, other_leaf in bound):
                 return
-            apart = next((q for q, other, other_leaf in planned if self._apart(spec, leaf, row, other_leaf, other)), None)
+            apart = next(
+                (q for q, other, other_leaf in planned if self._apart(spec, leaf, row, other_leaf, other)),
+                None,
+            )
         except topology.TopologyError:
             return  # the plan itself is undone by the group's definition changing
         if apart is not None:

@@ -354,8 +354,9 @@ class QueueSnapshot:
                 continue
             if key in self.planned or key in self.stuck or not self.tree.usable(t.queue) or len(t.queues) > 1:
                 continue  # planned, stuck, of no usable queue, or of no one queue (not admitted)
-            if t.spec.policy is Policy.BASIC or t.spec.ready_leaves(t.live) is not None:
-                yield Waiter(key, t.queue, dict(t.need), lone=t.pending == 1 and not t.spec.is_gang())
+            usable = t.ready_need()
+            if usable is not None and usable[0] > 0 and usable[1].get(resource, 0) > 0:
+                yield Waiter(key, t.queue, usable[1], lone=usable[0] == 1 and not t.spec.is_gang())
 
 
 def _tracked(requests: Mapping[str, int]) -> dict[str, int]:
@@ -403,6 +404,27 @@ class _GroupTally:
     pending: int = 0
     queues: dict[str, int] = dataclasses.field(default_factory=dict)
     """Pods counted per queue they name: more than one key, and the gang has no one queue."""
+    pending_by_leaf: dict[str | None, tuple[int, dict[str, int]]] = dataclasses.field(default_factory=dict)
+    """Pending pods and their need per leaf, only leaves with some: what a ready gang can use is
+    what its ready leaves ask for (a leaf short of pods binds nothing, whatever it waits for)."""
+
+    def ready_need(self) -> tuple[int, dict[str, int]] | None:
+        """The pending pods (and their need) the gang could bind now: those of its ready leaves, all
+        of them under the basic policy; None while the gang is not ready."""
+        if self.spec.policy is Policy.BASIC:
+            return self.pending, dict(self.need)
+        ready = self.spec.ready_leaves(self.live)
+        if ready is None:
+            return None
+        if len(self.pending_by_leaf) == 1 and next(iter(self.pending_by_leaf)) in ready:
+            return self.pending, dict(self.need)
+        chosen = set(ready)
+        pods, need = 0, {}
+        for leaf, (n, leaf_need) in self.pending_by_leaf.items():
+            if leaf in chosen:
+                pods += n
+                _add(need, leaf_need)
+        return pods, need
 
 
 def _agreed(named: Mapping[str, int]) -> tuple[str | None, str]:
@@ -541,6 +563,13 @@ class QueueBook:
         if share.pending:
             tally.pending += sign
             _add(tally.need, share.need, sign)
+            n, leaf_need = tally.pending_by_leaf.get(share.leaf, (0, {}))
+            leaf_need = dict(leaf_need)
+            _add(leaf_need, share.need, sign)
+            if n + sign:
+                tally.pending_by_leaf[share.leaf] = (n + sign, leaf_need)
+            else:
+                tally.pending_by_leaf.pop(share.leaf, None)
         if not any(tally.live.values()):
             del self.groups[key]
 

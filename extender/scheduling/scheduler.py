@@ -1057,7 +1057,8 @@ class Scheduler:
             looked = self._reclaim_looked.get(gang)
             if gang in self.ledger.preemptions or (looked is not None and now - looked < RECLAIM_LOOK_S):
                 continue
-            if not queues.may_reclaim(snap, tally.queue, tally.need):
+            usable = tally.ready_need()  # a leaf short of pods binds nothing: nothing to reclaim for it
+            if usable is None or not usable[0] or not queues.may_reclaim(snap, tally.queue, usable[1]):
                 continue
             pod = next(
                 (

@@ -95,7 +95,9 @@ def required_keys(group: GroupSpec, leaf: str | None, lookup: TopologyLookup) ->
     return [k for _, c in _chain(group, leaf) if (k := resolve(c, lookup).required)]
 
 
-def shared_required_keys(group: GroupSpec, leaf_a: str | None, leaf_b: str | None, lookup: TopologyLookup) -> list[str]:
+def shared_required_keys(
+    group: GroupSpec, leaf_a: str | None, leaf_b: str | None, lookup: TopologyLookup
+) -> list[str]:
     """The required label keys two members of the group must agree on: those of the subgroups both
     sit under (the root at least)."""
     under_b = {name for name, _ in _chain(group, leaf_b)}

@@ -1688,11 +1688,7 @@ async def clients():
 
 # Open defects the harness found that are not fixed yet (issue 21's follow-up), kept visible here
 # rather than left out of the moves: each is expected to fail until its fix lands.
-KNOWN_OPEN = {
-    32: "a subgroup gang whose quorum is bound but one of whose leaves is short of pods still counts as a "
-    "fair-share waiter (QueueSnapshot.waiters counts every pending pod's need), so a plain pod of another "
-    "queue is held for capacity the gang cannot use",
-}
+KNOWN_OPEN: dict[int, str] = {}
 
 
 def _seed_param(seed: int) -> Any:

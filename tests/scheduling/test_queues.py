@@ -238,6 +238,33 @@ def test_a_holder_found_to_fit_nowhere_and_reclaim_nothing_holds_no_one() -> Non
     assert w.bound(*a2)
 
 
+def test_a_gang_whose_only_pending_pods_are_in_a_leaf_short_of_pods_holds_no_one() -> None:
+    # team-b's gang is ready through leaf x (bound); its one pending pod is in leaf y, which needs 4
+    # and has 1: that pod binds nothing whatever room is held, so team-a's a2 is not held for it
+    # (the interleavings' seed 32)
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    w.schedule(*w.gang("a1", 12, "team-a"))
+    leaf = "kai.scheduler/subgroup-name"
+    pg = make_kai_podgroup(
+        "sg", queue="team-b", subgroups=[{"name": "x", "minMember": 2}, {"name": "y", "minMember": 4}]
+    )
+    pg["spec"]["minSubGroup"] = 1  # ready with either leaf
+    w.cluster.apply(pg)
+    for name, lf in (("sg-x0", "x"), ("sg-x1", "x"), ("sg-y0", "y")):
+        w.cluster.apply(gang_pod(name, "sg", cpu="100m", memory="64Mi", gpu="1", labels={leaf: lf}))
+    w.schedule("sg-x0", "sg-x1")
+    assert w.bound("sg-x0", "sg-x1") and not w.bound("sg-y0")
+    a2 = w.gang("a2", 2, "team-a")  # over team-a's share, and 2 gpus free: exactly a2's need
+    decisions = w.schedule(*a2)
+    assert w.bound(*a2), {n: d.reason for n, d in decisions.items()}
+
+
 def test_no_hold_when_there_is_room_for_both() -> None:
     # team-c asks for far more than the cluster: team-a is over its fair share (14), team-b below its
     # own, but 16 gpus are free: enough for team-a's 2 and team-b's 4, so no one is held
