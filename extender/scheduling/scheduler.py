@@ -23,7 +23,6 @@ a decision's `effects`.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,7 +32,6 @@ import numpy as np
 from extender.gang.entry import Arrival, Phase
 from extender.grouping.membership import single_pod_group
 from extender.grouping.owners import walk_owners
-from extender.model import resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.priority import may_preempt, pod_priority
@@ -46,7 +44,6 @@ from extender.scheduling.decisions import (
     BindVerdict,
     Effect,
     FilterDecision,
-    UnknownNodesError,
     Verdict,
     pod_ref,
 )
@@ -54,6 +51,7 @@ from extender.scheduling.ledger import Expiry, GangLedger, Preemption, Victim
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.settling import SettlingRows
 from extender.scheduling.status import group_status
+from extender.scheduling.view import FilterCall, View, marked_unschedulable, pod_identity
 from extender.state.store import NODE, POD, ClusterStore, PodRecord, is_live, is_terminal, kind_of
 
 log = logging.getLogger(__name__)
@@ -80,35 +78,6 @@ _GROUP_OBJECTS: dict[Source, tuple[tuple[str, str], ...]] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class FilterCall:
-    """One filter request, resolved: the pod, its gang and the nodes kube-scheduler offered."""
-
-    pod: dict[str, Any]
-    key: PodKey
-    uid: str
-    group: GroupSpec
-    membership: Membership
-    rows: np.ndarray  # int32[k] store rows of node_names
-    node_names: Sequence[str]
-    requests: dict[str, int]
-
-
-def _marked_unschedulable(pod: dict[str, Any]) -> bool:
-    """kube-scheduler wrote PodScheduled=False on the pod: its last attempt failed (a filter, ours or
-    its own, or a bind), so it waits in the backoff or unschedulable queue."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return True
-    return False
-
-
-def _pod_identity(pod: dict[str, Any]) -> tuple[PodKey, str]:
-    meta = pod.get("metadata") or {}
-    key = pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-    return key, str(meta.get("uid") or "")
-
-
 class Scheduler:
     def __init__(
         self,
@@ -129,7 +98,7 @@ class Scheduler:
         self.fence_until = ledger.clock() + bind_fence_s
         """No bind before this (the ledger's clock): see ClusterSource.bind_fence_s."""
         self.reason_nodes = reason_nodes
-        self.native_gang_scheduling = native_gang_scheduling
+        self.view = View(store, ledger, native_gang_scheduling=native_gang_scheduling)
         self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
         self.told = ReasonsTold()
         self.bind_times_s: list[float] = []
@@ -141,9 +110,6 @@ class Scheduler:
         """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
-        self.evictions = preemption.Evictions()
-        """What kube-scheduler evicts for each preemptor, so its retry is not turned away by a cache
-        that has not yet seen the victims go."""
         self.default_queue = default_queue
         """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
@@ -169,28 +135,13 @@ class Scheduler:
             # may be moments old, as new to kube-scheduler's cache as a watch event's
             self.settling.mark(row)
 
-    def _gated_natively(self, pod: dict[str, Any]) -> bool:
-        """kube-scheduler's own GangScheduling plugin gates this pod (see GangSettings): one gate only."""
-        if not self.native_gang_scheduling:
-            return False
-        group = (pod.get("spec") or {}).get("schedulingGroup")
-        return isinstance(group, dict) and bool(group.get("podGroupName"))
+    @property
+    def evictions(self) -> preemption.Evictions:
+        return self.view.evictions
 
     # ================================================================= filter
     def rows_of(self, node_names: Sequence[str]) -> np.ndarray:
-        rows = self.store.node_rows
-        try:
-            return np.fromiter(map(rows.__getitem__, node_names), dtype=np.int32, count=len(node_names))
-        except KeyError:
-            raise self._unknown_nodes(node_names) from None
-
-    def _unknown_nodes(self, node_names: Sequence[str]) -> UnknownNodesError:
-        unknown = [n for n in node_names if n not in self.store.node_rows]
-        shown = ", ".join(repr(n[:64]) for n in unknown[:5])
-        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        return UnknownNodesError(
-            f"{len(unknown)} node name(s) unknown to the extender's cluster cache: {shown}{more}"
-        )
+        return self.view.rows_of(node_names)
 
     def plain_refusals(self, pod: dict[str, Any]) -> np.ndarray | None:
         """For a plain pod: the rows it must not have; every other known node passes. None: the
@@ -205,18 +156,18 @@ class Scheduler:
         (plans, binds, preemptions), not schedulable here, or whose room changed within the settle
         time (`settling`); kube-scheduler did not offer the others.
         """
-        key, uid = _pod_identity(pod)
-        if not self._gated_natively(pod):
+        key, uid = pod_identity(pod)
+        if not self.view.gated_natively(pod):
             m = self.store.membership_of(pod)
             group = m.group if m.state is MembershipState.MEMBER else None
             if group is None or group.source is not Source.SINGLE_POD:
                 return None
         ledger = self.ledger
-        if ledger.planned(key) is not None or ledger.gang_of(key) is not None or uid in self.evictions:
+        if ledger.planned(key) is not None or ledger.gang_of(key) is not None or uid in self.view.evictions:
             return None
         if queues.in_use(self.store):
             return None  # queues in use: a plain pod counts against its queue's limits (_filter_single)
-        request, missing = self.store.request_vector(self._requests(pod, key, uid))
+        request, missing = self.store.request_vector(self.view.requests_of(pod, key, uid))
         if missing:
             return None
         arrays = self.store.arrays
@@ -231,7 +182,7 @@ class Scheduler:
 
     def plain_passed(self, pod: dict[str, Any]) -> None:
         """A plain pod passed on `plain_refusals`: what `filter` notes of a pass."""
-        key = _pod_identity(pod)[0]
+        key = pod_identity(pod)[0]
         self.ledger.note_answer(key, turned_away=False)
         self.told.forget_pod(key)
 
@@ -247,7 +198,7 @@ class Scheduler:
 
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         """The node the plan holds for this very pod (same uid as the plan and the cache)."""
-        key, uid = _pod_identity(pod)
+        key, uid = pod_identity(pod)
         planned = self.ledger.planned_node(key, uid)
         if planned is None:
             return None
@@ -258,9 +209,9 @@ class Scheduler:
 
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         decision = self._filter(pod, node_names)
-        key = _pod_identity(pod)[0]
+        key = pod_identity(pod)[0]
         self.ledger.note_answer(key, turned_away=decision.verdict is not Verdict.PASS)
-        gang = self._gang_of_pod(pod)
+        gang = self.view.gang_of_pod(pod)
         if decision.verdict is Verdict.PASS:
             self.told.forget_pod(key)  # sent to bind: kube-scheduler tells it what comes of that
         elif gang is not None:
@@ -269,22 +220,14 @@ class Scheduler:
             decision.effects += self._tell_gang(gang, skip=(key,))
         return decision
 
-    def _gang_of_pod(self, pod: dict[str, Any]) -> GroupKey | None:
-        if self._gated_natively(pod):
-            return None
-        m = self.store.membership_of(pod)
-        if m.state is not MembershipState.MEMBER or m.group is None or not m.group.is_gang():
-            return None
-        return m.group.key
-
     def _filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
-        key, uid = _pod_identity(pod)
+        key, uid = pod_identity(pod)
         planned = self.planned_node_for(pod)
         if planned is not None and self.node_usable(planned) and planned in node_names:
             return FilterDecision(Verdict.PASS, [planned])  # the plan decides; no need to map names
         rows = self.rows_of(node_names)
         membership = self.store.membership_of(pod)
-        if self._gated_natively(pod):
+        if self.view.gated_natively(pod):
             membership = Membership(MembershipState.MEMBER, single_pod_group(pod))
         state = membership.state
         ns, name = pod_ref(key)
@@ -303,23 +246,14 @@ class Scheduler:
             return FilterDecision(Verdict.WAITING, [], membership.message or "waiting for its group object")
         if state is MembershipState.INVALID or membership.group is None:
             return FilterDecision(Verdict.REJECTED, [], membership.message or "the pod's workload is invalid")
-        call = FilterCall(
-            pod, key, uid, membership.group, membership, rows, node_names, self._requests(pod, key, uid)
-        )
+        requests = self.view.requests_of(pod, key, uid)
+        call = FilterCall(pod, key, uid, membership.group, membership, rows, node_names, requests)
         settled = self._settle_stale_plan(call)
         if settled is not None:
             return settled
         if not call.group.is_gang():
             return self._filter_single(call)
         return self._filter_gang(call)
-
-    def _requests(self, pod: dict[str, Any], key: PodKey, uid: str) -> dict[str, int]:
-        """The pod's requests; from the cache when it holds this very pod (the watch keeps them
-        current, in-place resize included)."""
-        rec = self.store.pods.get(key)
-        if rec is not None and uid and rec.uid == uid:
-            return rec.requests
-        return resources.pod_requests(pod)  # the wire layer validated the quantities
 
     def _settle_stale_plan(self, call: FilterCall) -> FilterDecision | None:
         """A plan held for this name that the answer above could not use: its node is gone or not
@@ -371,11 +305,11 @@ class Scheduler:
             return FilterDecision(Verdict.REJECTED, [], f"{messages.label(group)}: {exc}")
         if allowed is not None:
             fits &= allowed
-        if not fits.all() and call.uid in self.evictions:
+        if not fits.all() and call.uid in self.view.evictions:
             for i in np.flatnonzero(~fits):
                 node = call.node_names[i]
                 ok = bool(usable[i]) and (allowed is None or bool(allowed[i]))
-                fits[i] = ok and self._fits_once_evicted(call.pod, call.uid, node, request)
+                fits[i] = ok and self.view.fits_once_evicted(call.pod, call.uid, node, request)
         passed = list(call.node_names) if fits.all() else [call.node_names[i] for i in np.flatnonzero(fits)]
         if passed:
             return FilterDecision(Verdict.PASS, passed)
@@ -531,7 +465,7 @@ class Scheduler:
             self.preemption_outcomes["completed"] += 1
         effects = []
         for pk, (planned, _) in result.assignment.items():
-            if pk != key and self._turned_away(pk):
+            if pk != key and self.view.turned_away(pk):
                 # only a pod we turned away sits in kube-scheduler's backoff or unschedulable queue;
                 # the others are still in its active queue and need no API write
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": f"{group.name}:{planned.node}"}))
@@ -625,7 +559,7 @@ class Scheduler:
     def _room_coming(self, rec: PodRecord) -> bool:
         """kube-scheduler's preemption may be freeing room for the pod: it is nominated to a node, or
         the preempt verb's victims are leaving for it."""
-        return rec.uid in self.evictions or bool((rec.obj.get("status") or {}).get("nominatedNodeName"))
+        return rec.uid in self.view.evictions or bool((rec.obj.get("status") or {}).get("nominatedNodeName"))
 
     def _note_pod_fit(self, call: FilterCall, decision: FilterDecision) -> FilterDecision:
         """Remember whether a plain pod fit nowhere (for _stuck); the decision, unchanged."""
@@ -1023,7 +957,7 @@ class Scheduler:
         preempts as a whole, through the filter's own path over every node: a plan, a preemption
         started or waited on, or the reason none can be. The effects to run; None when the pod is
         not such a gang member (kube-scheduler's per-pod candidates then stand)."""
-        if self._gang_of_pod(pod) is None or pod_priority(pod) <= 0 or not may_preempt(pod):
+        if self.view.gang_of_pod(pod) is None or pod_priority(pod) <= 0 or not may_preempt(pod):
             return None
         return self._plan_everywhere(pod)
 
@@ -1035,7 +969,7 @@ class Scheduler:
         decision = self.filter(pod, names)
         if decision.verdict is Verdict.PASS:
             # planned: kube-scheduler parks the pod after an empty answer, so bring it back now
-            key = _pod_identity(pod)[0]
+            key = pod_identity(pod)[0]
             decision.effects.append(Effect("nudge", *pod_ref(key), {"value": "planned"}))
         return decision.effects
 
@@ -1064,7 +998,7 @@ class Scheduler:
                 (
                     r.obj
                     for r in self.store.group_members(gang)
-                    if not r.node_name and is_live(r.obj) and _marked_unschedulable(r.obj)
+                    if not r.node_name and is_live(r.obj) and marked_unschedulable(r.obj)
                 ),
                 None,
             )
@@ -1085,11 +1019,11 @@ class Scheduler:
     # ================================================================= prioritize
     def prioritize(self, pod: dict[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         rows = self.rows_of(node_names)
-        key, uid = _pod_identity(pod)
+        key, uid = pod_identity(pod)
         planned = self.ledger.planned_node(key, uid)
         if planned is not None:
             return [(n, 10 if n == planned else 0) for n in node_names]
-        request = self.store.vector(self._requests(pod, key, uid))
+        request = self.store.vector(self.view.requests_of(pod, key, uid))
         anchors = None
         membership = self.store.membership_of(pod)
         if membership.group is not None and membership.state is MembershipState.MEMBER:
@@ -1145,7 +1079,7 @@ class Scheduler:
             return BindDecision(ARRIVAL_VERDICT[arrival], gang=entry.key, members=members)
         membership = self.store.membership(rec)
         group = membership.group
-        if membership.state is not MembershipState.MEMBER and not self._gated_natively(rec.obj):
+        if membership.state is not MembershipState.MEMBER and not self.view.gated_natively(rec.obj):
             # its filter passed while it was in a gang (a plan since dropped): waiting for a group, or
             # invalid, it is nobody's to bind alone
             why = membership.message or "it is in no gang"
@@ -1154,7 +1088,7 @@ class Scheduler:
             group is not None
             and group.is_gang()
             and membership.state is MembershipState.MEMBER
-            and not self._gated_natively(rec.obj)
+            and not self.view.gated_natively(rec.obj)
         ):
             if not self.ledger.placed_as_it_comes(
                 group, membership.subgroup, self.ledger.bound_counts(group)
@@ -1183,11 +1117,11 @@ class Scheduler:
         if held is None or held.node != node:
             row = np.array([self.store.node_rows[node]], dtype=np.int32)
             if not bool(placement.fit_mask(self.store.arrays, row, request)[0]) and not (
-                self._fits_once_evicted(rec.obj, rec.uid, node, request)
+                self.view.fits_once_evicted(rec.obj, rec.uid, node, request)
             ):
                 return BindDecision(BindVerdict.REFUSE, message=f"pod {key} no longer fits on {node}")
         self.ledger.hold(key, node, rec.requests)
-        self.evictions.forget(rec.uid)
+        self.view.evictions.forget(rec.uid)
         fence_left_s = self.fence_left_s()
         if fence_left_s > 0:  # the hold keeps the room while the POST waits (see fence_over)
             return BindDecision(BindVerdict.NOW, message=self.fence_reason(key), wait_s=fence_left_s)
@@ -1413,7 +1347,7 @@ class Scheduler:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
         for key, spec in list(self.ledger.short_of_pods.items()):
-            counts = self._live_leaf_counts(key, spec)
+            counts = self.view.live_leaf_counts(key, spec)
             if counts and spec.ready_leaves(counts) is None:
                 continue  # still short: keep watching
             self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
@@ -1439,7 +1373,7 @@ class Scheduler:
             return []
         self.told.gangs[gang] = reason
         members = self.store.group_members(gang)
-        spec = self._spec_of(gang, members)
+        spec = self.view.spec_of(gang, members)
         if spec is not None and self.ledger.quorum_bound(spec, self.ledger.bound_counts(spec)):
             return []  # bound: its status says so; members beyond quorum are placed one by one
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason}
@@ -1542,12 +1476,12 @@ class Scheduler:
                 )
         if event == "DELETED" or node:
             self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
-            self.evictions.forget(str(meta.get("uid") or ""))
+            self.view.evictions.forget(str(meta.get("uid") or ""))
 
     def note_bind_error(self, key: PodKey, error: str) -> None:
         """A bind call answered with an error: kube-scheduler writes it on the pod."""
         rec = self.store.pods.get(key)
-        if rec is not None and self._gang_of_pod(rec.obj) is not None:
+        if rec is not None and self.view.gang_of_pod(rec.obj) is not None:
             self.told.told(key, error)
 
     def take_bind_times(self) -> list[float]:
@@ -1562,15 +1496,6 @@ class Scheduler:
         """Nudge the members of gangs whose backoff ended that the filter turned away meanwhile."""
         return [e for gang in self.ledger.backoffs_over() for e in self._nudge_turned_away(gang, "retry")]
 
-    def _turned_away(self, pk: PodKey) -> bool:
-        """Whether the pod sits in kube-scheduler's backoff or unschedulable queue: this process turned
-        it away, or kube-scheduler marked it PodScheduled=False (a previous process, or its own
-        filters, turned it away). The second is read from the pod, so a restart loses nothing."""
-        if pk in self.ledger.rejected:
-            return True
-        rec = self.store.pods.get(pk)
-        return rec is not None and not rec.node_name and _marked_unschedulable(rec.obj)
-
     def startup_nudges(self) -> list[Effect]:
         """Once the cache is synced after a start: nudge the parked members of every gang whose quorum
         exists. A restarted service has answered none of them; kube-scheduler would retry them only
@@ -1579,7 +1504,7 @@ class Scheduler:
         parked: dict[GroupKey, list[PodKey]] = {}
         specs: dict[GroupKey, GroupSpec] = {}
         for rec in self.store.pods.values():
-            if rec.node_name or not rec.live or not _marked_unschedulable(rec.obj):
+            if rec.node_name or not rec.live or not marked_unschedulable(rec.obj):
                 continue
             m = self.store.membership(rec)
             if (
@@ -1592,7 +1517,7 @@ class Scheduler:
             specs[m.group.key] = m.group
         effects = []
         for key, pods in parked.items():
-            if specs[key].ready_leaves(self._live_leaf_counts(key, specs[key])) is None:
+            if specs[key].ready_leaves(self.view.live_leaf_counts(key, specs[key])) is None:
                 self.ledger.await_pods(specs[key])  # nudged by quorum_arrived once the rest exist
                 for pk in pods:
                     self.ledger.note_answer(pk, turned_away=True)
@@ -1600,23 +1525,16 @@ class Scheduler:
             effects += self._nudge_turned_away(key, "restart")  # the parked ones: PodScheduled=False
         return effects
 
-    def _live_leaf_counts(self, key: GroupKey, spec: GroupSpec) -> dict[str | None, int]:
-        """subgroup -> live members of the gang in the cache, and those that ran to completion (None:
-        the gang without subgroups)."""
-        counts = self.store.finished_counts(spec)
-        for rec in self.store.group_members(key):
-            if is_live(rec.obj):
-                leaf = self.store.membership(rec).subgroup
-                counts[leaf] = counts.get(leaf, 0) + 1
-        return counts
-
     def _nudge_turned_away(self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
         """A nudge for each unbound member the service turned away (it sits in kube-scheduler's
         backoff or unschedulable queue); members still in its active queue need no API write."""
         return [
             Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:{why}"})
             for rec in self.store.group_members(gang)
-            if self._turned_away(rec.key) and not rec.node_name and is_live(rec.obj) and rec.key not in skip
+            if self.view.turned_away(rec.key)
+            and not rec.node_name
+            and is_live(rec.obj)
+            and rec.key not in skip
         ]
 
     # ================================================================= preempt
@@ -1630,12 +1548,12 @@ class Scheduler:
             # a gang preempts whole, in one domain, by this service's plan: never one pod's candidates
             self.preempt_effects += gang_effects
             return preemption.PreemptDecision(victims={}, candidates={})
-        key, uid = _pod_identity(pod)
-        requests = self._requests(pod, key, uid)
+        key, uid = pod_identity(pod)
+        requests = self.view.requests_of(pod, key, uid)
         decision = preemption.choose(
             self.store, self.ledger, pod, requests, victims, self._preempt_queue_rule(pod, requests)
         )
-        self.evictions.record(self.store, uid, decision.victims)
+        self.view.evictions.record(self.store, uid, decision.victims)
         if self._pod_no_fit:
             self._no_fit_gen += 1  # a pod found stuck may have room being freed for it now
         if len(decision.victims) < len(victims):
@@ -1696,25 +1614,13 @@ class Scheduler:
 
         return rule
 
-    def _fits_once_evicted(self, pod: dict[str, Any], uid: str, node: str, request: np.ndarray) -> bool:
-        """Whether the preemptor fits on `node` once the victims kube-scheduler evicts there for it
-        are gone from the cache too (preemption.Evictions); only on the node it is nominated to,
-        when kube-scheduler has said which."""
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        if nominated and nominated != node:
-            return False
-        freed = self.evictions.freed(self.store, uid, node)
-        if freed is None:
-            return False
-        return bool(np.all(self.store.arrays.free[self.store.node_rows[node]] + freed >= request))
-
     # ================================================================= debug
     def describe(self, gang: GroupKey) -> dict[str, Any] | None:
         entry = self.ledger.entry(gang)
         members = self.store.group_members(gang)
         if entry is None and not members:
             return None
-        spec = self._spec_of(gang, members)
+        spec = self.view.spec_of(gang, members)
         plan = entry.plan if entry else {}
         return {
             "gang": gang,
@@ -1777,11 +1683,4 @@ class Scheduler:
         return [d for k in sorted(keys) if (d := self.describe(k)) is not None]
 
     def phase_of(self, gang: GroupKey) -> Phase:
-        return self.ledger.phase(gang, self._spec_of(gang, self.store.group_members(gang)))
-
-    def _spec_of(self, gang: GroupKey, members: Sequence[PodRecord]) -> GroupSpec | None:
-        """The gang's definition: as its members say now, else as its plan was made."""
-        if members:
-            return self.store.membership(members[0]).group
-        entry = self.ledger.entry(gang)
-        return entry.spec if entry else None
+        return self.view.phase_of(gang)

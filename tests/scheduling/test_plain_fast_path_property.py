@@ -107,7 +107,7 @@ def test_the_fast_path_never_passes_what_the_cache_forbids(w: dict) -> None:
     # only offered names, in their order, repeats kept
     it = iter(offered)
     assert all(any(name == o for o in it) for name in passed)
-    request = store.request_vector(scheduler._requests(pod, "default/p", pod["metadata"]["uid"]))[0]
+    request = store.request_vector(scheduler.view.requests_of(pod, "default/p", pod["metadata"]["uid"]))[0]
     held = {res.row for res in store.reservations.values()}
     settling = set(scheduler.settling.rows().tolist())
     for name in passed:

@@ -17,7 +17,7 @@ from extender.grouping import derive_membership
 from extender.model import nodematch, podaffinity, priority, resources
 from extender.scheduling import queues
 from extender.scheduling.disruption import _created_s, _deleted_at, _disruption_condition, _how
-from extender.scheduling.scheduler import _marked_unschedulable
+from extender.scheduling.view import marked_unschedulable
 from extender.sim import driver
 from extender.sim.expand import expand
 from extender.sim.scenario import builtin_scenario, preemption_scenario, queue_scenario
@@ -201,7 +201,7 @@ def decisions(store: ClusterStore, p: dict[str, Any]) -> dict[str, Any]:
         ("may preempt", priority.may_preempt),
         ("live", is_live),
         ("terminal", is_terminal),
-        ("marked unschedulable", _marked_unschedulable),
+        ("marked unschedulable", marked_unschedulable),
         ("disruption", _disruption_condition),
         ("how", _how),
         ("deleted at", lambda o: _deleted_at(o.get("metadata") or {})),
