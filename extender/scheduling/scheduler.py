@@ -31,7 +31,6 @@ import numpy as np
 
 from extender.gang.entry import Arrival, Phase
 from extender.grouping.membership import single_pod_group
-from extender.grouping.owners import walk_owners
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.priority import may_preempt, pod_priority
@@ -50,32 +49,19 @@ from extender.scheduling.decisions import (
 from extender.scheduling.ledger import Expiry, GangLedger, Preemption, Victim
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.settling import SettlingRows
-from extender.scheduling.status import group_status
+from extender.scheduling.telling import Telling, gang_message
 from extender.scheduling.view import FilterCall, View, marked_unschedulable, pod_identity
-from extender.state.store import NODE, POD, ClusterStore, PodRecord, is_live, is_terminal, kind_of
+from extender.state.store import NODE, POD, ClusterStore, PodRecord, is_live, is_terminal
 
 log = logging.getLogger(__name__)
 
 RECLAIM_ABOVE = 2**62
 """The priority a reclaim evicts below: every priority, since reclaim is between queues, not priorities."""
-CACHE_WAIT_S = 300.0
-"""How long a pod whose bind was refused for want of it in the cache is waited for (quorum_arrived)."""
 RECLAIM_LOOK_S = 5.0
 """How often reclaims_tick takes one waiting gang through its filter path: a plan over every node."""
 QUEUE_STATUS_INTERVAL_S = 5.0
 """How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
 and a write per bind would double the API server's load."""
-
-# The workloads whose gang's story is also told on them (the pods' top owner), by (API group, kind).
-WORKLOAD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("kubeflow.org", "PyTorchJob")})
-# Where a gang's group object lives, by where its definition comes from; a derived gang's is the
-# KAI PodGroup a podgrouper created under the gang's name, when there is one.
-_GROUP_OBJECTS: dict[Source, tuple[tuple[str, str], ...]] = {
-    Source.KAI_PODGROUP: (("scheduling.run.ai", "PodGroup"),),
-    Source.K8S_PODGROUP: (("scheduling.k8s.io", "PodGroup"),),
-    Source.KAI_DERIVED: (("scheduling.run.ai", "PodGroup"),),
-    Source.JOBSET_SCHEDULING: (("scheduling.k8s.io", "PodGroup"), ("scheduling.run.ai", "PodGroup")),
-}
 
 
 class Scheduler:
@@ -99,8 +85,7 @@ class Scheduler:
         """No bind before this (the ledger's clock): see ClusterSource.bind_fence_s."""
         self.reason_nodes = reason_nodes
         self.view = View(store, ledger, native_gang_scheduling=native_gang_scheduling)
-        self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
-        self.told = ReasonsTold()
+        self.telling = Telling(self.view)
         self.bind_times_s: list[float] = []
         """Seconds from each gang's first member seen to its quorum bound, for the server to take."""
         self.preemption_hold_s = preemption_hold_s
@@ -184,7 +169,7 @@ class Scheduler:
         """A plain pod passed on `plain_refusals`: what `filter` notes of a pass."""
         key = pod_identity(pod)[0]
         self.ledger.note_answer(key, turned_away=False)
-        self.told.forget_pod(key)
+        self.telling.told.forget_pod(key)
 
     def _constrained_rows(self) -> np.ndarray:
         """Rows where this cache may know more than kube-scheduler's: held, settling (cordoned rows
@@ -213,11 +198,11 @@ class Scheduler:
         self.ledger.note_answer(key, turned_away=decision.verdict is not Verdict.PASS)
         gang = self.view.gang_of_pod(pod)
         if decision.verdict is Verdict.PASS:
-            self.told.forget_pod(key)  # sent to bind: kube-scheduler tells it what comes of that
+            self.telling.told.forget_pod(key)  # sent to bind: kube-scheduler tells it what comes of that
         elif gang is not None:
-            self.told.told(key, decision.reason)  # kube-scheduler writes it on the pod
+            self.telling.told.told(key, decision.reason)  # kube-scheduler writes it on the pod
         if gang is not None:
-            decision.effects += self._tell_gang(gang, skip=(key,))
+            decision.effects += self.telling.tell_gang(gang, skip=(key,))
         return decision
 
     def _filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
@@ -342,7 +327,7 @@ class Scheduler:
         if left > 0 and entry is not None:
             # the gang's own reason (it says how long the backoff is), never a countdown: what the pod
             # is told must stand still while the gang does, or every retry would rewrite its siblings
-            return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, entry.last_reason))
+            return FilterDecision(Verdict.WAITING, [], gang_message(group.key, entry.last_reason))
         counts = self.store.finished_counts(group)  # they ran: the quorum counts them as KAI does
         finished = sum(counts.values())
         for m in members:
@@ -366,9 +351,9 @@ class Scheduler:
                 have = f"{len(members)} exist" + (f" and {finished} finished" if finished else "")
                 reason = f"gang {group.key} waiting for pods: {have}, {need} needed for quorum"
                 ledger.set_reason(group.key, reason)
-                self.told.counting(group.key, reason)
+                self.telling.told.counting(group.key, reason)
                 ledger.await_pods(group)
-                waiting = self._story(group, key, "GangWaiting", reason)
+                waiting = self.telling.story(group, key, "GangWaiting", reason)
                 return FilterDecision(Verdict.WAITING, [], reason, effects=waiting)
             if leaf not in ready:
                 reason = (
@@ -387,12 +372,12 @@ class Scheduler:
                 started = self._preempt_to_admit(call, members, leaves, need)
                 if started is not None:
                     return started
-                reason = self._gang_message(group.key, held)
+                reason = gang_message(group.key, held)
                 ledger.set_reason(group.key, reason)
                 return FilterDecision(Verdict.WAITING, [], reason)
         if pending is not None:
             if not ledger.victims_gone(group.key):
-                return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, pending.reason))
+                return FilterDecision(Verdict.WAITING, [], gang_message(group.key, pending.reason))
             if queued:
                 # planned into the room held for it: admitted again (limits hold on every step), that
                 # room, charged to its queue until now, counted out as the plan replaces it
@@ -402,7 +387,7 @@ class Scheduler:
                 held = self._queue_wait(call, need, "gang", fair_share=False, credit=credit)
                 if held is not None:
                     ledger.end_preemption(group.key)  # room it may not use goes back to everyone
-                    reason = self._gang_message(group.key, held)
+                    reason = gang_message(group.key, held)
                     ledger.set_reason(group.key, reason)
                     return FilterDecision(Verdict.WAITING, [], reason)
             preempted = ledger.end_preemption(group.key)  # its room is the gang's to plan into now
@@ -452,7 +437,7 @@ class Scheduler:
                 # freed nodes, say): the room stays held for it until the hold ends; never preempt again
                 preempted.held.clear()
                 ledger.start_preemption(preempted)
-                return FilterDecision(Verdict.WAITING, [], self._gang_message(group.key, preempted.reason))
+                return FilterDecision(Verdict.WAITING, [], gang_message(group.key, preempted.reason))
             started, reason = self._preempt(call, members, leaves, reason)
             if started is None:
                 started = self._reclaim(call, members, leaves)
@@ -478,7 +463,7 @@ class Scheduler:
             message,
             extra={"pod": key, "gang": group.key, "domain": result.domain, "members": len(result.assignment)},
         )
-        effects += self._story(group, key, "GangPlanned", message)
+        effects += self.telling.story(group, key, "GangPlanned", message)
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
 
     # ----------------------------------------------------------------- queues
@@ -660,7 +645,7 @@ class Scheduler:
                     continue
             del self.queue_holds[gang]
             self._held_need.pop(gang, None)
-            effects += self._nudge_turned_away(gang, "queue")
+            effects += self.telling.nudge_turned_away(gang, "queue")
         return effects
 
     def _gang_need(
@@ -862,7 +847,7 @@ class Scheduler:
             reason,
             extra={"pod": call.key, "gang": group.key, "domain": plan.domain, "members": len(plan.victims)},
         )
-        effects += self._story(
+        effects += self.telling.story(
             group, call.key, "GangReclaiming" if outcome == "reclaim" else "GangPreempting", reason
         )
         return FilterDecision(Verdict.WAITING, [], reason, effects=effects)
@@ -944,11 +929,11 @@ class Scheduler:
         for p in self.ledger.expire_preemptions():
             self.preemption_outcomes["expired"] += 1
             log.warning("gang %s: preemption hold in %s expired", p.gang, p.domain or "the cluster")
-            effects += self._tell_gang(p.gang)
+            effects += self.telling.tell_gang(p.gang)
         for gang, p in list(self.ledger.preemptions.items()):
             if not p.nudged and self.ledger.victims_gone(gang):
                 p.nudged = True
-                effects += self._nudge_turned_away(gang, "preempted")
+                effects += self.telling.nudge_turned_away(gang, "preempted")
         return effects
 
     def preempt_as_gang(self, pod: dict[str, Any]) -> list[Effect] | None:
@@ -1260,7 +1245,7 @@ class Scheduler:
                 },
             )
             if settled.spec is not None:
-                effects += self._story(settled.spec, settled.bound[0], "GangBound", message)
+                effects += self.telling.story(settled.spec, settled.bound[0], "GangBound", message)
             else:
                 effects.append(
                     Effect("event", *pod_ref(settled.bound[0]), {"reason": "GangBound", "message": message})
@@ -1275,13 +1260,13 @@ class Scheduler:
         if settled.quorum_bound:
             # members beyond quorum that were told to wait for it can be placed now: bring them back
             # from kube-scheduler's backoff rather than after it
-            effects += self._nudge_turned_away(gang, "bound", skip=settled.bound)
+            effects += self.telling.nudge_turned_away(gang, "bound", skip=settled.bound)
             if settled.spec is not None and settled.bound:
                 message = f"gang {gang}: {len(settled.bound)} pods bound together{where}"
-                effects += self._tell_group(settled.spec, "Running", message)
+                effects += self.telling.tell_group(settled.spec, "Running", message)
         else:
             # the refused members are told by kube-scheduler (their bind failed); the rest follow
-            effects += self._tell_gang(gang, skip=settled.failed)
+            effects += self.telling.tell_gang(gang, skip=settled.failed)
         return effects
 
     def expire(self) -> list[tuple[Expiry, list[Effect]]]:
@@ -1291,7 +1276,7 @@ class Scheduler:
             if not expiry.dropped:
                 # only the waiting calls are answered: no event yet, but the members still pending say
                 # which of them the gang waits for
-                out.append((expiry, self._tell_gang(expiry.gang, skip=expiry.waiting)))
+                out.append((expiry, self.telling.tell_gang(expiry.gang, skip=expiry.waiting)))
                 continue
             event = {"reason": "GangTimedOut", "message": expiry.message, "type": "Warning"}
             effects = [Effect("event", *pod_ref(pk), event) for pk in expiry.waiting]
@@ -1304,154 +1289,37 @@ class Scheduler:
             }
             log.warning("gang %s: timed out at its bind barrier; backing off", expiry.gang, extra=fields)
             if expiry.spec is not None:
-                effects += self._story(expiry.spec, None, "GangTimedOut", expiry.message, "Warning")
+                effects += self.telling.story(expiry.spec, None, "GangTimedOut", expiry.message, "Warning")
             # the members waiting at bind are answered with the message (kube-scheduler writes it);
             # the others, and the group object, are told here
-            effects += self._tell_gang(expiry.gang, skip=expiry.waiting)
+            effects += self.telling.tell_gang(expiry.gang, skip=expiry.waiting)
             out.append((expiry, effects))
         return out
 
-    def quorum_arrived(self) -> list[Effect]:
-        """Nudge the members turned away for want of pods once their gang's quorum exists, and pods
-        turned away for want of their group object once it is cached.
-
-        kube-scheduler does not retry a pod because another pod appeared (1.20 leaves it parked for up
-        to a minute), and the member that completes the quorum may be one kube-scheduler cannot place
-        itself, so no filter call would ever plan the gang. Checked only when a pod or a grouping
-        object appeared since the last look."""
-        mark = (self.store.pods_added, self.store.grouping_gen)
-        ledger = self.ledger
-        if mark == self._arrivals_seen or not (
-            ledger.short_of_pods or ledger.short_of_group or ledger.short_of_cache
-        ):
-            return []
-        self._arrivals_seen = mark
-        effects: list[Effect] = []
-        now = ledger.clock()
-        for pk, since in list(ledger.short_of_cache.items()):
-            rec = self.store.pods.get(pk)
-            if rec is None:
-                if now - since > CACHE_WAIT_S:
-                    ledger.cache_arrived(pk)  # deleted before this process saw it: bounded memory
-                continue
-            ledger.cache_arrived(pk)
-            if not rec.node_name and is_live(rec.obj):
-                effects.append(Effect("nudge", *pod_ref(pk), {"value": "cached"}))
-        for pk in sorted(self.ledger.short_of_group):
-            rec = self.store.pods.get(pk)
-            if rec is None:
-                continue  # not in the cache yet either; its deletion clears it
-            if rec.node_name or not is_live(rec.obj):
-                self.ledger.group_arrived(pk)  # placed or finished: nothing to bring back
-            elif self.store.membership(rec).state is not MembershipState.GROUP_MISSING:
-                self.ledger.group_arrived(pk)
-                effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
-        for key, spec in list(self.ledger.short_of_pods.items()):
-            counts = self.view.live_leaf_counts(key, spec)
-            if counts and spec.ready_leaves(counts) is None:
-                continue  # still short: keep watching
-            self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
-            if counts:
-                effects += self._nudge_turned_away(key, "quorum")
-        return effects
-
-    # ================================================================= the gang's story
-    @staticmethod
-    def _gang_message(gang: GroupKey, reason: str) -> str:
-        """A gang's reason as a pod or its group object shows it: naming the gang."""
-        return reason if reason.startswith(f"gang {gang}") else f"gang {gang}: {reason}"
-
-    def _tell_gang(self, gang: GroupKey, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
-        """The gang's current reason, written where it is not said yet: the PodScheduled condition of
-        each pending member whose condition says something else (kube-scheduler writes the one it
-        filters, `skip`), and the group object's status. Nothing when the reason stands still."""
-        entry = self.ledger.entry(gang)
-        if entry is None or not entry.last_reason:
-            return []
-        reason = self._gang_message(gang, entry.last_reason)
-        if self.told.gangs.get(gang) == reason or self.told.hold_back(gang, reason, self.ledger.clock()):
-            return []
-        self.told.gangs[gang] = reason
-        members = self.store.group_members(gang)
-        spec = self.view.spec_of(gang, members)
-        if spec is not None and self.ledger.quorum_bound(spec, self.ledger.bound_counts(spec)):
-            return []  # bound: its status says so; members beyond quorum are placed one by one
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason}
-        effects = []
-        for rec in members:
-            pk = rec.key
-            at_bind = pk in entry.arrived or pk in entry.releasing
-            if pk in skip or at_bind or rec.node_name or not is_live(rec.obj):
-                continue  # told by kube-scheduler (filtered now, or its bind call answered), or bound
-            if self.told.stale(pk, reason):
-                self.told.told(pk, reason)
-                effects.append(Effect("condition", *pod_ref(pk), dict(condition)))
-        if spec is not None:
-            effects += self._tell_group(spec, "Pending", reason)
-        return effects
-
-    def _tell_group(self, spec: GroupSpec, phase: str, reason: str) -> list[Effect]:
-        if not self.told.group_changed(spec.key, phase, reason):
-            return []
-        status = group_status(self.store, spec, phase, reason)
-        return [status] if status is not None else []
+    # ================================================================= what pods and groups are told
+    @property
+    def told(self) -> ReasonsTold:
+        return self.telling.told
 
     def fresh_reasons(self) -> list[Effect]:
-        """Tell the gangs whose reason changed outside a verb (a member or node gone, a plan dropped
-        by the watch) or was held back (a count of pods): the ticker's pass. Costs a comparison per
-        gang when nothing changed."""
-        effects = []
-        for gang, entry in list(self.ledger.gangs.items()):
-            if entry.last_reason and self.told.gangs.get(gang) != self._gang_message(gang, entry.last_reason):
-                effects += self._tell_gang(gang)
-        known = {*self.told.gangs, *self.told.counts, *self.told.groups}
-        for gang in [g for g in known if g not in self.ledger.gangs]:
-            self.told.forget_gang(gang)  # forgotten by the ledger: its members are gone
-        return effects
-
-    def _story(
-        self, spec: GroupSpec, pod: PodKey | None, reason: str, message: str, event_type: str = "Normal"
-    ) -> list[Effect]:
-        """One event for a gang's step on the pod that took it (when given), on its group object and
-        on its workload (the members' top owner): one per object, never one per member."""
-        data: dict[str, Any] = {"reason": reason, "message": message}
-        if event_type != "Normal":
-            data["type"] = event_type
-        effects = [Effect("event", *pod_ref(pod), dict(data))] if pod else []
-        for obj in self._story_objects(spec, pod):
-            meta = obj.get("metadata") or {}
-            target = {
-                "kind": str(obj.get("kind", "")),
-                "apiVersion": str(obj.get("apiVersion", "")),
-                "uid": str(meta.get("uid") or ""),
-            }
-            ns = str(meta.get("namespace") or spec.namespace)
-            effects.append(Effect("event", ns, str(meta.get("name", "")), {**data, **target}))
-        return effects
+        return self.telling.fresh_reasons()
 
     def gang_events(
         self, spec: GroupSpec, pod: PodKey | None, reason: str, message: str, event_type: str = "Normal"
     ) -> list[Effect]:
-        """The gang's story for a step taken outside the verbs (a whole-gang eviction): see `_story`."""
-        return self._story(spec, pod, reason, message, event_type)
+        return self.telling.gang_events(spec, pod, reason, message, event_type)
 
-    def _story_objects(self, spec: GroupSpec, pod: PodKey | None) -> list[dict[str, Any]]:
-        out = []
-        for group, kind in _GROUP_OBJECTS.get(spec.source, ()):
-            obj = self.store.get(group, kind, spec.namespace, spec.name)
-            if obj is not None:
-                out.append(obj)
-                break
-        rec = self.store.pods.get(pod) if pod else None
-        if rec is None:
-            members = self.store.group_members(spec.key)
-            rec = members[0] if members else None
-        if rec is not None:
-            pod_obj = rec.obj  # built anew on each read for a pod with no kept membership
-            top = walk_owners(pod_obj, self.store).top
-            if top is not pod_obj and kind_of(top) in WORKLOAD_KINDS:
-                out.append(top)
-        return out
+    def quorum_arrived(self) -> list[Effect]:
+        return self.telling.quorum_arrived()
+
+    def startup_nudges(self) -> list[Effect]:
+        return self.telling.startup_nudges()
+
+    def backoffs_over(self) -> list[Effect]:
+        return self.telling.backoffs_over()
+
+    def note_bind_error(self, key: PodKey, error: str) -> None:
+        self.telling.note_bind_error(key, error)
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         """A pod deleted or bound is no longer ours to tell: its entry goes (bounded memory). A node
@@ -1475,14 +1343,8 @@ class Scheduler:
                     pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
                 )
         if event == "DELETED" or node:
-            self.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+            self.telling.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
             self.view.evictions.forget(str(meta.get("uid") or ""))
-
-    def note_bind_error(self, key: PodKey, error: str) -> None:
-        """A bind call answered with an error: kube-scheduler writes it on the pod."""
-        rec = self.store.pods.get(key)
-        if rec is not None and self.view.gang_of_pod(rec.obj) is not None:
-            self.told.told(key, error)
 
     def take_bind_times(self) -> list[float]:
         out, self.bind_times_s = self.bind_times_s, []
@@ -1491,51 +1353,6 @@ class Scheduler:
     def gangs_pending(self) -> int:
         """Gangs the ledger knows whose quorum is not bound yet."""
         return sum(1 for gang in self.ledger.gangs if self.phase_of(gang) is not Phase.BOUND)
-
-    def backoffs_over(self) -> list[Effect]:
-        """Nudge the members of gangs whose backoff ended that the filter turned away meanwhile."""
-        return [e for gang in self.ledger.backoffs_over() for e in self._nudge_turned_away(gang, "retry")]
-
-    def startup_nudges(self) -> list[Effect]:
-        """Once the cache is synced after a start: nudge the parked members of every gang whose quorum
-        exists. A restarted service has answered none of them; kube-scheduler would retry them only
-        at its next flush (up to a minute on 1.20, five on 1.36), and no filter call plans the gang
-        until one of them comes back."""
-        parked: dict[GroupKey, list[PodKey]] = {}
-        specs: dict[GroupKey, GroupSpec] = {}
-        for rec in self.store.pods.values():
-            if rec.node_name or not rec.live or not marked_unschedulable(rec.obj):
-                continue
-            m = self.store.membership(rec)
-            if (
-                m.state is not MembershipState.MEMBER
-                or m.group is None
-                or m.group.source.value == "single-pod"
-            ):
-                continue
-            parked.setdefault(m.group.key, []).append(rec.key)
-            specs[m.group.key] = m.group
-        effects = []
-        for key, pods in parked.items():
-            if specs[key].ready_leaves(self.view.live_leaf_counts(key, specs[key])) is None:
-                self.ledger.await_pods(specs[key])  # nudged by quorum_arrived once the rest exist
-                for pk in pods:
-                    self.ledger.note_answer(pk, turned_away=True)
-                continue
-            effects += self._nudge_turned_away(key, "restart")  # the parked ones: PodScheduled=False
-        return effects
-
-    def _nudge_turned_away(self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
-        """A nudge for each unbound member the service turned away (it sits in kube-scheduler's
-        backoff or unschedulable queue); members still in its active queue need no API write."""
-        return [
-            Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:{why}"})
-            for rec in self.store.group_members(gang)
-            if self.view.turned_away(rec.key)
-            and not rec.node_name
-            and is_live(rec.obj)
-            and rec.key not in skip
-        ]
 
     # ================================================================= preempt
     def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> preemption.PreemptDecision:

@@ -19,6 +19,7 @@ from extender.scheduling.decisions import BindVerdict, Effect, Verdict
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.reasons import QUORUM_COUNT_REFRESH_S
 from extender.scheduling.scheduler import Scheduler
+from extender.scheduling.telling import gang_message
 from extender.sim.cluster import topology
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore
@@ -126,7 +127,7 @@ class World:
 
     def gang_reason(self) -> str:
         entry = self.scheduler.ledger.entry(GANG)
-        return self.scheduler._gang_message(GANG, entry.last_reason) if entry else ""
+        return gang_message(GANG, entry.last_reason) if entry else ""
 
 
 def world(objects: list[dict]) -> World:
