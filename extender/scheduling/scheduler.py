@@ -34,9 +34,9 @@ from extender.grouping.membership import single_pod_group
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.priority import may_preempt, pod_priority
-from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, preemption, preemptor, queues, topology
+from extender.scheduling.admission import Admission
 from extender.scheduling.decisions import (
     ARRIVAL_VERDICT,
     BindDecision,
@@ -59,9 +59,6 @@ RECLAIM_ABOVE = 2**62
 """The priority a reclaim evicts below: every priority, since reclaim is between queues, not priorities."""
 RECLAIM_LOOK_S = 5.0
 """How often reclaims_tick takes one waiting gang through its filter path: a plan over every node."""
-QUEUE_STATUS_INTERVAL_S = 5.0
-"""How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
-and a write per bind would double the API server's load."""
 
 
 class Scheduler:
@@ -86,6 +83,7 @@ class Scheduler:
         self.reason_nodes = reason_nodes
         self.view = View(store, ledger, native_gang_scheduling=native_gang_scheduling)
         self.telling = Telling(self.view)
+        self.admission = Admission(self.view, self.telling, default_queue)
         self.bind_times_s: list[float] = []
         """Seconds from each gang's first member seen to its quorum bound, for the server to take."""
         self.preemption_hold_s = preemption_hold_s
@@ -95,21 +93,6 @@ class Scheduler:
         """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
-        self.default_queue = default_queue
-        """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
-        self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
-        """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
-        self._queue_snapshot: tuple[tuple[int, int, int], queues.QueueSnapshot | None] = ((-1, -1, -1), None)
-        self._pod_no_fit: dict[GroupKey, tuple[PodKey, int]] = {}
-        """Plain pods (groups of one) whose last filter found no offered node to fit them: key -> (the
-        pod, store.release_gen then). Rebuilt by filtering again; read by _stuck."""
-        self._no_fit_gen = 0  # bumps when _pod_no_fit, or who the preempt verb acts for, changes
-        self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
-        self.queue_book = queues.QueueBook(store, default_queue)
-        self._held_need: dict[GroupKey, dict[str, int]] = {}
-        self._admit_looked: dict[GroupKey, int] = {}  # gang -> store.change_gen at _preempt_to_admit's look
-        self._holds_checked = (-1, -1, -1)  # (change_gen, ledger.gen, _no_fit_gen) at the last look
-        self._queue_status_next_s = 0.0
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         self.settling = SettlingRows(settle_s=settle_s, clock=ledger.clock)
         self.exact_refusals_max = exact_refusals_max
@@ -268,12 +251,12 @@ class Scheduler:
 
     # ----------------------------------------------------------------- single pods
     def _filter_single(self, call: FilterCall) -> FilterDecision:
-        return self._note_pod_fit(call, self._fit_single(call))
+        return self.admission.note_pod_fit(call, self._fit_single(call))
 
     def _fit_single(self, call: FilterCall) -> FilterDecision:
         key, group, rows = call.key, call.group, call.rows
         what = "pod" if group.source.value == "single-pod" else f"{messages.label(group)} member"
-        held = self._queue_wait(call, call.requests, "pod" if what == "pod" else "member")
+        held = self.admission.queue_wait(call, call.requests, "pod" if what == "pod" else "member")
         if held is not None:
             return FilterDecision(Verdict.WAITING, [], f"{what} {key}: {held}")
         request, missing = self.store.request_vector(call.requests)
@@ -364,10 +347,10 @@ class Scheduler:
             leaves = ready
         preempted = None
         pending = ledger.preemption(group.key)
-        queued = self.queue_snapshot() is not None  # no Queue objects: nothing to sum
+        queued = self.admission.queue_snapshot() is not None  # no Queue objects: nothing to sum
         if pending is None and queued:
-            need = self._gang_need(call, members, leaves, bound)
-            held = self._queue_wait(call, need, "gang")
+            need = self.admission.gang_need(call, members, leaves, bound)
+            held = self.admission.queue_wait(call, need, "gang")
             if held is not None:
                 started = self._preempt_to_admit(call, members, leaves, need)
                 if started is not None:
@@ -381,10 +364,10 @@ class Scheduler:
             if queued:
                 # planned into the room held for it: admitted again (limits hold on every step), that
                 # room, charged to its queue until now, counted out as the plan replaces it
-                own = pending.queue == self.gang_queue(group, call.pod)[0]
+                own = pending.queue == self.admission.gang_queue(group, call.pod)[0]
                 credit = pending.held_room() if own else {}
-                need = self._gang_need(call, members, leaves, bound)
-                held = self._queue_wait(call, need, "gang", fair_share=False, credit=credit)
+                need = self.admission.gang_need(call, members, leaves, bound)
+                held = self.admission.queue_wait(call, need, "gang", fair_share=False, credit=credit)
                 if held is not None:
                     ledger.end_preemption(group.key)  # room it may not use goes back to everyone
                     reason = gang_message(group.key, held)
@@ -467,241 +450,40 @@ class Scheduler:
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
 
     # ----------------------------------------------------------------- queues
+    @property
+    def queue_book(self) -> queues.QueueBook:
+        return self.admission.queue_book
+
+    @property
+    def queue_holds(self) -> dict[GroupKey, tuple[str, str]]:
+        return self.admission.queue_holds
+
     def queue_snapshot(self) -> queues.QueueSnapshot | None:
-        """Every queue's usage and fair share, recomputed only when the store changed; None when the
-        cluster has no Queue objects (then nothing is enforced)."""
-        gen, snap = self._queue_snapshot
-        now_gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
-        if gen != now_gen:
-            planned = [g for g, e in self.ledger.gangs.items() if e.plan]
-            # the room held for a preemptor is its queue's: the victims' charge left with them
-            holding = {
-                g: (p.queue, p.held_room())
-                for g, p in self.ledger.preemptions.items()
-                if p.queue is not None and p.held
-            }
-            snap = self.queue_book.snapshot(
-                planned,
-                holding,
-                victims=self.ledger.victims_in_flight(),
-                stuck=self._stuck(),
-                incoming=self.ledger.incoming(),
-                idle=self._pod_idle,
-            )
-            self._queue_snapshot = (now_gen, snap)
-            self._log_queue_errors(snap.tree.errors if snap is not None else {})
-            for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
-                del self.queue_holds[gang]  # gone: bounded memory
-                self._held_need.pop(gang, None)
-            for gang in [g for g in self._admit_looked if g not in self.queue_holds]:
-                del self._admit_looked[gang]
-            for single in [g for g, (pk, _) in self._pod_no_fit.items() if pk not in self.store.pods]:
-                del self._pod_no_fit[single]  # gone: bounded memory
-        return snap
-
-    def _stuck(self) -> list[GroupKey]:
-        """Gangs whose last plan found no fit, preemption or reclaim, with no capacity grown since
-        (the no-fit signature `_filter_gang` remembers starts with the store's release_gen), and
-        plain pods whose last filter found no offered node to fit them, with no capacity grown since,
-        that kube-scheduler's preemption is not freeing room for (not nominated to a node, no victims
-        of the preempt verb's on their way out for them): they could use no room held for them
-        (queues.admission). A grouping change elsewhere (any group object written) does not make
-        them fit."""
-        release_gen = self.store.release_gen
-        stuck = [
-            key
-            for key, e in self.ledger.gangs.items()
-            if e.no_fit is not None and not e.plan and e.no_fit[0][0] == release_gen
-        ]
-        for key, (pk, gen) in self._pod_no_fit.items():
-            rec = self.store.pods.get(pk)
-            if gen == release_gen and rec is not None and not self._room_coming(rec):
-                stuck.append(key)
-        return stuck
-
-    def _pod_idle(self, key: GroupKey) -> bool:
-        """Whether the plain pod of group `key`, pending, could use no room as the cluster is now: it
-        asks for a resource no node has, or no schedulable node has room for it,
-        and kube-scheduler's preemption is not freeing any for it (queues.QueueSnapshot.idle). Its
-        own filters passing no node, kube-scheduler may never ask this service to say so."""
-        pending = [r for r in self._group_pods(key) if not r.node_name and is_live(r.obj)]
-        if len(pending) != 1 or self._room_coming(pending[0]):
-            return False
-        request, missing = self.store.request_vector(pending[0].requests)
-        if missing:
-            return True
-        arrays = self.store.arrays
-        rows = np.flatnonzero(arrays.schedulable[: arrays.n_rows]).astype(np.int32)
-        return not (len(rows) and bool(placement.fit_mask(arrays, rows, request).any()))
-
-    def _group_pods(self, key: GroupKey) -> list[PodRecord]:
-        members = self.store.group_members(key)
-        if members:
-            return list(members)
-        rec = self.store.pods.get(key)  # a plain pod's group is keyed as the pod is
-        return [rec] if rec is not None else []
-
-    def _room_coming(self, rec: PodRecord) -> bool:
-        """kube-scheduler's preemption may be freeing room for the pod: it is nominated to a node, or
-        the preempt verb's victims are leaving for it."""
-        return rec.uid in self.view.evictions or bool((rec.obj.get("status") or {}).get("nominatedNodeName"))
-
-    def _note_pod_fit(self, call: FilterCall, decision: FilterDecision) -> FilterDecision:
-        """Remember whether a plain pod fit nowhere (for _stuck); the decision, unchanged."""
-        if call.group.is_gang():
-            return decision  # a member placed as it comes: its gang's own plan speaks for it
-        if decision.verdict is Verdict.NO_FIT:
-            mark = (call.key, self.store.release_gen)
-            if self._pod_no_fit.get(call.group.key) != mark:
-                self._pod_no_fit[call.group.key] = mark
-                self._no_fit_gen += 1
-        elif self._pod_no_fit.pop(call.group.key, None) is not None:
-            self._no_fit_gen += 1
-        return decision
-
-    def _log_queue_errors(self, errors: dict[str, str]) -> None:
-        """Say each malformed Queue once, when its fault appears (it fails closed: see read_tree)."""
-        for name, why in sorted(errors.items()):
-            if self._queue_errors.get(name) != why:
-                log.warning("queue %s is malformed: %s; what cannot be read admits nothing", name, why)
-        self._queue_errors = dict(errors)
+        return self.admission.queue_snapshot()
 
     def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
-        """The queue `pod` is charged to as its gang and labels name it (see gang_queue for a gang's)."""
-        return queues.queue_of(self.store, group, pod, self.default_queue)
+        return self.admission.queue_name(group, pod)
 
     def gang_queue(
         self, group: GroupSpec, pod: dict[str, Any], snap: queues.QueueSnapshot | None = None
     ) -> tuple[str | None, str]:
-        """The one queue of `pod`'s gang, or (None, why) when its members name different queues."""
-        snap = snap if snap is not None else self.queue_snapshot()
-        if snap is None:
-            return self.queue_name(group, pod), ""
-        return queues.gang_queue(snap, self.store, group, pod, self.default_queue)
-
-    def _queue_wait(
-        self,
-        call: FilterCall,
-        need: dict[str, int],
-        what: str,
-        *,
-        fair_share: bool = True,
-        credit: dict[str, int] | None = None,
-    ) -> str | None:
-        """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
-        snap = self.queue_snapshot()
-        reason = queue = None
-        if snap is not None:
-            queue, reason = self.gang_queue(call.group, call.pod, snap)
-            if queue is not None:
-                reason = queues.admission(
-                    snap, queue, need, call.group.key, what=what, fair_share=fair_share, credit=credit
-                )
-        if not reason:
-            self.queue_holds.pop(call.group.key, None)
-            self._held_need.pop(call.group.key, None)
-            return None
-        self.queue_holds[call.group.key] = (queue or "", reason)
-        self._held_need[call.group.key] = dict(need)
-        return reason
-
-    def _queue_limit_at_bind(
-        self, rec: PodRecord, group: GroupSpec | None, *, held: bool = False
-    ) -> str | None:
-        """Why binding `rec` would take its queue (or an ancestor) past a limit, or None. `held`: its
-        own hold is counted in the usage already (a bind that waited out the fence holding room)."""
-        snap = self.queue_snapshot()
-        if snap is None:
-            return None
-        group = group if group is not None else single_pod_group(rec.obj)
-        queue, conflict = self.gang_queue(group, rec.obj, snap)
-        if queue is None:
-            return f"{messages.label(group)}: {conflict}"
-        what = "pod" if group.source is Source.SINGLE_POD else "member"
-        credit = rec.requests if held else None
-        return queues.admission(
-            snap, queue, rec.requests, group.key, what=what, fair_share=False, credit=credit
-        )
+        return self.admission.gang_queue(group, pod, snap)
 
     def queue_holds_over(self) -> list[Effect]:
-        """Bring back the turned-away members of gangs (and pods) held for their queue once admission
-        passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
-        below a limit, or another queue's gang being planned, is not always one of them. Looked at
-        only when the store changed (the ticker's pass)."""
-        gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
-        if not self.queue_holds or self._holds_checked == gen:
-            return []
-        self._holds_checked = gen
-        snap = self.queue_snapshot()
-        effects = []
-        for gang, (queue, _) in list(self.queue_holds.items()):
-            need = self._held_need.get(gang, {})
-            if snap is not None:
-                counted, conflict = snap.group_queue(gang)
-                if conflict:
-                    continue  # its members still name different queues
-                queue = counted or queue
-                if queues.admission(snap, queue, need, gang) is not None:
-                    continue
-            del self.queue_holds[gang]
-            self._held_need.pop(gang, None)
-            effects += self.telling.nudge_turned_away(gang, "queue")
-        return effects
-
-    def _gang_need(
-        self,
-        call: FilterCall,
-        members: Sequence[planning.Member],
-        leaves: Sequence[str | None],
-        bound: dict[str | None, int],
-    ) -> dict[str, int]:
-        """What planning the gang now would hold: the unbound members each leaf needs for its quorum
-        (the pod being filtered first, as plan_members takes them)."""
-        need: dict[str, int] = {}
-        for leaf in leaves:
-            pending = sorted(
-                (
-                    m
-                    for m in members
-                    if m.leaf == leaf and not (m.rec.node_name or m.key in self.ledger.assumed)
-                ),
-                key=lambda m: (m.key != call.key, m.key),
-            )
-            for m in pending[: max(0, call.group.leaf_quorum(leaf) - bound.get(leaf, 0))]:
-                for r, v in m.rec.requests.items():
-                    need[r] = need.get(r, 0) + v
-        return need
+        return self.admission.holds_over()
 
     def queue_status(self) -> list[Effect]:
-        """The status writes of the Queues whose allocated or requested is not what the object says,
-        at most every QUEUE_STATUS_INTERVAL_S (the ticker's pass)."""
-        now = self.ledger.clock()
-        if now < self._queue_status_next_s:
-            return []
-        self._queue_status_next_s = now + QUEUE_STATUS_INTERVAL_S
-        snap = self.queue_snapshot()
-        if snap is None:
-            return []
-        effects = []
-        for name in sorted(snap.tree.queues):
-            obj = self.store.get(QUEUE_API_GROUP, QUEUE_KIND, None, name)
-            status = queues.status_of(snap, name)
-            shown = (obj or {}).get("status") or {}
-            if obj is None or all(shown.get(field) == value for field, value in status.items()):
-                continue
-            data = {"group": QUEUE_API_GROUP, "kind": QUEUE_KIND, "status": status}
-            effects.append(Effect("group-status", "", name, data))
-        return effects
+        return self.admission.queue_status()
 
     def describe_queues(self) -> dict[str, Any]:
         """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""
-        snap = self.queue_snapshot()
+        snap = self.admission.queue_snapshot()
         if snap is None:
-            return {"enforced": False, "defaultQueue": self.default_queue, "queues": []}
+            return {"enforced": False, "defaultQueue": self.admission.default_queue, "queues": []}
         return {
             "enforced": True,
-            "defaultQueue": self.default_queue,
-            "queues": queues.describe(snap, self.queue_holds),
+            "defaultQueue": self.admission.default_queue,
+            "queues": queues.describe(snap, self.admission.queue_holds),
             "unknownQueues": dict(sorted(snap.unknown.items())),
         }
 
@@ -717,15 +499,14 @@ class Scheduler:
         preempt: evict lower-priority gangs and pods of its own queue, enough that with them gone it
         is admitted and fits (KAI preempts within a queue, the queue's limits kept on the way), and
         hold their room for it. None when no such eviction admits it; tried once per cache change."""
-        snap = self.queue_snapshot()
+        snap = self.admission.queue_snapshot()
         if snap is None:
             return None
-        queue, _ = self.gang_queue(call.group, call.pod, snap)
+        queue, _ = self.admission.gang_queue(call.group, call.pod, snap)
         if queue is None or queues.admission(snap, queue, {}, call.group.key) is not None:
             return None  # no one queue, or one that takes no workloads: no eviction admits it
-        if self._admit_looked.get(call.group.key) == self.store.change_gen:
+        if not self.admission.look_to_admit(call.group.key):
             return None  # nothing changed since the last look: the answer is the same
-        self._admit_looked[call.group.key] = self.store.change_gen
 
         def enough(units: Sequence[preemptor.Unit]) -> bool:
             credit: dict[str, int] = {}
@@ -763,14 +544,14 @@ class Scheduler:
         if priority <= 0:
             return None, no_fit
         admit = None
-        if self.queue_snapshot() is not None:
+        if self.admission.queue_snapshot() is not None:
             # KAI: preemption is within a queue, by priority; across queues only reclaim evicts
-            queue = self.gang_queue(group, call.pod)[0]
+            queue = self.admission.gang_queue(group, call.pod)[0]
             if queue is None:
                 return None, no_fit  # no one queue: not admitted, so it evicts no one
 
             def admit(u: preemptor.Unit) -> bool:
-                return self._queue_of_unit(u) == queue
+                return self.admission.queue_of_unit(u) == queue
 
         try:
             plan = preemptor.plan_preemption(
@@ -818,7 +599,11 @@ class Scheduler:
         """Start evicting a preemption's (or a reclaim's) victims, whole gangs together, and hold the room
         each one frees for the gang: the waiting answer, with the evictions and the gang's story."""
         group = call.group
-        queue = self.gang_queue(group, call.pod)[0] if self.queue_snapshot() is not None else None
+        queue = (
+            self.admission.gang_queue(group, call.pod)[0]
+            if self.admission.queue_snapshot() is not None
+            else None
+        )
         record = Preemption(
             queue=queue,
             gang=group.key,
@@ -852,14 +637,6 @@ class Scheduler:
         )
         return FilterDecision(Verdict.WAITING, [], reason, effects=effects)
 
-    def _queue_of_unit(self, u: preemptor.Unit) -> str:
-        """The queue whose usage a preemption or reclaim unit's eviction lowers."""
-        rec = self.store.pods.get(u.victims[0].pod)
-        if rec is None:
-            return ""
-        m = self.store.membership(rec)
-        return self.queue_name(m.group or single_pod_group(rec.obj), rec.obj)
-
     def _reclaim(
         self, call: FilterCall, members: Sequence[planning.Member], leaves: Sequence[str | None]
     ) -> FilterDecision | None:
@@ -867,13 +644,13 @@ class Scheduler:
         gangs (and pods) of other queues over their fair share, never taking one below its quota
         (queues.reclaimable), and hold the room for it, as a preemption does. Priority plays no part:
         reclaim is between queues. None when queues are not in use or nothing may be reclaimed."""
-        snap = self.queue_snapshot()
+        snap = self.admission.queue_snapshot()
         me = next((m for m in members if m.key == call.key), None)
         if snap is None or me is None:
             return None
         group = call.group
-        queue = self.queue_name(group, call.pod)
-        need = self._gang_need(call, members, leaves, self.ledger.bound_counts(group))
+        queue = self.admission.queue_name(group, call.pod)
+        need = self.admission.gang_need(call, members, leaves, self.ledger.bound_counts(group))
         if not queues.may_reclaim(snap, queue, need):
             return None
 
@@ -887,7 +664,7 @@ class Scheduler:
             return total
 
         def admit(u: preemptor.Unit) -> bool:
-            return queues.reclaimable(snap, queue, need, {self._queue_of_unit(u): freed([u])})
+            return queues.reclaimable(snap, queue, need, {self.admission.queue_of_unit(u): freed([u])})
 
         try:
             plan = preemptor.plan_preemption(
@@ -899,7 +676,7 @@ class Scheduler:
             return None
         by_queue: dict[str, list[preemptor.Unit]] = {}
         for u in plan.units:
-            by_queue.setdefault(self._queue_of_unit(u), []).append(u)
+            by_queue.setdefault(self.admission.queue_of_unit(u), []).append(u)
         if not queues.reclaimable(snap, queue, need, {vq: freed(us) for vq, us in by_queue.items()}):
             return None  # each unit alone keeps every queue at its quota, not all of them together
         where = f" in {plan.domain}" if plan.domain else ""
@@ -965,7 +742,7 @@ class Scheduler:
         its fair share would wait for ever. So, at most every RECLAIM_LOOK_S per gang, a ready gang
         that kube-scheduler marked unschedulable, holds no plan, and whose queue may reclaim is taken
         through its own filter path over every node, as the preempt verb does for a gang."""
-        snap = self.queue_snapshot()
+        snap = self.admission.queue_snapshot()
         if snap is None:
             return []
         now = self.ledger.clock()
@@ -1092,7 +869,7 @@ class Scheduler:
         # a single pod or a member beyond a bound quorum: hold its capacity while it binds. Its queue's
         # limit is checked again here: kube-scheduler filters the next pod before this one's bind
         # arrives, so two pods may each have passed filter within the limit that only one fits
-        over = self._queue_limit_at_bind(rec, group)
+        over = self.admission.limit_at_bind(rec, group)
         if over is not None:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {over}")
         request, missing = self.store.request_vector(rec.requests)
@@ -1120,7 +897,7 @@ class Scheduler:
         gang = self.ledger.gang_of(key)
         if gang is None or self.ledger.planned(key) is None or self.ledger.is_releasing(key):
             return None
-        snap = self.queue_snapshot()
+        snap = self.admission.queue_snapshot()
         if snap is None:
             return None
         queue, conflict = snap.group_queue(gang)
@@ -1151,10 +928,10 @@ class Scheduler:
             return
         if pk in self.ledger.binding or self.ledger.is_releasing(pk):
             return  # bound by this process: admitted with its room held, it adds nothing at landing
-        if self.queue_book.counted_allocated(pk):
+        if self.admission.queue_book.counted_allocated(pk):
             return  # counted already (a status write of a pod bound before): nothing landed
-        snap = self.queue_snapshot()
-        queue = self.queue_book.charged_to(pk) if snap is not None else None
+        snap = self.admission.queue_snapshot()
+        queue = self.admission.queue_book.charged_to(pk) if snap is not None else None
         if snap is None or queue is None:
             return
         over = queues.over_limit(snap, queue)
@@ -1166,7 +943,7 @@ class Scheduler:
                 self.ledger.discard(gang, why)
         if self.fence_until > self.ledger.clock():
             for held in [h for h in self.ledger.binding if h in self.store.reservations]:
-                if queues.under(snap, self.queue_book.charged_to(held), over):
+                if queues.under(snap, self.admission.queue_book.charged_to(held), over):
                     self.store.unhold(held)
 
     def fence_over(self, key: PodKey, node: str) -> str:
@@ -1182,14 +959,14 @@ class Scheduler:
         if rec.node_name:
             return ""
         if key not in self.store.reservations:  # given back: a queue filled meanwhile, or the node
-            over = self._queue_limit_at_bind(rec, self.store.membership(rec).group)
+            over = self.admission.limit_at_bind(rec, self.store.membership(rec).group)
             if over is not None:
                 return f"pod {key}: {over}; pods of its queue were bound while its bind waited"
             return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
         if not bool((self.store.arrays.free[row] >= 0).all()):
             return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
         # the same landings may have used the room its queue's limit left (bind checked it before)
-        over = self._queue_limit_at_bind(rec, self.store.membership(rec).group, held=True)
+        over = self.admission.limit_at_bind(rec, self.store.membership(rec).group, held=True)
         if over is not None:
             return f"pod {key}: {over}: pods of the queue were bound while its bind waited"
         return ""
@@ -1368,11 +1145,10 @@ class Scheduler:
         key, uid = pod_identity(pod)
         requests = self.view.requests_of(pod, key, uid)
         decision = preemption.choose(
-            self.store, self.ledger, pod, requests, victims, self._preempt_queue_rule(pod, requests)
+            self.store, self.ledger, pod, requests, victims, self.admission.preempt_queue_rule(pod, requests)
         )
         self.view.evictions.record(self.store, uid, decision.victims)
-        if self._pod_no_fit:
-            self._no_fit_gen += 1  # a pod found stuck may have room being freed for it now
+        self.admission.room_may_be_freed()
         if len(decision.victims) < len(victims):
             log.info(
                 "preempt %s: %d of %d candidate nodes kept",
@@ -1382,54 +1158,6 @@ class Scheduler:
                 extra={"pod": key, "reason": decision.summary()},
             )
         return decision
-
-    def _preempt_queue_rule(
-        self, pod: dict[str, Any], requests: dict[str, int]
-    ) -> Callable[[Sequence[PodRecord]], str] | None:
-        """KAI's queue rules for the preempt verb's candidates (None: no queues in use). A victim of the
-        preemptor's own queue may go, and the preemptor's limits are checked with those victims
-        gone; a victim of another queue only as a reclaim would take it (queues.may_reclaim,
-        queues.reclaimable); a pod charged to no queue (the default scheduler's) is left to priority."""
-        snap = self.queue_snapshot()
-        if snap is None:
-            return None
-        m = self.store.membership_of(pod)
-        group = (
-            m.group if m.state is MembershipState.MEMBER and m.group is not None else single_pod_group(pod)
-        )
-        queue, conflict = self.gang_queue(group, pod, snap)
-
-        def rule(victims: Sequence[PodRecord]) -> str:
-            if queue is None:
-                return conflict
-            freed: dict[str, dict[str, int]] = {}
-            for rec in victims:
-                vm = self.store.membership(rec)
-                vgroup = vm.group if vm.state is MembershipState.MEMBER else None
-                vq = queues.charged_queue(self.store, vgroup, rec.obj, self.default_queue)
-                if vq is None or not (rec.node_name or rec.key in self.store.reservations):
-                    continue  # charged to no queue: nothing of a queue's to keep
-                total = freed.setdefault(vq, {})
-                for r, n in rec.requests.items():
-                    total[r] = total.get(r, 0) + n
-            own = freed.pop(queue, {})
-            over = queues.admission(
-                snap, queue, requests, group.key, what="pod", fair_share=False, credit=own
-            )
-            if over is not None:
-                return f"{over}, with the victims of queue {queue} gone"
-            # the victims of other queues are reclaimed together: every ancestor of theirs keeps its quota
-            if freed and not (
-                queues.may_reclaim(snap, queue, requests) and queues.reclaimable(snap, queue, requests, freed)
-            ):
-                return (
-                    f"evicts pods of queue(s) {', '.join(sorted(freed))}: a preemption evicts within its own "
-                    f"queue ({queue}) only, and a reclaim only from a queue over its fair share, never "
-                    "below its quota or any ancestor's"
-                )
-            return ""
-
-        return rule
 
     # ================================================================= debug
     def describe(self, gang: GroupKey) -> dict[str, Any] | None:
@@ -1463,8 +1191,10 @@ class Scheduler:
             },
             "failures": entry.failures if entry else 0,
             "lastReason": entry.last_reason if entry else "",
-            "queue": self.gang_queue(spec, members[0].obj)[0] if spec is not None and members else None,
-            "queueHold": self.queue_holds[gang][1] if gang in self.queue_holds else None,
+            "queue": self.admission.gang_queue(spec, members[0].obj)[0]
+            if spec is not None and members
+            else None,
+            "queueHold": self.admission.queue_holds[gang][1] if gang in self.admission.queue_holds else None,
             "preemption": self._describe_preemption(gang),
         }
 

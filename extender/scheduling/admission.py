@@ -1,0 +1,349 @@
+"""KAI queue admission: whether a gang (or a plain pod) may take room now, given its queue's limits,
+quota and fair share, at filter and again at bind; the gangs held for their queue and their return
+once admission passes; the Queue status writes.
+
+Owns the queue holds and what each held gang needs, the queue snapshot cache (with the plain pods
+found fitting nowhere, which the snapshot counts as stuck), and the QueueBook of usage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from extender.grouping.membership import single_pod_group
+from extender.model.group import GroupSpec, MembershipState, Source
+from extender.model.keys import GroupKey, PodKey
+from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
+from extender.placement import api as placement
+from extender.scheduling import messages, planning, preemptor, queues
+from extender.scheduling.decisions import Effect, FilterDecision, Verdict
+from extender.scheduling.telling import Telling
+from extender.scheduling.view import FilterCall, View
+from extender.state.store import PodRecord, is_live
+
+log = logging.getLogger(__name__)
+
+QUEUE_STATUS_INTERVAL_S = 5.0
+"""How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
+and a write per bind would double the API server's load."""
+
+
+class Admission:
+    def __init__(self, view: View, telling: Telling, default_queue: str) -> None:
+        store = view.store
+        self.view = view
+        self.store = store
+        self.ledger = view.ledger
+        self.telling = telling
+        self.default_queue = default_queue
+        """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
+        self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
+        """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
+        self._queue_snapshot: tuple[tuple[int, int, int], queues.QueueSnapshot | None] = ((-1, -1, -1), None)
+        self._pod_no_fit: dict[GroupKey, tuple[PodKey, int]] = {}
+        """Plain pods (groups of one) whose last filter found no offered node to fit them: key -> (the
+        pod, store.release_gen then). Rebuilt by filtering again; read by _stuck."""
+        self._no_fit_gen = 0  # bumps when _pod_no_fit, or who the preempt verb acts for, changes
+        self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
+        self.queue_book = queues.QueueBook(store, default_queue)
+        self._held_need: dict[GroupKey, dict[str, int]] = {}
+        self._admit_looked: dict[GroupKey, int] = {}  # gang -> store.change_gen at _preempt_to_admit's look
+        self._holds_checked = (-1, -1, -1)  # (change_gen, ledger.gen, _no_fit_gen) at the last look
+        self._queue_status_next_s = 0.0
+
+    def look_to_admit(self, gang: GroupKey) -> bool:
+        """Whether the cache changed since `gang`'s last look for evictions that admit it (marked now):
+        with nothing changed, the answer is the same."""
+        if self._admit_looked.get(gang) == self.store.change_gen:
+            return False
+        self._admit_looked[gang] = self.store.change_gen
+        return True
+
+    def room_may_be_freed(self) -> None:
+        """The preempt verb chose victims for a pod."""
+        if self._pod_no_fit:
+            self._no_fit_gen += 1  # a pod found stuck may have room being freed for it now
+
+    def queue_snapshot(self) -> queues.QueueSnapshot | None:
+        """Every queue's usage and fair share, recomputed only when the store changed; None when the
+        cluster has no Queue objects (then nothing is enforced)."""
+        gen, snap = self._queue_snapshot
+        now_gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
+        if gen != now_gen:
+            planned = [g for g, e in self.ledger.gangs.items() if e.plan]
+            # the room held for a preemptor is its queue's: the victims' charge left with them
+            holding = {
+                g: (p.queue, p.held_room())
+                for g, p in self.ledger.preemptions.items()
+                if p.queue is not None and p.held
+            }
+            snap = self.queue_book.snapshot(
+                planned,
+                holding,
+                victims=self.ledger.victims_in_flight(),
+                stuck=self._stuck(),
+                incoming=self.ledger.incoming(),
+                idle=self._pod_idle,
+            )
+            self._queue_snapshot = (now_gen, snap)
+            self._log_queue_errors(snap.tree.errors if snap is not None else {})
+            for gang in [g for g in self.queue_holds if not self.store.group_members(g)]:
+                del self.queue_holds[gang]  # gone: bounded memory
+                self._held_need.pop(gang, None)
+            for gang in [g for g in self._admit_looked if g not in self.queue_holds]:
+                del self._admit_looked[gang]
+            for single in [g for g, (pk, _) in self._pod_no_fit.items() if pk not in self.store.pods]:
+                del self._pod_no_fit[single]  # gone: bounded memory
+        return snap
+
+    def _stuck(self) -> list[GroupKey]:
+        """Gangs whose last plan found no fit, preemption or reclaim, with no capacity grown since
+        (the no-fit signature `_filter_gang` remembers starts with the store's release_gen), and
+        plain pods whose last filter found no offered node to fit them, with no capacity grown since,
+        that kube-scheduler's preemption is not freeing room for (not nominated to a node, no victims
+        of the preempt verb's on their way out for them): they could use no room held for them
+        (queues.admission). A grouping change elsewhere (any group object written) does not make
+        them fit."""
+        release_gen = self.store.release_gen
+        stuck = [
+            key
+            for key, e in self.ledger.gangs.items()
+            if e.no_fit is not None and not e.plan and e.no_fit[0][0] == release_gen
+        ]
+        for key, (pk, gen) in self._pod_no_fit.items():
+            rec = self.store.pods.get(pk)
+            if gen == release_gen and rec is not None and not self._room_coming(rec):
+                stuck.append(key)
+        return stuck
+
+    def _pod_idle(self, key: GroupKey) -> bool:
+        """Whether the plain pod of group `key`, pending, could use no room as the cluster is now: it
+        asks for a resource no node has, or no schedulable node has room for it,
+        and kube-scheduler's preemption is not freeing any for it (queues.QueueSnapshot.idle). Its
+        own filters passing no node, kube-scheduler may never ask this service to say so."""
+        pending = [r for r in self._group_pods(key) if not r.node_name and is_live(r.obj)]
+        if len(pending) != 1 or self._room_coming(pending[0]):
+            return False
+        request, missing = self.store.request_vector(pending[0].requests)
+        if missing:
+            return True
+        arrays = self.store.arrays
+        rows = np.flatnonzero(arrays.schedulable[: arrays.n_rows]).astype(np.int32)
+        return not (len(rows) and bool(placement.fit_mask(arrays, rows, request).any()))
+
+    def _group_pods(self, key: GroupKey) -> list[PodRecord]:
+        members = self.store.group_members(key)
+        if members:
+            return list(members)
+        rec = self.store.pods.get(key)  # a plain pod's group is keyed as the pod is
+        return [rec] if rec is not None else []
+
+    def _room_coming(self, rec: PodRecord) -> bool:
+        """kube-scheduler's preemption may be freeing room for the pod: it is nominated to a node, or
+        the preempt verb's victims are leaving for it."""
+        return rec.uid in self.view.evictions or bool((rec.obj.get("status") or {}).get("nominatedNodeName"))
+
+    def note_pod_fit(self, call: FilterCall, decision: FilterDecision) -> FilterDecision:
+        """Remember whether a plain pod fit nowhere (for _stuck); the decision, unchanged."""
+        if call.group.is_gang():
+            return decision  # a member placed as it comes: its gang's own plan speaks for it
+        if decision.verdict is Verdict.NO_FIT:
+            mark = (call.key, self.store.release_gen)
+            if self._pod_no_fit.get(call.group.key) != mark:
+                self._pod_no_fit[call.group.key] = mark
+                self._no_fit_gen += 1
+        elif self._pod_no_fit.pop(call.group.key, None) is not None:
+            self._no_fit_gen += 1
+        return decision
+
+    def _log_queue_errors(self, errors: dict[str, str]) -> None:
+        """Say each malformed Queue once, when its fault appears (it fails closed: see read_tree)."""
+        for name, why in sorted(errors.items()):
+            if self._queue_errors.get(name) != why:
+                log.warning("queue %s is malformed: %s; what cannot be read admits nothing", name, why)
+        self._queue_errors = dict(errors)
+
+    def queue_name(self, group: GroupSpec, pod: dict[str, Any]) -> str:
+        """The queue `pod` is charged to as its gang and labels name it (see gang_queue for a gang's)."""
+        return queues.queue_of(self.store, group, pod, self.default_queue)
+
+    def gang_queue(
+        self, group: GroupSpec, pod: dict[str, Any], snap: queues.QueueSnapshot | None = None
+    ) -> tuple[str | None, str]:
+        """The one queue of `pod`'s gang, or (None, why) when its members name different queues."""
+        snap = snap if snap is not None else self.queue_snapshot()
+        if snap is None:
+            return self.queue_name(group, pod), ""
+        return queues.gang_queue(snap, self.store, group, pod, self.default_queue)
+
+    def queue_wait(
+        self,
+        call: FilterCall,
+        need: dict[str, int],
+        what: str,
+        *,
+        fair_share: bool = True,
+        credit: dict[str, int] | None = None,
+    ) -> str | None:
+        """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
+        snap = self.queue_snapshot()
+        reason = queue = None
+        if snap is not None:
+            queue, reason = self.gang_queue(call.group, call.pod, snap)
+            if queue is not None:
+                reason = queues.admission(
+                    snap, queue, need, call.group.key, what=what, fair_share=fair_share, credit=credit
+                )
+        if not reason:
+            self.queue_holds.pop(call.group.key, None)
+            self._held_need.pop(call.group.key, None)
+            return None
+        self.queue_holds[call.group.key] = (queue or "", reason)
+        self._held_need[call.group.key] = dict(need)
+        return reason
+
+    def limit_at_bind(self, rec: PodRecord, group: GroupSpec | None, *, held: bool = False) -> str | None:
+        """Why binding `rec` would take its queue (or an ancestor) past a limit, or None. `held`: its
+        own hold is counted in the usage already (a bind that waited out the fence holding room)."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        group = group if group is not None else single_pod_group(rec.obj)
+        queue, conflict = self.gang_queue(group, rec.obj, snap)
+        if queue is None:
+            return f"{messages.label(group)}: {conflict}"
+        what = "pod" if group.source is Source.SINGLE_POD else "member"
+        credit = rec.requests if held else None
+        return queues.admission(
+            snap, queue, rec.requests, group.key, what=what, fair_share=False, credit=credit
+        )
+
+    def holds_over(self) -> list[Effect]:
+        """Bring back the turned-away members of gangs (and pods) held for their queue once admission
+        passes: kube-scheduler retries a parked pod only on some cluster events, and usage dropping
+        below a limit, or another queue's gang being planned, is not always one of them. Looked at
+        only when the store changed (the ticker's pass)."""
+        gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
+        if not self.queue_holds or self._holds_checked == gen:
+            return []
+        self._holds_checked = gen
+        snap = self.queue_snapshot()
+        effects = []
+        for gang, (queue, _) in list(self.queue_holds.items()):
+            need = self._held_need.get(gang, {})
+            if snap is not None:
+                counted, conflict = snap.group_queue(gang)
+                if conflict:
+                    continue  # its members still name different queues
+                queue = counted or queue
+                if queues.admission(snap, queue, need, gang) is not None:
+                    continue
+            del self.queue_holds[gang]
+            self._held_need.pop(gang, None)
+            effects += self.telling.nudge_turned_away(gang, "queue")
+        return effects
+
+    def gang_need(
+        self,
+        call: FilterCall,
+        members: Sequence[planning.Member],
+        leaves: Sequence[str | None],
+        bound: dict[str | None, int],
+    ) -> dict[str, int]:
+        """What planning the gang now would hold: the unbound members each leaf needs for its quorum
+        (the pod being filtered first, as plan_members takes them)."""
+        need: dict[str, int] = {}
+        for leaf in leaves:
+            pending = sorted(
+                (
+                    m
+                    for m in members
+                    if m.leaf == leaf and not (m.rec.node_name or m.key in self.ledger.assumed)
+                ),
+                key=lambda m: (m.key != call.key, m.key),
+            )
+            for m in pending[: max(0, call.group.leaf_quorum(leaf) - bound.get(leaf, 0))]:
+                for r, v in m.rec.requests.items():
+                    need[r] = need.get(r, 0) + v
+        return need
+
+    def queue_status(self) -> list[Effect]:
+        """The status writes of the Queues whose allocated or requested is not what the object says,
+        at most every QUEUE_STATUS_INTERVAL_S (the ticker's pass)."""
+        now = self.ledger.clock()
+        if now < self._queue_status_next_s:
+            return []
+        self._queue_status_next_s = now + QUEUE_STATUS_INTERVAL_S
+        snap = self.queue_snapshot()
+        if snap is None:
+            return []
+        effects = []
+        for name in sorted(snap.tree.queues):
+            obj = self.store.get(QUEUE_API_GROUP, QUEUE_KIND, None, name)
+            status = queues.status_of(snap, name)
+            shown = (obj or {}).get("status") or {}
+            if obj is None or all(shown.get(field) == value for field, value in status.items()):
+                continue
+            data = {"group": QUEUE_API_GROUP, "kind": QUEUE_KIND, "status": status}
+            effects.append(Effect("group-status", "", name, data))
+        return effects
+
+    def queue_of_unit(self, u: preemptor.Unit) -> str:
+        """The queue whose usage a preemption or reclaim unit's eviction lowers."""
+        rec = self.store.pods.get(u.victims[0].pod)
+        if rec is None:
+            return ""
+        m = self.store.membership(rec)
+        return self.queue_name(m.group or single_pod_group(rec.obj), rec.obj)
+
+    def preempt_queue_rule(
+        self, pod: dict[str, Any], requests: dict[str, int]
+    ) -> Callable[[Sequence[PodRecord]], str] | None:
+        """KAI's queue rules for the preempt verb's candidates (None: no queues in use). A victim of the
+        preemptor's own queue may go, and the preemptor's limits are checked with those victims
+        gone; a victim of another queue only as a reclaim would take it (queues.may_reclaim,
+        queues.reclaimable); a pod charged to no queue (the default scheduler's) is left to priority."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        m = self.store.membership_of(pod)
+        group = (
+            m.group if m.state is MembershipState.MEMBER and m.group is not None else single_pod_group(pod)
+        )
+        queue, conflict = self.gang_queue(group, pod, snap)
+
+        def rule(victims: Sequence[PodRecord]) -> str:
+            if queue is None:
+                return conflict
+            freed: dict[str, dict[str, int]] = {}
+            for rec in victims:
+                vm = self.store.membership(rec)
+                vgroup = vm.group if vm.state is MembershipState.MEMBER else None
+                vq = queues.charged_queue(self.store, vgroup, rec.obj, self.default_queue)
+                if vq is None or not (rec.node_name or rec.key in self.store.reservations):
+                    continue  # charged to no queue: nothing of a queue's to keep
+                total = freed.setdefault(vq, {})
+                for r, n in rec.requests.items():
+                    total[r] = total.get(r, 0) + n
+            own = freed.pop(queue, {})
+            over = queues.admission(
+                snap, queue, requests, group.key, what="pod", fair_share=False, credit=own
+            )
+            if over is not None:
+                return f"{over}, with the victims of queue {queue} gone"
+            # the victims of other queues are reclaimed together: every ancestor of theirs keeps its quota
+            if freed and not (
+                queues.may_reclaim(snap, queue, requests) and queues.reclaimable(snap, queue, requests, freed)
+            ):
+                return (
+                    f"evicts pods of queue(s) {', '.join(sorted(freed))}: a preemption evicts within its own "
+                    f"queue ({queue}) only, and a reclaim only from a queue over its fair share, never "
+                    "below its quota or any ancestor's"
+                )
+            return ""
+
+        return rule
