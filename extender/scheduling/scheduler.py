@@ -37,6 +37,7 @@ from extender.model.priority import may_preempt, pod_priority
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, preemption, preemptor, queues, topology
 from extender.scheduling.admission import Admission
+from extender.scheduling.debug import Debug
 from extender.scheduling.decisions import (
     ARRIVAL_VERDICT,
     BindDecision,
@@ -84,6 +85,7 @@ class Scheduler:
         self.view = View(store, ledger, native_gang_scheduling=native_gang_scheduling)
         self.telling = Telling(self.view)
         self.admission = Admission(self.view, self.telling, default_queue)
+        self.debug = Debug(self.view, self.admission)
         self.bind_times_s: list[float] = []
         """Seconds from each gang's first member seen to its quorum bound, for the server to take."""
         self.preemption_hold_s = preemption_hold_s
@@ -474,18 +476,6 @@ class Scheduler:
 
     def queue_status(self) -> list[Effect]:
         return self.admission.queue_status()
-
-    def describe_queues(self) -> dict[str, Any]:
-        """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""
-        snap = self.admission.queue_snapshot()
-        if snap is None:
-            return {"enforced": False, "defaultQueue": self.admission.default_queue, "queues": []}
-        return {
-            "enforced": True,
-            "defaultQueue": self.admission.default_queue,
-            "queues": queues.describe(snap, self.admission.queue_holds),
-            "unknownQueues": dict(sorted(snap.unknown.items())),
-        }
 
     # ----------------------------------------------------------------- a gang as preemptor
     def _preempt_to_admit(
@@ -1161,73 +1151,13 @@ class Scheduler:
 
     # ================================================================= debug
     def describe(self, gang: GroupKey) -> dict[str, Any] | None:
-        entry = self.ledger.entry(gang)
-        members = self.store.group_members(gang)
-        if entry is None and not members:
-            return None
-        spec = self.view.spec_of(gang, members)
-        plan = entry.plan if entry else {}
-        return {
-            "gang": gang,
-            "phase": self.ledger.phase(gang, spec).value,
-            "quorum": spec.quorum_upper_bound() if spec else None,
-            "policy": spec.policy.value if spec else None,
-            "members": [
-                {
-                    "pod": r.key,
-                    "subgroup": self.store.membership(r).subgroup,
-                    "node": r.node_name or self.ledger.assumed.get(r.key),
-                    "planned": plan[r.key].node if r.key in plan else None,
-                    "waitingAtBind": bool(entry and r.key in entry.arrived),
-                }
-                for r in members
-            ],
-            "plan": {pk: p.node for pk, p in plan.items()},
-            "domain": entry.domain if entry else "",
-            "reservation": {
-                pk: self.store.reservations[pk].node
-                for pk in (r.key for r in members)
-                if pk in self.store.reservations
-            },
-            "failures": entry.failures if entry else 0,
-            "lastReason": entry.last_reason if entry else "",
-            "queue": self.admission.gang_queue(spec, members[0].obj)[0]
-            if spec is not None and members
-            else None,
-            "queueHold": self.admission.queue_holds[gang][1] if gang in self.admission.queue_holds else None,
-            "preemption": self._describe_preemption(gang),
-        }
-
-    def _describe_preemption(self, gang: GroupKey) -> dict[str, Any] | None:
-        p = self.ledger.preemption(gang)
-        if p is None:
-            return None
-        terminating = set(self.ledger.terminating(p))
-        return {
-            "domain": p.domain,
-            "priority": p.priority,
-            "victimPriority": p.victim_priority,
-            "gangs": list(p.gangs),
-            "victims": [
-                {
-                    "pod": v.pod,
-                    "node": v.node,
-                    "priority": v.priority,
-                    "gang": v.gang,
-                    "gone": v.pod in p.held,
-                    "terminating": v.pod in terminating,  # the hold lasts while any is
-                }
-                for v in p.victims.values()
-            ],
-            "where": dict(p.where),
-            "holdDeadline": p.hold_until,
-            "holdLeftS": round(max(0.0, p.hold_until - self.ledger.clock()), 3),
-            "reason": p.reason,
-        }
+        return self.debug.describe(gang)
 
     def describe_all(self) -> list[dict[str, Any]]:
-        keys = set(self.ledger.gangs)
-        return [d for k in sorted(keys) if (d := self.describe(k)) is not None]
+        return self.debug.describe_all()
+
+    def describe_queues(self) -> dict[str, Any]:
+        return self.debug.describe_queues()
 
     def phase_of(self, gang: GroupKey) -> Phase:
         return self.view.phase_of(gang)

@@ -1,0 +1,101 @@
+"""What /debug shows: a gang as the ledger, the store and its queue see it (describe, describe_all),
+and every queue's spec, usage, fair share and holds (describe_queues). Reads only; owns no state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.model.keys import GroupKey
+from extender.scheduling import queues
+from extender.scheduling.admission import Admission
+from extender.scheduling.view import View
+
+
+class Debug:
+    def __init__(self, view: View, admission: Admission) -> None:
+        self.view = view
+        self.store = view.store
+        self.ledger = view.ledger
+        self.admission = admission
+
+    def describe_queues(self) -> dict[str, Any]:
+        """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""
+        snap = self.admission.queue_snapshot()
+        if snap is None:
+            return {"enforced": False, "defaultQueue": self.admission.default_queue, "queues": []}
+        return {
+            "enforced": True,
+            "defaultQueue": self.admission.default_queue,
+            "queues": queues.describe(snap, self.admission.queue_holds),
+            "unknownQueues": dict(sorted(snap.unknown.items())),
+        }
+
+    def describe(self, gang: GroupKey) -> dict[str, Any] | None:
+        entry = self.ledger.entry(gang)
+        members = self.store.group_members(gang)
+        if entry is None and not members:
+            return None
+        spec = self.view.spec_of(gang, members)
+        plan = entry.plan if entry else {}
+        return {
+            "gang": gang,
+            "phase": self.ledger.phase(gang, spec).value,
+            "quorum": spec.quorum_upper_bound() if spec else None,
+            "policy": spec.policy.value if spec else None,
+            "members": [
+                {
+                    "pod": r.key,
+                    "subgroup": self.store.membership(r).subgroup,
+                    "node": r.node_name or self.ledger.assumed.get(r.key),
+                    "planned": plan[r.key].node if r.key in plan else None,
+                    "waitingAtBind": bool(entry and r.key in entry.arrived),
+                }
+                for r in members
+            ],
+            "plan": {pk: p.node for pk, p in plan.items()},
+            "domain": entry.domain if entry else "",
+            "reservation": {
+                pk: self.store.reservations[pk].node
+                for pk in (r.key for r in members)
+                if pk in self.store.reservations
+            },
+            "failures": entry.failures if entry else 0,
+            "lastReason": entry.last_reason if entry else "",
+            "queue": self.admission.gang_queue(spec, members[0].obj)[0]
+            if spec is not None and members
+            else None,
+            "queueHold": self.admission.queue_holds[gang][1] if gang in self.admission.queue_holds else None,
+            "preemption": self._describe_preemption(gang),
+        }
+
+    def _describe_preemption(self, gang: GroupKey) -> dict[str, Any] | None:
+        p = self.ledger.preemption(gang)
+        if p is None:
+            return None
+        terminating = set(self.ledger.terminating(p))
+        return {
+            "domain": p.domain,
+            "priority": p.priority,
+            "victimPriority": p.victim_priority,
+            "gangs": list(p.gangs),
+            "victims": [
+                {
+                    "pod": v.pod,
+                    "node": v.node,
+                    "priority": v.priority,
+                    "gang": v.gang,
+                    "gone": v.pod in p.held,
+                    "terminating": v.pod in terminating,  # the hold lasts while any is
+                }
+                for v in p.victims.values()
+            ],
+            "where": dict(p.where),
+            "holdDeadline": p.hold_until,
+            "holdLeftS": round(max(0.0, p.hold_until - self.ledger.clock()), 3),
+            "reason": p.reason,
+        }
+
+    def describe_all(self) -> list[dict[str, Any]]:
+        keys = set(self.ledger.gangs)
+        return [d for k in sorted(keys) if (d := self.describe(k)) is not None]
