@@ -680,9 +680,10 @@ class Driver:
     def schedulable(self) -> list[str]:
         return sorted(n for n, obj in self.nodes().items() if not obj["spec"].get("unschedulable"))
 
-    def with_room(self, name: str) -> list[str]:
+    def with_room(self, name: str, *, in_flight: bool = True) -> list[str]:
         """Schedulable nodes with room for the pod as kube-scheduler counts it (NodeResourcesFit):
-        the pods bound there and those it assumed there while their binds are in flight."""
+        the pods bound there and (`in_flight`) those it assumed there while their binds are in
+        flight."""
         pods, nodes = self.pods(), self.nodes()
         used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         busy = self.in_flight()
@@ -692,7 +693,7 @@ class Driver:
                 if self.lag_s and n not in busy and self.bound_at.get(n, -1.0) > recent:
                     continue  # kube-scheduler's cache has not seen this binding yet
                 used[p["spec"]["nodeName"]].update(pod_requests(p))
-        for b in self.binds:
+        for b in self.binds if in_flight else ():
             if not b.task.done() and b.pod in pods and not pods[b.pod]["spec"].get("nodeName"):
                 used[b.node].update(pod_requests(pods[b.pod]))
         req = pod_requests(pods[name])
@@ -732,8 +733,11 @@ class Driver:
             # whatever kube-scheduler's cache missed, a plain pod is passed only where it fits as the
             # API stands: the bound pods and the binds in flight (its fast path keeps held and
             # settling nodes checked)
+            # Beside binds in flight, a node may have room only if they never land: a gang member
+            # whose plan was dropped waits for its error answer, and the room it had is no one's. If
+            # one lands after all, the over-commit check of the API's objects says so
             lag_s, self.lag_s = self.lag_s, 0.0
-            no_room = sorted(set(passed) - set(self.with_room(name)))
+            no_room = sorted(set(passed) - set(self.with_room(name, in_flight=False)))
             self.lag_s = lag_s
             if no_room:
                 self.fail(f"filter {name} passed nodes without room for it: {no_room}")
