@@ -797,10 +797,13 @@ class Driver:
             if not offered:
                 self.last_filter[name] = NO_ROOM
                 self.log(f"{name}: {NO_ROOM}")
+                self.mark_unschedulable(name)
                 continue
             if self.rng.random() < 0.3:
                 self.api.progress()  # slow writes land between two of kube-scheduler's filters
             passed = await self.filter(name, offered)
+            if not passed:
+                self.mark_unschedulable(name)
             if passed:
                 seen = self.decided[name]
                 self.launch_bind(name, passed[0] if len(passed) == 1 else self.rng.choice(passed))
@@ -860,6 +863,22 @@ class Driver:
         ]
         if late:
             self.fail(f"bind calls unanswered {HTTP_TIMEOUT_S:g}s after they started: {late}")
+
+    def mark_unschedulable(self, name: str) -> None:
+        """kube-scheduler's failed attempt: it writes PodScheduled=False on the pod (once; the service
+        reads it to know who sits in the unschedulable queue, after a restart too)."""
+        pod = self.pods().get(name)
+        if pod is None or pod["spec"].get("nodeName"):
+            return
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
+            return
+        pod = copy.deepcopy(pod)
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        pod.setdefault("status", {})["conditions"] = [
+            c for c in conditions if c.get("type") != "PodScheduled"
+        ] + [cond]
+        self.apply(pod)
 
     # ------------------------------------------------------------------ churn
     def apply(self, obj: dict) -> None:
