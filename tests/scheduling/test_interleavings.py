@@ -67,6 +67,7 @@ import dataclasses
 import gc
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -274,7 +275,7 @@ class FlakyCluster(EmbeddedCluster):
         self.clock = clock
         self.parked: set[asyncio.Future[None]] = set()  # this process's writes waiting at the API
         self.bind_fence_s = faults.fence_s
-        self.on_evict: Callable[[dict, str], None] | None = None  # the driver hears of each eviction
+        self.on_evict: Callable[[dict, str, str], None] | None = None  # the driver hears of each eviction
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
 
     async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
@@ -289,7 +290,7 @@ class FlakyCluster(EmbeddedCluster):
             and self.on_evict
             and (not uid or pod["metadata"].get("uid") == uid)
         ):
-            self.on_evict(copy.deepcopy(pod), "the service")
+            self.on_evict(copy.deepcopy(pod), "the service", reason)
         return await super().evict_pod(namespace=namespace, name=name, uid=uid, reason=reason)
 
     def live(self) -> FlakyCluster | None:
@@ -543,6 +544,8 @@ class Driver:
         self.loose: set[str] = set()  # gang pods whose pod-group-name names no PodGroup
         self.gone_done: dict[str, str] = {}  # finished gang pods since deleted -> their gang
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
+        self.broken_reclaims: list[str] = []  # see check_reclaim
+        self.reclaims = 0  # victims of reclaims judged, for the sweep's report
         self.over_limit: dict[str, int] = {}  # queue -> the use it was left at above a lowered limit
         self.stalls: list[str] = []
         self.was_whole: dict[str, bool] = {}  # gang -> bound whole at the last check
@@ -576,10 +579,14 @@ class Driver:
         while self.decided[name] == seen and loop.time() < until:
             await asyncio.sleep(0)
 
-    def note_eviction(self, pod: dict, by: str) -> None:
+    def note_eviction(self, pod: dict, by: str, reason: str = "") -> None:
         """An evicted pod: remembered for the partial-eviction check, and recreated by its controller
-        a while later (a new pod of the same name, pending)."""
+        a while later (a new pod of the same name, pending). A reclaim's victim is judged as it goes
+        (`check_reclaim`)."""
         name = pod["metadata"]["name"]
+        if "reclaimed for gang" in reason:
+            self.reclaims += 1
+            self.check_reclaim(pod, reason)
         self.evicted.append((name, self.pod_gang.get(name), by))
         self.lines.append(f"      {by} evicts {name}")
         again = copy.deepcopy(pod)
@@ -1215,6 +1222,8 @@ class Driver:
     async def check(self, *, final: bool = False) -> None:
         svc, store = self.svc, self.svc.store
         nodes, pods, bound = self.nodes(), self.pods(), self.bound()
+        if self.broken_reclaims:
+            self.fail(self.broken_reclaims[0])
         # over-commit, from the API's objects
         used: dict[str, collections.Counter[str]] = {}
         for name, node in bound.items():
@@ -1269,7 +1278,9 @@ class Driver:
             g.name: self.gang_state(g, bound) is None and any(self.pod_gang.get(n) == g.name for n in bound)
             for g in self.gangs
         }
-        # reservations: each one planned or held for a bind in flight
+        # reservations: each one planned or held for a bind in flight. The service's ticker may plan
+        # while the answer is on its way: only a hold that stood unchanged across the call is judged
+        before = dict(store.reservations)
         resp = await svc.client.get("/debug/gangs")
         if resp.status != 200:
             self.fail(f"GET /debug/gangs answered HTTP {resp.status}")
@@ -1282,8 +1293,8 @@ class Driver:
             for g in self.debug
             for v in ((g.get("preemption") or {}).get("victims") or ())
         }
-        for pk in list(store.reservations):
-            if pk in held:
+        for pk, res in list(store.reservations.items()):
+            if pk in held or before.get(pk) is not res:
                 continue
             if pk not in store.pods:
                 self.fail(f"reservation for {pk}, a pod the store does not hold")
@@ -1331,6 +1342,36 @@ class Driver:
                 totals[q] += cpu
                 q = queues[q]["spec"].get("parentQueue") or ""
         return dict(totals)
+
+    def check_reclaim(self, victim: dict, reason: str) -> None:
+        """A reclaim never takes a queue, or any ancestor the reclaimer does not share, below its cpu
+        quota (a quota of -1 is never reclaimed from). Use is counted as generously as the service
+        may: bound, reserved and in flight; the victims already gone are out of it."""
+        queues = self.queue_objects()
+        groups = {g["metadata"]["name"]: g for g in self.cluster.list("scheduling.run.ai", "PodGroup")}
+        taker = re.search(r"of queue (\S+), below its fair share", reason)
+        shared = set(self.queue_chain(taker.group(1), queues)) if taker else set()
+        totals = self.queue_totals(self.pods(), in_flight=True)
+        cpu = pod_requests(victim).get("cpu", 0)
+        for q in self.queue_chain(self.queue_of(victim, groups), queues):
+            if q in shared:
+                continue  # it gets back what the reclaimer takes
+            res = ((queues[q].get("spec") or {}).get("resources") or {}).get("cpu") or {}
+            quota = int(res.get("quota", 0))
+            if quota == -1 or totals.get(q, 0) - cpu < quota:
+                # raised at the next check: this runs inside the service's eviction, which logs faults
+                self.broken_reclaims.append(
+                    f"reclaim of {victim['metadata']['name']} ({cpu}m) takes queue {q} below its cpu quota "
+                    f"{quota}m (in use {totals.get(q, 0)}m): {reason}"
+                )
+
+    @staticmethod
+    def queue_chain(queue: str, queues: dict[str, dict]) -> list[str]:
+        out: list[str] = []
+        while queue in queues and queue not in out:
+            out.append(queue)
+            queue = queues[queue]["spec"].get("parentQueue") or ""
+        return out
 
     def queue_use_detail(self, pods: dict[str, dict], queue: str) -> list[str]:
         """The pods counted in `queue` or below it, and how (bound, or reserved by which gang's plan)."""
