@@ -1336,11 +1336,8 @@ class Driver:
                 own[self.queue_of(p, groups)] += pod_requests(p).get("cpu", 0)
         totals: collections.Counter[str] = collections.Counter()
         for q, cpu in own.items():
-            seen = set()
-            while q in queues and q not in seen:
-                seen.add(q)
-                totals[q] += cpu
-                q = queues[q]["spec"].get("parentQueue") or ""
+            for ancestor in self.queue_chain(q, queues):
+                totals[ancestor] += cpu
         return dict(totals)
 
     def check_reclaim(self, victim: dict, reason: str) -> None:
