@@ -300,7 +300,9 @@ class FlakyCluster(EmbeddedCluster):
             c = c.successor
         return c
 
-    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind_pod(
+        self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0
+    ) -> None:
         # The API server's side of the call: the caller's process dying (its tasks cancelled) does
         # not stop a write that has reached the API server
         served = asyncio.ensure_future(self._serve_bind(namespace, name, uid, node))
@@ -1945,7 +1947,7 @@ async def test_a_member_the_api_refused_keeps_its_place_in_the_gangs_domain(clie
     refused: set[str] = {"g-2"}
 
     class RefusesOnce(EmbeddedCluster):
-        async def bind_pod(self, *, namespace, name, uid, node):
+        async def bind_pod(self, *, namespace, name, uid, node, persist_s=0.0):
             await asyncio.sleep(0)
             if name in refused:
                 refused.discard(name)
