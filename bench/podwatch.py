@@ -8,6 +8,7 @@ watch that ends before its own timeoutSeconds was force-closed and is counted in
 
 from __future__ import annotations
 
+import http.client
 import ssl
 import sys
 import threading
@@ -76,7 +77,8 @@ class PodWatch:
                         self.observe(str(event.get("type")), obj, now)
                         if self._stopping.is_set():
                             return
-            except (OSError, ValueError) as exc:
+            # a watch cut mid-chunk (kube-apiserver restarted) raises IncompleteRead, an HTTPException
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 if self._stopping.is_set():
                     return
                 print(f"# pod watch {self.path}: {exc!r}; resuming", file=sys.stderr, flush=True)

@@ -45,8 +45,9 @@ class Admission:
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
         self._queue_snapshot: tuple[tuple[int, int, int], queues.QueueSnapshot | None] = ((-1, -1, -1), None)
         self._pod_no_fit: dict[GroupKey, tuple[PodKey, int]] = {}
-        """Plain pods (groups of one) whose last filter found no offered node to fit them: key -> (the
-        pod, store.release_gen then). Rebuilt by filtering again; read by _stuck."""
+        """Plain pods (groups of one), and gangs whose quorum is bound, whose last filter of a pod placed
+        on its own found no offered node to fit it: key -> (the pod, store.release_gen then). Rebuilt
+        by filtering again; read by _stuck."""
         self._no_fit_gen = 0  # bumps when _pod_no_fit, or who the preempt verb acts for, changes
         self._queue_errors: dict[str, str] = {}  # the malformed Queues last said, so each is logged once
         self.queue_book = queues.QueueBook(store, default_queue)
@@ -148,9 +149,10 @@ class Admission:
         return rec.uid in self.view.evictions or bool((rec.obj.get("status") or {}).get("nominatedNodeName"))
 
     def note_pod_fit(self, call: FilterCall, decision: FilterDecision) -> FilterDecision:
-        """Remember whether a plain pod fit nowhere (for _stuck); the decision, unchanged."""
-        if call.group.is_gang():
-            return decision  # a member placed as it comes: its gang's own plan speaks for it
+        """Remember whether a plain pod, or a gang member beyond its bound quorum (placed as it comes,
+        inside the gang's domain), fit nowhere (for _stuck); the decision, unchanged. A gang whose
+        quorum is bound waits only for such members: when they fit nowhere it could use no room held
+        for it either."""
         if decision.verdict is Verdict.NO_FIT:
             mark = (call.key, self.store.release_gen)
             if self._pod_no_fit.get(call.group.key) != mark:

@@ -781,38 +781,37 @@ class GangLedger:
         gang, leaf = self._place_now(pod)
         if gang != e.key:
             return
-        bound = [
-            (rec.key, rec.bound_row, self.store.membership(rec).subgroup)
-            for rec in self.store.group_members(e.key)
-            if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
-        ]
-        planned = [
-            (q, self.store.node_rows.get(p.node, -1), p.leaf)
-            for q, p in e.plan.items()
-            if q not in e.releasing
-        ]
+        domains = self.store.arrays.domains
+        shared: dict[str | None, list[int]] = {}  # other member's leaf -> levels it shares with `leaf`
+
+        def apart(other_leaf: str | None, other_row: int) -> bool:
+            """Whether a member on `other_row` breaks a required constraint it shares with this one."""
+            if other_row < 0:
+                return False
+            if other_leaf not in shared:
+                keys = topology.shared_required_keys(spec, leaf, other_leaf, self.store)
+                shared[other_leaf] = [self.store.arrays.level(k) for k in keys]
+            return any(domains[lvl, row] != domains[lvl, other_row] for lvl in shared[other_leaf])
+
         try:
-            if any(self._apart(spec, leaf, row, other_leaf, other) for _, other, other_leaf in bound):
+            if any(
+                apart(self.store.membership(rec).subgroup, rec.bound_row)
+                for rec in self.store.group_members(e.key)
+                if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
+            ):
                 return
-            apart = next(
-                (q for q, other, other_leaf in planned if self._apart(spec, leaf, row, other_leaf, other)),
+            outside = next(
+                (
+                    q
+                    for q, p in e.plan.items()
+                    if q not in e.releasing and apart(p.leaf, self.store.node_rows.get(p.node, -1))
+                ),
                 None,
             )
         except topology.TopologyError:
             return  # the plan itself is undone by the group's definition changing
-        if apart is not None:
-            self._discard(e, f"member {pk} was bound to {node}, outside the domain of its planned {apart}")
-
-    def _apart(self, spec: GroupSpec, leaf_a: str | None, row_a: int, leaf_b: str | None, row_b: int) -> bool:
-        """Whether two members placed on these rows break a required constraint they share."""
-        if row_b < 0:
-            return False
-        domains = self.store.arrays.domains
-        for key in topology.shared_required_keys(spec, leaf_a, leaf_b, self.store):
-            lvl = self.store.arrays.level(key)
-            if domains[lvl, row_a] != domains[lvl, row_b]:
-                return True
-        return False
+        if outside is not None:
+            self._discard(e, f"member {pk} was bound to {node}, outside the domain of its planned {outside}")
 
     def _left(self, e: GangEntry, pk: PodKey) -> bool:
         """Whether a planned member (not in flight) is no longer in the gang whose plan holds it."""

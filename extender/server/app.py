@@ -112,6 +112,9 @@ _TIMEOUT_MARGIN_S = 0.5
 # a bind call waits out the start-up fence only if this much of its time is left after it for the bind
 _FENCE_ROOM_S = 1.0
 _FENCE_OVER = "\x00the start-up fence is over"  # a fenced waiter's result: decide again
+# a bind stops retrying an unreachable API server this long before its budget ends, so its answer is
+# the API's last error rather than a timeout
+_PERSIST_MARGIN_S = 1.0
 
 
 def _deadline(app: web.Application, started: float) -> float:
@@ -368,10 +371,17 @@ def _overdue_message(app: web.Application, key: PodKey) -> str:
 
 
 async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, budget_s: float) -> str:
-    """Bind one pod through the source within the budget; "" on success, else the reason."""
+    """Bind one pod through the source within the budget; "" on success, else the reason.
+
+    The bind keeps trying an API server that cannot answer for most of the budget: a POST cut off
+    by an API server restart may have landed, and only a later try can tell (its 409 names the
+    node), while an error now would leave the gang's other members bound and this one's place
+    held for a kube-scheduler retry that never comes."""
     ns, name = key.split("/", 1)
+    persist_s = max(0.0, budget_s - _PERSIST_MARGIN_S)
+    bind = source.bind_pod(namespace=ns, name=name, uid=uid, node=node, persist_s=persist_s)
     try:
-        await asyncio.wait_for(source.bind_pod(namespace=ns, name=name, uid=uid, node=node), budget_s)
+        await asyncio.wait_for(bind, budget_s)
     except BindError as exc:
         return f"binding {key} to {node}: {exc}"
     except TimeoutError:

@@ -183,7 +183,9 @@ class EmbeddedCluster:
     def is_synced(self) -> bool:
         return self._synced
 
-    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind_pod(
+        self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0
+    ) -> None:
         pod = self.get("", "Pod", namespace, name)
         if pod is None:
             raise BindError(f'pods "{name}" not found in namespace {namespace}')

@@ -139,6 +139,8 @@ class KubeSettings:
     write_attempts: int = 4
     """Tries for a write that failed with 5xx, 429 or a connection error (all safe to repeat)."""
     write_backoff_s: float = 0.1
+    write_backoff_max_s: float = 1.0
+    """Cap on the delay between tries of a write that keeps trying for its caller's budget."""
     event_interval_s: float = 30.0
     """At most one Event per object and reason in this window; a gang's life emits few, repeats are noise."""
     component: str = "gang-scheduler"
@@ -481,28 +483,43 @@ class KubeClusterSource:
         write: str = "other",
         expected: tuple[int, ...] = (),
         query: list[tuple[str, str]] | None = None,
+        persist_s: float = 0.0,
     ) -> tuple[int, bytes]:
         """A write retried on 5xx, 429 and connection errors; other answers are returned to the caller.
+
+        It is tried `write_attempts` times, and beyond that for as long as `persist_s` lasts: a caller
+        with time to wait (a gang's release) is better served by the API server coming back than by
+        an error, and a POST whose connection was cut may have landed, which only a later answer can
+        say. An API server just back from being unreachable answers 403 until its authorizer has
+        synced; that 403 is retried too while `persist_s` lasts, any other is final.
 
         A final answer that is not 2xx counts in `write_errors` under `write`, unless it is one of
         `expected` (the caller judges those, and counts them if they turn out to be errors)."""
         s = self._settings
         status, data = 0, b""
-        for attempt in range(s.write_attempts):
+        give_up_at = time.monotonic() + persist_s
+        unreachable = False
+        tries = 0
+        while True:
             try:
                 status, data = await self._request(
                     method, path, query=query, body=body, content_type=content_type
                 )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 status, data = 0, str(exc).encode()
-            if status and not _retryable(status):
+            tries += 1
+            unreachable = unreachable or not status
+            warming_up = status == 403 and unreachable and persist_s > 0
+            if status and not _retryable(status) and not warming_up:
                 if not 200 <= status < 300 and status not in expected:
                     self._count_write_error(write, status)
                 return status, data
-            if attempt + 1 < s.write_attempts:
-                await asyncio.sleep(s.write_backoff_s * 2**attempt * (0.5 + random.random()))
+            delay = min(s.write_backoff_max_s, s.write_backoff_s * 2 ** (tries - 1)) * (0.5 + random.random())
+            if tries >= s.write_attempts and time.monotonic() + delay >= give_up_at:
+                break
+            await asyncio.sleep(delay)
         self._count_write_error(write, status)
-        log.warning("%s failed after %d tries: %s", what, s.write_attempts, _status_message(status, data))
+        log.warning("%s failed after %d tries: %s", what, tries, _status_message(status, data))
         return status, data
 
     def _count_write_error(self, write: str, status: int) -> None:
@@ -769,8 +786,11 @@ class KubeClusterSource:
     def _pod_path(self, namespace: str, name: str, sub: str = "") -> str:
         return f"/api/v1/namespaces/{namespace}/pods/{name}" + (f"/{sub}" if sub else "")
 
-    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST pods/binding. A 409 where the pod is already on `node` is success (a retried bind)."""
+    async def bind_pod(
+        self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0
+    ) -> None:
+        """POST pods/binding, retried for up to `persist_s` while the API server cannot answer. A 409
+        where the pod is already on `node` is success (a retried bind, or one whose reply was lost)."""
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -787,6 +807,7 @@ class KubeClusterSource:
             write="bind",
             expected=(409,),
             query=[("timeout", f"{fence_ms}ms")] if fence_ms > 0 else None,
+            persist_s=persist_s,
         )
         if status in (200, 201):
             return

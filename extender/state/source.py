@@ -77,7 +77,11 @@ class ClusterSource(Protocol):
 
     def is_synced(self) -> bool: ...
 
-    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None: ...
+    async def bind_pod(
+        self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0
+    ) -> None:
+        """Bind the pod to the node, or raise BindError saying why not. `persist_s`: how long the
+        caller can wait for an API server that cannot answer now (the bind keeps trying meanwhile)."""
 
     async def set_pod_condition(self, *, namespace: str, name: str, condition: dict[str, Any]) -> None: ...
 

@@ -25,7 +25,9 @@ class ApiFaults:
         self.real = cluster.bind_pod
         self.delay_s, self.fail, self.crash, self.message = delay_s, set(fail), set(crash), message
 
-    async def __call__(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+    async def __call__(
+        self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0
+    ) -> None:
         await asyncio.sleep(self.delay_s)
         if name in self.crash:
             raise RuntimeError("connection reset in the middle of a write")

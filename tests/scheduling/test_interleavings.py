@@ -67,6 +67,7 @@ import dataclasses
 import gc
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -274,7 +275,7 @@ class FlakyCluster(EmbeddedCluster):
         self.clock = clock
         self.parked: set[asyncio.Future[None]] = set()  # this process's writes waiting at the API
         self.bind_fence_s = faults.fence_s
-        self.on_evict: Callable[[dict, str], None] | None = None  # the driver hears of each eviction
+        self.on_evict: Callable[[dict, str, str], None] | None = None  # the driver hears of each eviction
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
 
     async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
@@ -289,7 +290,7 @@ class FlakyCluster(EmbeddedCluster):
             and self.on_evict
             and (not uid or pod["metadata"].get("uid") == uid)
         ):
-            self.on_evict(copy.deepcopy(pod), "the service")
+            self.on_evict(copy.deepcopy(pod), "the service", reason)
         return await super().evict_pod(namespace=namespace, name=name, uid=uid, reason=reason)
 
     def live(self) -> FlakyCluster | None:
@@ -299,7 +300,9 @@ class FlakyCluster(EmbeddedCluster):
             c = c.successor
         return c
 
-    async def bind_pod(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind_pod(
+        self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0
+    ) -> None:
         # The API server's side of the call: the caller's process dying (its tasks cancelled) does
         # not stop a write that has reached the API server
         served = asyncio.ensure_future(self._serve_bind(namespace, name, uid, node))
@@ -543,6 +546,8 @@ class Driver:
         self.loose: set[str] = set()  # gang pods whose pod-group-name names no PodGroup
         self.gone_done: dict[str, str] = {}  # finished gang pods since deleted -> their gang
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
+        self.broken_reclaims: list[str] = []  # see check_reclaim
+        self.reclaims = 0  # victims of reclaims judged, for the sweep's report
         self.over_limit: dict[str, int] = {}  # queue -> the use it was left at above a lowered limit
         self.stalls: list[str] = []
         self.was_whole: dict[str, bool] = {}  # gang -> bound whole at the last check
@@ -576,10 +581,14 @@ class Driver:
         while self.decided[name] == seen and loop.time() < until:
             await asyncio.sleep(0)
 
-    def note_eviction(self, pod: dict, by: str) -> None:
+    def note_eviction(self, pod: dict, by: str, reason: str = "") -> None:
         """An evicted pod: remembered for the partial-eviction check, and recreated by its controller
-        a while later (a new pod of the same name, pending)."""
+        a while later (a new pod of the same name, pending). A reclaim's victim is judged as it goes
+        (`check_reclaim`)."""
         name = pod["metadata"]["name"]
+        if "reclaimed for gang" in reason:
+            self.reclaims += 1
+            self.check_reclaim(pod, reason)
         self.evicted.append((name, self.pod_gang.get(name), by))
         self.lines.append(f"      {by} evicts {name}")
         again = copy.deepcopy(pod)
@@ -680,9 +689,10 @@ class Driver:
     def schedulable(self) -> list[str]:
         return sorted(n for n, obj in self.nodes().items() if not obj["spec"].get("unschedulable"))
 
-    def with_room(self, name: str) -> list[str]:
+    def with_room(self, name: str, *, in_flight: bool = True) -> list[str]:
         """Schedulable nodes with room for the pod as kube-scheduler counts it (NodeResourcesFit):
-        the pods bound there and those it assumed there while their binds are in flight."""
+        the pods bound there and (`in_flight`) those it assumed there while their binds are in
+        flight."""
         pods, nodes = self.pods(), self.nodes()
         used: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         busy = self.in_flight()
@@ -692,7 +702,7 @@ class Driver:
                 if self.lag_s and n not in busy and self.bound_at.get(n, -1.0) > recent:
                     continue  # kube-scheduler's cache has not seen this binding yet
                 used[p["spec"]["nodeName"]].update(pod_requests(p))
-        for b in self.binds:
+        for b in self.binds if in_flight else ():
             if not b.task.done() and b.pod in pods and not pods[b.pod]["spec"].get("nodeName"):
                 used[b.node].update(pod_requests(pods[b.pod]))
         req = pod_requests(pods[name])
@@ -732,8 +742,11 @@ class Driver:
             # whatever kube-scheduler's cache missed, a plain pod is passed only where it fits as the
             # API stands: the bound pods and the binds in flight (its fast path keeps held and
             # settling nodes checked)
+            # Beside binds in flight, a node may have room only if they never land: a gang member
+            # whose plan was dropped waits for its error answer, and the room it had is no one's. If
+            # one lands after all, the over-commit check of the API's objects says so
             lag_s, self.lag_s = self.lag_s, 0.0
-            no_room = sorted(set(passed) - set(self.with_room(name)))
+            no_room = sorted(set(passed) - set(self.with_room(name, in_flight=False)))
             self.lag_s = lag_s
             if no_room:
                 self.fail(f"filter {name} passed nodes without room for it: {no_room}")
@@ -793,10 +806,13 @@ class Driver:
             if not offered:
                 self.last_filter[name] = NO_ROOM
                 self.log(f"{name}: {NO_ROOM}")
+                self.mark_unschedulable(name)
                 continue
             if self.rng.random() < 0.3:
                 self.api.progress()  # slow writes land between two of kube-scheduler's filters
             passed = await self.filter(name, offered)
+            if not passed:
+                self.mark_unschedulable(name)
             if passed:
                 seen = self.decided[name]
                 self.launch_bind(name, passed[0] if len(passed) == 1 else self.rng.choice(passed))
@@ -856,6 +872,22 @@ class Driver:
         ]
         if late:
             self.fail(f"bind calls unanswered {HTTP_TIMEOUT_S:g}s after they started: {late}")
+
+    def mark_unschedulable(self, name: str) -> None:
+        """kube-scheduler's failed attempt: it writes PodScheduled=False on the pod (once; the service
+        reads it to know who sits in the unschedulable queue, after a restart too)."""
+        pod = self.pods().get(name)
+        if pod is None or pod["spec"].get("nodeName"):
+            return
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
+            return
+        pod = copy.deepcopy(pod)
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        pod.setdefault("status", {})["conditions"] = [
+            c for c in conditions if c.get("type") != "PodScheduled"
+        ] + [cond]
+        self.apply(pod)
 
     # ------------------------------------------------------------------ churn
     def apply(self, obj: dict) -> None:
@@ -1192,6 +1224,8 @@ class Driver:
     async def check(self, *, final: bool = False) -> None:
         svc, store = self.svc, self.svc.store
         nodes, pods, bound = self.nodes(), self.pods(), self.bound()
+        if self.broken_reclaims:
+            self.fail(self.broken_reclaims[0])
         # over-commit, from the API's objects
         used: dict[str, collections.Counter[str]] = {}
         for name, node in bound.items():
@@ -1246,7 +1280,9 @@ class Driver:
             g.name: self.gang_state(g, bound) is None and any(self.pod_gang.get(n) == g.name for n in bound)
             for g in self.gangs
         }
-        # reservations: each one planned or held for a bind in flight
+        # reservations: each one planned or held for a bind in flight. The service's ticker may plan
+        # while the answer is on its way: only a hold that stood unchanged across the call is judged
+        before = dict(store.reservations)
         resp = await svc.client.get("/debug/gangs")
         if resp.status != 200:
             self.fail(f"GET /debug/gangs answered HTTP {resp.status}")
@@ -1259,8 +1295,8 @@ class Driver:
             for g in self.debug
             for v in ((g.get("preemption") or {}).get("victims") or ())
         }
-        for pk in list(store.reservations):
-            if pk in held:
+        for pk, res in list(store.reservations.items()):
+            if pk in held or before.get(pk) is not res:
                 continue
             if pk not in store.pods:
                 self.fail(f"reservation for {pk}, a pod the store does not hold")
@@ -1302,12 +1338,39 @@ class Driver:
                 own[self.queue_of(p, groups)] += pod_requests(p).get("cpu", 0)
         totals: collections.Counter[str] = collections.Counter()
         for q, cpu in own.items():
-            seen = set()
-            while q in queues and q not in seen:
-                seen.add(q)
-                totals[q] += cpu
-                q = queues[q]["spec"].get("parentQueue") or ""
+            for ancestor in self.queue_chain(q, queues):
+                totals[ancestor] += cpu
         return dict(totals)
+
+    def check_reclaim(self, victim: dict, reason: str) -> None:
+        """A reclaim never takes a queue, or any ancestor the reclaimer does not share, below its cpu
+        quota (a quota of -1 is never reclaimed from). Use is counted as generously as the service
+        may: bound, reserved and in flight; the victims already gone are out of it."""
+        queues = self.queue_objects()
+        groups = {g["metadata"]["name"]: g for g in self.cluster.list("scheduling.run.ai", "PodGroup")}
+        taker = re.search(r"of queue (\S+), below its fair share", reason)
+        shared = set(self.queue_chain(taker.group(1), queues)) if taker else set()
+        totals = self.queue_totals(self.pods(), in_flight=True)
+        cpu = pod_requests(victim).get("cpu", 0)
+        for q in self.queue_chain(self.queue_of(victim, groups), queues):
+            if q in shared:
+                continue  # it gets back what the reclaimer takes
+            res = ((queues[q].get("spec") or {}).get("resources") or {}).get("cpu") or {}
+            quota = int(res.get("quota", 0))
+            if quota == -1 or totals.get(q, 0) - cpu < quota:
+                # raised at the next check: this runs inside the service's eviction, which logs faults
+                self.broken_reclaims.append(
+                    f"reclaim of {victim['metadata']['name']} ({cpu}m) takes queue {q} below its cpu quota "
+                    f"{quota}m (in use {totals.get(q, 0)}m): {reason}"
+                )
+
+    @staticmethod
+    def queue_chain(queue: str, queues: dict[str, dict]) -> list[str]:
+        out: list[str] = []
+        while queue in queues and queue not in out:
+            out.append(queue)
+            queue = queues[queue]["spec"].get("parentQueue") or ""
+        return out
 
     def queue_use_detail(self, pods: dict[str, dict], queue: str) -> list[str]:
         """The pods counted in `queue` or below it, and how (bound, or reserved by which gang's plan)."""
@@ -1884,7 +1947,7 @@ async def test_a_member_the_api_refused_keeps_its_place_in_the_gangs_domain(clie
     refused: set[str] = {"g-2"}
 
     class RefusesOnce(EmbeddedCluster):
-        async def bind_pod(self, *, namespace, name, uid, node):
+        async def bind_pod(self, *, namespace, name, uid, node, persist_s=0.0):
             await asyncio.sleep(0)
             if name in refused:
                 refused.discard(name)

@@ -265,6 +265,36 @@ def test_a_gang_whose_only_pending_pods_are_in_a_leaf_short_of_pods_holds_no_one
     assert w.bound(*a2), {n: d.reason for n, d in decisions.items()}
 
 
+def test_a_gang_whose_members_beyond_quorum_fit_nowhere_in_its_rack_holds_no_one() -> None:
+    # team-b's rack gang is bound whole in rack ra (node-0 full); its third member may go only there,
+    # and its filter found no room: team-a's gang, over its share, is not held for it, and takes
+    # node-1 (rack rb), where team-b's gang could never go
+    from extender.sim.cluster import topology
+
+    w = World(
+        [
+            make_node("node-0", cpu="64", memory="256Gi", gpu="8", rack="ra", block="b0"),
+            make_node("node-1", cpu="64", memory="256Gi", gpu="8", rack="rb", block="b0"),
+            topology("dc"),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 12, "limit": -1}),
+        ]
+    )
+    w.cluster.apply(
+        make_kai_podgroup(
+            "el", min_member=2, queue="team-b", topology={"topology": "dc", "requiredTopologyLevel": "rack"}
+        )
+    )
+    for i in range(3):
+        w.cluster.apply(gang_pod(f"el-{i}", "el", cpu="100m", memory="64Mi", gpu="4"))
+    w.schedule("el-0", "el-1")
+    assert w.bound("el-0", "el-1") and {w.pod(f"el-{i}")["spec"]["nodeName"] for i in (0, 1)} == {"node-0"}
+    assert w.filter("el-2").verdict is Verdict.NO_FIT
+    a1 = w.gang("a1", 7, "team-a")
+    decisions = w.schedule(*a1)
+    assert w.bound(*a1), {n: d.reason for n, d in decisions.items()}
+
+
 def test_no_hold_when_there_is_room_for_both() -> None:
     # team-c asks for far more than the cluster: team-a is over its fair share (14), team-b below its
     # own, but 16 gpus are free: enough for team-a's 2 and team-b's 4, so no one is held

@@ -129,6 +129,57 @@ async def test_bind_outcomes(
     assert script.seen.count(("POST", BIND)) == min(len(answers), FAST.write_attempts)
 
 
+DROPPED = (-1, None)  # the connection cut as the API server dies: the POST may or may not have landed
+FORBIDDEN = (403, {"kind": "Status", "reason": "Forbidden", "message": 'pods "p" is forbidden'})
+
+
+@pytest.mark.parametrize(
+    ("answers", "persist_s", "error", "posts"),
+    [
+        ([*[DROPPED] * 6, CREATED], 5.0, None, 7),
+        ([*[DROPPED] * 5, FORBIDDEN, FORBIDDEN, CONFLICT], 5.0, None, 8),
+        ([*[DROPPED] * 6, CREATED], 0.0, "could not reach the API server", 3),
+        ([FORBIDDEN, CREATED], 5.0, "forbidden", 1),
+        ([DROPPED, (400, {"kind": "Status", "message": "bad binding"})], 5.0, "bad binding", 2),
+        ([DROPPED], 0.05, "could not reach the API server", None),
+    ],
+    ids=[
+        "a bind with time to wait keeps trying an API server that cannot be reached",
+        "the 403s of an API server back from a restart are retried, and its 409 says the POST landed",
+        "a bind with no time to wait gives up after its tries",
+        "a 403 from an API server that was reachable all along is final",
+        "a final answer ends the wait at once",
+        "the wait is bounded by the caller's budget",
+    ],
+)
+async def test_a_bind_outlasts_an_api_server_restart_within_its_callers_budget(
+    fake: tuple[Script, str],
+    answers: list[tuple[int, Any]],
+    persist_s: float,
+    error: str | None,
+    posts: int | None,
+) -> None:
+    """The e2e fault run where kube-apiserver restarted during a gang's release: one binding landed
+    with its reply cut off, all three POSTs were given up after four tries, and the gang stayed
+    partly bound until kube-scheduler's backoff brought the rest back 18 s later."""
+    script, kubeconfig = fake
+    script.on("POST", BIND, *answers)
+    script.on("GET", POD, (200, {"metadata": {"uid": "u"}, "spec": {"nodeName": "n1"}}))
+    source = KubeClusterSource(kubeconfig, settings=FAST)
+    try:
+        if error is None:
+            await source.bind_pod(namespace="ns", name="p", uid="u", node="n1", persist_s=persist_s)
+        else:
+            with pytest.raises(BindError, match=error):
+                await source.bind_pod(namespace="ns", name="p", uid="u", node="n1", persist_s=persist_s)
+    finally:
+        await source.close()
+    if posts is not None:
+        assert script.seen.count(("POST", BIND)) == posts
+    else:
+        assert script.seen.count(("POST", BIND)) >= FAST.write_attempts
+
+
 @pytest.mark.parametrize(("fence_s", "timeout"), [(5.0, "5000ms"), (0.25, "250ms"), (0.0, None)])
 async def test_every_binding_post_asks_the_api_server_to_give_it_up_within_the_fence(
     fake: tuple[Script, str], fence_s: float, timeout: str | None
