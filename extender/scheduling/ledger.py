@@ -162,6 +162,7 @@ class GangLedger:
         """Pods whose last filter passed no node: they sit in kube-scheduler's backoff or
         unschedulable queue, so they are the ones worth nudging."""
         self._answers: list[Answer] = []
+        self._completed: set[GroupKey] = set()  # barriers the watch completed: see completed()
         self.preemptions: dict[GroupKey, Preemption] = {}
         """gang -> its preemption in progress: one at a time, never repeated while it runs."""
         self._victim_of: dict[PodKey, GroupKey] = {}
@@ -373,6 +374,29 @@ class GangLedger:
         e.arrived[pod] = uid or p.uid
         if not e.barrier_complete():
             return Arrival.WAIT, e, []
+        self._completed.discard(key)
+        return Arrival.RELEASE, e, self._release(e)
+
+    def completed(self) -> list[GroupKey]:
+        """Gangs whose barrier the watch completed: every member still planned has reached bind and
+        the last missing one was seen bound on its planned node (its POST cut off, say, and landed),
+        so no further arrival will come to release the rest. The caller checks what bind would
+        (the fence, the queue's limit) and releases each with `release`."""
+        out = sorted(k for k in self._completed if self._completable(k))
+        self._completed.clear()
+        return out
+
+    def release(self, key: GroupKey) -> list[Release]:
+        """Begin binding a gang that `completed` named; [] when it is no longer complete."""
+        if not self._completable(key):
+            return []
+        return self._release(self.gangs[key])
+
+    def _completable(self, key: GroupKey) -> bool:
+        e = self.gangs.get(key)
+        return e is not None and e.barrier_complete() and not (e.releasing & set(e.plan))
+
+    def _release(self, e: GangEntry) -> list[Release]:
         # members whose calls were answered meanwhile are bound too: this service is their binder,
         # and kube-scheduler drops a pod from its queue once the watch shows it bound
         members = [
@@ -380,7 +404,7 @@ class GangLedger:
         ]
         e.releasing.update(r.pod for r in members)
         e.answer_at = e.hold_until = None  # the binds answer for themselves now
-        return Arrival.RELEASE, e, members
+        return members
 
     def settle(self, key: GroupKey, results: dict[PodKey, str]) -> Settled:
         """The release's binds are done ("" = bound, else the API's error).
@@ -760,8 +784,10 @@ class GangLedger:
             self._discard(e, f"member {pk} left the gang's plan (it is now {where})")
         elif node == planned.node:
             # bound by a bind this process no longer waits for (or by someone else, there): it counts
-            # as bound where it is; the rest of the plan stands
+            # as bound where it is; the rest of the plan stands, and may now be complete
             self._unplan(e, pk)
+            if e.barrier_complete():
+                self._completed.add(e.key)
         elif node:
             # bound elsewhere by another binder (a killed predecessor's release landing late): the
             # rest of the plan may lie in another domain than this member now does. The replan

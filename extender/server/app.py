@@ -21,7 +21,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -40,10 +40,9 @@ from extender.scheduling.decisions import (
     Verdict,
 )
 from extender.scheduling.disruption import DISRUPTION_TARGET, PREEMPTED_BY_GANG, GangDisruption
-from extender.scheduling.ledger import GangLedger, Release
+from extender.scheduling.ledger import Answer, GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.scheduler import Scheduler
-from extender.scheduling.status import status_now
 from extender.server import wire
 from extender.server.metrics import Metrics
 from extender.server.passthrough import Passthrough
@@ -675,65 +674,36 @@ def _kick_ticker(app: web.Application) -> None:
     event.set()
 
 
-def _answer_dropped(app: web.Application) -> None:
+def _answer_dropped(app: web.Application, answers: Iterable[Answer] | None = None) -> None:
     """Answer the waiting binds of plans the ledger dropped (a member or node gone, a replan)."""
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
-    for answer in app[SCHEDULER].ledger.take_answers():
+    for answer in app[SCHEDULER].ledger.take_answers() if answers is None else answers:
         for pk in answer.pods:
             barrier.resolve(pk, answer.message)
 
 
-def _disrupt(app: web.Application) -> None:
-    """Evict the gangs a disruption broke (scheduling.disruption), each member on its own task; a fault
-    here is logged and must not reach the ticker, which would answer every waiting bind with it."""
-    scheduler = app[SCHEDULER]
-    try:
-        evictions = app[DISRUPTION].decide()
-    except Exception:
-        log.exception("deciding whole-gang evictions failed")
-        return
-    for eviction in evictions:
-        if eviction.fresh:
-            app[METRICS].gang_evictions.labels(eviction.why.value).inc()
-            log.warning("%s", eviction.reason)
-            _spawn_effects(
-                app, scheduler.gang_events(eviction.spec, None, "GangEvicted", eviction.reason, "Warning")
-            )
-        for evict in eviction.effects():  # each on its own: the whole gang goes at once
-            _spawn_effects(app, [evict])
-
-
 def _tick(app: web.Application) -> None:
-    """One pass: expire gang barriers, answer dropped plans and overdue waiters, nudge members whose
-    backoff ended or whose missing pods arrived."""
-    scheduler = app[SCHEDULER]
+    """One pass: carry out what the scheduler's tick decided (answer expired and dropped gangs'
+    waiting binds, run the writes, evict broken gangs member by member, bind the barriers the
+    watch completed), then answer the waiters the
+    barrier itself finds overdue or whose start-up fence is over."""
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
-    for expiry, effects in scheduler.expire():
+    scheduler = app[SCHEDULER]
+    outcome = scheduler.tick(synced=app[SOURCE].is_synced())  # type: ignore[attr-defined]
+    for expiry in outcome.expiries:
         if expiry.dropped:
             app[METRICS].gang_timeouts.inc()
         for pk in expiry.waiting:
             barrier.resolve(pk, expiry.message)
-        _spawn_effects(app, effects)
-    ready = app[READY]
-    if not ready.get("startup_nudged") and app[SOURCE].is_synced():  # type: ignore[attr-defined]
-        ready["startup_nudged"] = True
-        _spawn_effects(app, scheduler.startup_nudges())
-    _spawn_effects(app, scheduler.backoffs_over())
-    podgrouper = app[PODGROUPER]
-    if podgrouper is not None and app[SOURCE].is_synced():  # type: ignore[attr-defined]
-        _spawn_effects(app, podgrouper.plan())  # type: ignore[attr-defined]
-        for gang in podgrouper.take_arrived():  # type: ignore[attr-defined]
-            owed = status_now(app[STORE], scheduler.ledger, gang)
-            _spawn_effects(app, [owed] if owed is not None else [])
-    _spawn_effects(app, scheduler.quorum_arrived())
-    _spawn_effects(app, scheduler.preemptions_tick())
-    if app[SOURCE].is_synced():  # type: ignore[attr-defined]
-        _disrupt(app)
-        _spawn_effects(app, scheduler.queue_status())
-        _spawn_effects(app, scheduler.queue_holds_over())
-        _spawn_effects(app, scheduler.reclaims_tick())
-    _spawn_effects(app, scheduler.fresh_reasons())
-    _answer_dropped(app)
+    _spawn_effects(app, outcome.effects)
+    for eviction in outcome.evictions:
+        if eviction.fresh:
+            app[METRICS].gang_evictions.labels(eviction.why.value).inc()
+        for evict in eviction.effects():  # each on its own: the whole gang goes at once
+            _spawn_effects(app, [evict])
+    _answer_dropped(app, outcome.answers)
+    for gang, members in outcome.releases:
+        _release(app, gang, members)
     now = app[CLOCK]()
     for pk in barrier.overdue(now):
         app[METRICS].waiter_deadlines.inc()
@@ -845,6 +815,8 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app[STORE] = store
     app[SOURCE] = source
     app[CLOCK] = clock
+    podgrouper = Podgrouper(store, clock=clock) if settings.cluster.podgrouper else None
+    disruption = GangDisruption(store, ledger, stale_grace_s=settings.gang.stale_grace_s, clock=clock)
     scheduler = Scheduler(
         store,
         ledger,
@@ -853,12 +825,14 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         preemption_hold_s=settings.gang.preemption_hold_s,
         default_queue=settings.gang.default_queue,
         bind_fence_s=source.bind_fence_s,
+        podgrouper=podgrouper,
+        disruption=disruption,
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler
     app[PASSTHROUGH] = Passthrough(scheduler)
-    app[PODGROUPER] = Podgrouper(store, clock=clock) if settings.cluster.podgrouper else None
-    app[DISRUPTION] = GangDisruption(store, ledger, stale_grace_s=settings.gang.stale_grace_s, clock=clock)
+    app[PODGROUPER] = podgrouper
+    app[DISRUPTION] = disruption
     app[METRICS] = Metrics()
     app[METRICS].watch_source(source)
     app[BARRIER] = barrier

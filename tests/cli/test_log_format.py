@@ -73,7 +73,7 @@ def test_gang_steps_are_json_objects_with_their_fields_as_keys():
     assert planned[0] == {
         **planned[0],
         "level": "INFO",
-        "logger": "extender.scheduling.scheduler",
+        "logger": "extender.scheduling.filtering",
         "pod": "default/train-0",
         "domain": planned[0]["domain"],
         "members": 2,
@@ -93,7 +93,7 @@ def test_gang_steps_are_json_objects_with_their_fields_as_keys():
 def test_gang_steps_read_as_lines_with_key_value_fields_in_text():
     lines = gang_steps("text").splitlines()
     planned = next(line for line in lines if "pods planned" in line)
-    assert " INFO extender.scheduling.scheduler: gang default/train: 2 pods planned in rack r0" in planned
+    assert " INFO extender.scheduling.filtering: gang default/train: 2 pods planned in rack r0" in planned
     assert planned.endswith(
         'pod=default/train-0 gang=default/train domain="'
         + planned.split('domain="')[1].split('"')[0]

@@ -198,14 +198,14 @@ def test_a_pod_refused_at_bind_for_want_of_it_in_the_cache_is_brought_back_once_
     assert refused.verdict is BindVerdict.REFUSE and "not in the extender's cache" in refused.message
     gone = w.scheduler.bind(namespace="default", name="never", uid="uid-never", node="n1")
     assert gone.verdict is BindVerdict.REFUSE
-    assert w.scheduler.quorum_arrived() == [], "nothing arrived yet"
+    assert w.scheduler.telling.quorum_arrived() == [], "nothing arrived yet"
     w.cluster.apply(late)
-    nudges = [(e.kind, e.name) for e in w.scheduler.quorum_arrived()]
+    nudges = [(e.kind, e.name) for e in w.scheduler.telling.quorum_arrived()]
     assert nudges == [("nudge", "late")]
-    assert w.scheduler.quorum_arrived() == [], "once"
+    assert w.scheduler.telling.quorum_arrived() == [], "once"
     # the one never seen is forgotten after a while, so the memory stays bounded
     assert "default/never" in w.scheduler.ledger.short_of_cache
     w.clock_s += 301
     w.cluster.apply(pod("another", None, 0))
-    w.scheduler.quorum_arrived()
+    w.scheduler.telling.quorum_arrived()
     assert w.scheduler.ledger.short_of_cache == {}

@@ -111,7 +111,7 @@ class World:
     def tick(self, seconds: float) -> None:
         """The server's ticker after the clock moved."""
         self.clock.now += seconds
-        for expiry, effects in self.scheduler.expire():
+        for expiry, effects in self.scheduler.binding.expire():
             for pk in expiry.waiting:
                 if pk in self.waiting_calls:
                     self.answer(pk, expiry.message)
@@ -120,9 +120,9 @@ class World:
 
     def settle(self) -> None:
         """What the ticker does without the clock moving (within 0.1 s of any change)."""
-        self.apply(self.scheduler.backoffs_over())
-        self.apply(self.scheduler.quorum_arrived())
-        self.apply(self.scheduler.fresh_reasons())
+        self.apply(self.scheduler.telling.backoffs_over())
+        self.apply(self.scheduler.telling.quorum_arrived())
+        self.apply(self.scheduler.telling.fresh_reasons())
         self.answer_dropped()
 
     def gang_reason(self) -> str:
@@ -185,7 +185,7 @@ def test_a_rack_gang_that_does_not_fit_tells_every_waiting_sibling_once_its_quor
         again = w.scheduler.filter(w.pod(name), sorted(w.store.node_rows))
         assert again.reason == decision.reason
         assert [e for e in again.effects if e.kind in ("condition", "group-status")] == []
-    assert w.scheduler.fresh_reasons() == []
+    assert w.scheduler.telling.fresh_reasons() == []
 
 
 def test_a_pod_deleted_or_bound_is_forgotten_and_a_pod_of_its_own_never_kept():

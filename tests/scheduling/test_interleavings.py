@@ -563,7 +563,7 @@ class Driver:
         self.svc = Service(client, cluster, self.clock)
         cluster.on_evict = self.note_eviction
         if self.trust_fit:
-            self.svc.scheduler.exact_refusals_max = 0
+            self.svc.scheduler.filtering.exact_refusals_max = 0
         decide = self.svc.scheduler.bind
 
         def bind(**call: str) -> Any:

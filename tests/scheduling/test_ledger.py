@@ -189,3 +189,30 @@ def test_a_plan_on_a_node_someone_else_filled_is_dropped_before_it_can_overcommi
         assert "node n0 was filled by pods bound since the plan (default/landed among them)" in answer.message
         assert store.reservations == {}
         assert (store.arrays.free[store.node_rows["n0"]] >= 0).all()
+
+
+@pytest.mark.parametrize(
+    ("arrived", "bound_on", "completed", "released"),
+    [
+        # the last missing member seen bound on its planned node: the rest are released at once
+        (["train-0", "train-1"], "n1", [GANG], ["default/train-0", "default/train-1"]),
+        # one still missing: the barrier waits for it as before
+        (["train-0"], "n1", [], []),
+        # bound elsewhere (another binder): the plan is dropped, nothing to release
+        (["train-0", "train-1"], "n2", [], []),
+    ],
+)
+def test_a_barrier_the_watch_completes_is_named_once_for_release(arrived, bound_on, completed, released):
+    store, ledger, _, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="rack r0")
+    for name in arrived:
+        i = int(name.rsplit("-", 1)[1])
+        assert ledger.arrive(f"default/{name}", "n0", f"u{i}")[0] is Arrival.WAIT
+    pod = store.pods["default/train-2"].obj
+    store.upsert({**pod, "spec": {**pod["spec"], "nodeName": bound_on}})
+    assert ledger.completed() == completed
+    assert [m.pod for gang in completed for m in ledger.release(gang)] == released
+    assert ledger.completed() == [], "named once"
+    if completed:
+        assert all(ledger.is_releasing(pk) for pk in released)
+        assert ledger.release(GANG) == [], "released once"

@@ -72,7 +72,7 @@ async def test_the_fast_path_answers_what_the_general_path_answers(
     assert node is not None, reason
     assert sorted(svc.plan("default/g").values()) == ["n2", "n3"]
     general = svc.scheduler.filter(svc.pod("p"), offered)
-    svc.scheduler.exact_refusals_max = exact_max
+    svc.scheduler.filtering.exact_refusals_max = exact_max
     before = fast_calls(svc)
     status, body = await post_filter(svc, "p", offered)
     assert status == 200
@@ -106,7 +106,7 @@ async def test_unknown_names_are_a_400_on_the_fast_path_too_as_the_node_set_chan
 
 async def test_a_node_filled_moments_ago_is_refused_until_kube_schedulers_cache_can_show_it(make_service):
     svc = await make_service(world())
-    svc.scheduler.exact_refusals_max = 0  # trust kube-scheduler's fit wherever it may
+    svc.scheduler.filtering.exact_refusals_max = 0  # trust kube-scheduler's fit wherever it may
     assert await passed_by(svc, "p", ["n4"]) == ["n4"]
     assert await svc.bind("p", "n4") == ""
     assert svc.node_of("p") == "n4"
@@ -115,7 +115,7 @@ async def test_a_node_filled_moments_ago_is_refused_until_kube_schedulers_cache_
     assert await svc.bind("r", "n4") == ""
     # n4 is full now, but a lagging kube-scheduler still offers it: it is refused while it settles
     assert await passed_by(svc, "q", ["n4", "n5"]) == ["n5"]
-    await svc.expire(svc.scheduler.settling.settle_s + 0.1)
+    await svc.expire(svc.scheduler.filtering.settling.settle_s + 0.1)
     # settled: kube-scheduler's cache shows n4 full and never offers it; were it offered anyway, the
     # bind verb still refuses it
     assert await passed_by(svc, "q", ["n5"]) == ["n5"]
@@ -124,7 +124,7 @@ async def test_a_node_filled_moments_ago_is_refused_until_kube_schedulers_cache_
 
 async def test_a_gangs_release_keeps_its_nodes_refused_to_plain_pods_while_they_settle(make_service):
     svc = await make_service(world())
-    svc.scheduler.exact_refusals_max = 0
+    svc.scheduler.filtering.exact_refusals_max = 0
     await svc.schedule("g-0")
     planned = svc.plan("default/g")
     node1, _ = await svc.schedule("g-1")

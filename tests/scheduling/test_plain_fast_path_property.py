@@ -70,7 +70,7 @@ def build(w: dict) -> tuple[EmbeddedCluster, Scheduler]:
     ledger = GangLedger(store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: 0.0)
     scheduler = Scheduler(store, ledger)
     scheduler.filter(cluster.get("", "Pod", "default", "g-0"), sorted(store.node_rows))  # plans g if it fits
-    scheduler.exact_refusals_max = w["exact_max"]
+    scheduler.filtering.exact_refusals_max = w["exact_max"]
     return cluster, scheduler
 
 
@@ -109,7 +109,7 @@ def test_the_fast_path_never_passes_what_the_cache_forbids(w: dict) -> None:
     assert all(any(name == o for o in it) for name in passed)
     request = store.request_vector(scheduler.view.requests_of(pod, "default/p", pod["metadata"]["uid"]))[0]
     held = {res.row for res in store.reservations.values()}
-    settling = set(scheduler.settling.rows().tolist())
+    settling = set(scheduler.filtering.settling.rows().tolist())
     for name in passed:
         row = store.node_rows[name]
         assert store.arrays.schedulable[row], f"{name} is cordoned"

@@ -197,7 +197,7 @@ async def test_a_pending_preemption_is_not_repeated(make_service):
         for n in svc.node_names
     }
     assert second["FailedAndUnresolvableNodes"] == first["FailedAndUnresolvableNodes"]
-    assert svc.scheduler.preemption_outcomes["planned"] == 1
+    assert svc.scheduler.gang_preemption.outcomes["planned"] == 1
     described = (await (await svc.client.get("/debug/gangs/default/hi")).json())["preemption"]
     assert described["domain"] == "rack r00"
     assert [v["pod"] for v in described["victims"]] == ["default/lo-0", "default/lo-1"]
@@ -226,7 +226,7 @@ async def test_the_freed_rack_is_held_for_the_preemptor_until_it_is_planned_ther
     assert node in ("n000", "n001"), reason
     assert sorted(svc.plan("default/hi").values()) == ["n000", "n001"]
     assert svc.scheduler.ledger.preemption("default/hi") is None
-    assert svc.scheduler.preemption_outcomes["completed"] == 1
+    assert svc.scheduler.gang_preemption.outcomes["completed"] == 1
     svc.check_invariants()
     metrics = await (await svc.client.get("/metrics")).text()
     assert 'gang_extender_preemptions_total{outcome="completed"} 1.0' in metrics
@@ -250,7 +250,7 @@ async def test_the_hold_expires_and_the_room_is_free_again(make_service):
     await svc.expire(1.5)
     assert svc.scheduler.ledger.preemption("default/hi") is None
     assert svc.store.reservations == {}
-    assert svc.scheduler.preemption_outcomes["expired"] == 1
+    assert svc.scheduler.gang_preemption.outcomes["expired"] == 1
     assert sorted((await svc.filter("intruder"))["NodeNames"]) == ["n000", "n001"]
 
 
@@ -295,6 +295,6 @@ async def test_victims_gone_but_the_rack_not_offered_yet_keeps_the_hold_and_pree
     doc = await svc.filter("hi-0", ["n010", "n011"])
     assert next(iter(doc["FailedAndUnresolvableNodes"].values())).endswith("waiting for them to go")
     assert svc.store.reservations == held and svc.pod("x") is not None and svc.pod("y") is not None
-    assert svc.scheduler.preemption_outcomes["planned"] == 1
+    assert svc.scheduler.gang_preemption.outcomes["planned"] == 1
     node, reason = await svc.schedule("hi-0")
     assert node in ("n000", "n001"), reason

@@ -73,11 +73,11 @@ def test_a_podgroup_without_a_queue_whose_members_name_different_queues_is_not_a
     assert not w.store.reservations
     assert w.scheduler.describe("default/g")["queue"] is None
     assert DISAGREEING in w.scheduler.describe("default/g")["queueHold"]
-    assert w.scheduler.queue_holds_over() == [], "still disagreeing: no one is brought back"
+    assert w.scheduler.admission.holds_over() == [], "still disagreeing: no one is brought back"
     # the PodGroup names a queue: it wins over every member's label
     group = make_kai_podgroup("g", min_member=8, queue="team-b")
     w.cluster.apply(group)
-    assert {e.name for e in w.scheduler.queue_holds_over() if e.kind == "nudge"} == set(names)
+    assert {e.name for e in w.scheduler.admission.holds_over() if e.kind == "nudge"} == set(names)
     decision = w.filter("g-0")
     assert decision.verdict is Verdict.PASS, decision.reason
     assert w.scheduler.describe("default/g")["queue"] == "team-b"

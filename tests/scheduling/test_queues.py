@@ -102,12 +102,12 @@ def test_a_gang_over_its_queue_limit_waits_with_the_numbers_and_goes_once_usage_
     )
     held = w.scheduler.describe_queues()["queues"][0]
     assert held["resources"]["gpu"]["allocated"] == 8 and "default/second" in held["held"]
-    assert w.scheduler.queue_holds_over() == []  # still over: nobody brought back
+    assert w.scheduler.admission.holds_over() == []  # still over: nobody brought back
     # the first gang finishes: its usage is gone, the member turned away is brought back, and the
     # second gang is planned
     for name in first:
         w.cluster.delete("", "Pod", "default", name)
-    nudged = w.scheduler.queue_holds_over()
+    nudged = w.scheduler.admission.holds_over()
     assert [(e.kind, e.name) for e in nudged] == [("nudge", "second-0")]
     w.schedule(*second)
     assert w.bound(*second)
@@ -214,7 +214,7 @@ def test_an_over_share_gang_is_held_while_an_under_share_gang_waits_for_the_same
         w.cluster.delete("", "Pod", "default", name)
     w.schedule(*big)
     assert w.bound(*big)
-    assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
+    assert [(e.kind, e.name) for e in w.scheduler.admission.holds_over()] == [("nudge", "a2-0")]
     w.schedule(*a2)
     assert w.bound(*a2)
 
@@ -380,7 +380,7 @@ async def test_queue_status_says_allocated_and_requested_and_is_written_only_whe
     # the parent counts its children
     assert svc.cluster.get("scheduling.run.ai", "Queue", None, "org")["status"] == team
     svc.clock.now += 5.1  # past the interval, without the ticker
-    assert svc.scheduler.queue_status() == []  # nothing changed: nothing written
+    assert svc.scheduler.admission.queue_status() == []  # nothing changed: nothing written
     svc.cluster.delete("", "Pod", "default", "wait")
     await svc.expire(5.1)
     team = svc.cluster.get("scheduling.run.ai", "Queue", None, "team-a")["status"]
@@ -547,15 +547,15 @@ def test_a_gang_kube_scheduler_never_brings_here_is_taken_to_reclaim_by_the_tick
         w.schedule(*members)
         assert w.bound(*members)
     b = w.gang("b", 2, "team-b", gpu="8")
-    assert w.scheduler.reclaims_tick() == [], "not before kube-scheduler has tried and failed"
+    assert w.scheduler.gang_preemption.reclaims_tick() == [], "not before kube-scheduler has tried and failed"
     for name in b:
         w.cluster.apply({**w.pod(name), "status": {"conditions": [UNSCHEDULABLE]}})
-    evicted = [e for e in w.scheduler.reclaims_tick() if e.kind == "evict"]
+    evicted = [e for e in w.scheduler.gang_preemption.reclaims_tick() if e.kind == "evict"]
     (victim,) = {e.data["gang"] for e in evicted}
     assert sorted(e.name for e in evicted) == [f"{victim.split('/')[1]}-{i}" for i in range(2)], "whole"
     assert "reclaimed for gang default/b of queue team-b" in evicted[0].data["reason"]
     w.scheduler.ledger.clock.now += 60
-    assert w.scheduler.reclaims_tick() == [], "a reclaim under way is not started again"
+    assert w.scheduler.gang_preemption.reclaims_tick() == [], "a reclaim under way is not started again"
     for e in evicted:
         w.cluster.delete("", "Pod", "default", e.name)
     w.schedule(*b)
@@ -577,15 +577,17 @@ def test_the_reclaim_tick_looks_at_a_gang_at_most_every_few_seconds() -> None:
     for name in b:
         w.cluster.apply({**w.pod(name), "status": {"conditions": [UNSCHEDULABLE]}})
     looks: list[str] = []
-    original = w.scheduler._plan_everywhere
-    w.scheduler._plan_everywhere = lambda pod: looks.append(pod["metadata"]["name"]) or original(pod)
+    original = w.scheduler.gang_preemption._plan_everywhere
+    w.scheduler.gang_preemption._plan_everywhere = lambda pod: (
+        looks.append(pod["metadata"]["name"]) or original(pod)
+    )
     clock = w.scheduler.ledger.clock
     for _ in range(3):
-        assert [e for e in w.scheduler.reclaims_tick() if e.kind == "evict"] == []
+        assert [e for e in w.scheduler.gang_preemption.reclaims_tick() if e.kind == "evict"] == []
         clock.now += 1
     assert looks == ["b-0"]
     clock.now += 5
-    w.scheduler.reclaims_tick()
+    w.scheduler.gang_preemption.reclaims_tick()
     assert looks == ["b-0", "b-0"]
 
 

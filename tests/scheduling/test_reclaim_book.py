@@ -132,7 +132,7 @@ async def test_the_preemption_hold_lasts_while_its_victims_are_still_terminating
         svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "deletionTimestamp": DELETING}})
     await svc.expire(61.0)
     assert svc.scheduler.ledger.preemption("default/hi") is not None
-    assert svc.scheduler.preemption_outcomes["expired"] == 0
+    assert svc.scheduler.gang_preemption.outcomes["expired"] == 0
     described = (await (await svc.client.get("/debug/gangs/default/hi")).json())["preemption"]
     assert [(v["pod"], v["gone"], v["terminating"]) for v in described["victims"]] == [
         ("default/lo-0", False, True),
@@ -162,7 +162,7 @@ async def test_a_victim_whose_eviction_never_started_ends_the_hold_on_time(make_
     await settle()
     await svc.expire(61.0)
     assert svc.scheduler.ledger.preemption("default/hi") is None
-    assert svc.scheduler.preemption_outcomes["expired"] == 1
+    assert svc.scheduler.gang_preemption.outcomes["expired"] == 1
 
 
 # ================================================================= 6: a holder that cannot use the room
@@ -187,7 +187,7 @@ def test_a_fair_share_hold_does_not_wait_for_a_holder_that_can_neither_fit_nor_r
     first = w.filter(small[0])
     assert first.verdict is Verdict.WAITING and "fair share" in first.reason  # h has not been tried yet
     assert w.filter(holder[0]).verdict is Verdict.NO_FIT  # tried: it fits nowhere, reclaims nothing
-    assert [(e.kind, e.name) for e in w.scheduler.queue_holds_over()] == [("nudge", "a2-0")]
+    assert [(e.kind, e.name) for e in w.scheduler.admission.holds_over()] == [("nudge", "a2-0")]
     w.schedule(*small)
     assert w.bound(*small)
 

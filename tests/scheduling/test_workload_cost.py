@@ -72,10 +72,10 @@ class World:
 
     def tick(self) -> None:
         """What the ticker asks of the scheduler between calls."""
-        self.scheduler.quorum_arrived()
-        self.scheduler.queue_holds_over()
-        self.scheduler.backoffs_over()
-        self.scheduler.startup_nudges()
+        self.scheduler.telling.quorum_arrived()
+        self.scheduler.admission.holds_over()
+        self.scheduler.telling.backoffs_over()
+        self.scheduler.telling.startup_nudges()
 
 
 def queue(name: str) -> dict[str, Any]:
