@@ -1,7 +1,7 @@
-"""Bind: the barrier's arrivals and the single pods' binds, the start-up fence (no POST before the
-bindings a predecessor left in flight have landed), the room given back where such landings
-over-fill a node or a queue, and what is said once a release's binds are done or a gang's wait
-ends.
+"""Bind: the barrier's arrivals and releases (those the watch completes too), the single pods'
+binds, the start-up fence (no POST before the bindings a predecessor left in flight have landed),
+the room given back where such landings over-fill a node or a queue, and what is said once a
+release's binds are done or a gang's wait ends.
 
 Owns the fence's end and the seconds each gang took from its first member seen to its quorum
 bound. The barrier's state (plans, arrivals, releases) is the ledger's.

@@ -18,8 +18,11 @@ preempt verb called as kube-scheduler calls it for a pending pod of priority abo
 nowhere (its candidates' lowest-priority victims offered, the chosen node's victims deleted, the pod
 nominated there); a pending or planned gang pod's pod-group-name annotation edited (to another gang,
 or to a PodGroup that does not exist), a pending ownerless plain pod annotated into a gang; bound
-pods turning Succeeded and later deleted. Whatever the service or kube-scheduler evicts, a
-controller recreates a while later.
+pods turning Succeeded and later deleted; evicted and preempted pods that run out a grace period
+(Terminating, still bound and using their node, deleted at a later step); a large JobSet beside the
+gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob of 1000 replicas)
+whose Jobs are relabelled and whose replicatedJobs are scaled. Whatever the service or
+kube-scheduler evicts, a controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
@@ -35,7 +38,8 @@ After every step it checks, from the API's objects and the service's public surf
   parent) below its use may stay above it, never grow there;
 - no gang is partly evicted: a gang that lost a member to an eviction or a preemption (the
   service's or kube-scheduler's) has, once the service's effects have run, all its bound members
-  gone or its quorum (each subgroup's too) still bound;
+  gone or its quorum (each subgroup's too) still bound (a Terminating member counts as gone, a
+  Terminating pod is nobody's victim, and it uses its node until it is deleted);
 - the event loop never stalls: a watchdog task on the loop samples its lag in real time (the
   driver's clock is fake), and a lag over STALL_S while the loop's thread itself was busy (its CPU
   time, so that a machine busy with other work is no stall) fails the step it fell in;
@@ -54,8 +58,8 @@ Replay one seed with its step log: INTERLEAVING_SEED=17 pytest tests/scheduling/
 (INTERLEAVING_SEEDS=N runs seeds 0..N-1, INTERLEAVING_STEPS the steps per seed,
 INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resource,unknown-resource
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
-priorities (every pod at priority 0), preempt, regroup, annex, succeed, delete-finished and
-stall-watch).
+priorities (every pod at priority 0), preempt, regroup, annex, succeed, delete-finished,
+stall-watch, grace (evictions delete at once) and jobsets (no large JobSet)).
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ from extender.sim.cluster import topology
 from extender.state.embedded import EmbeddedCluster
 from extender.state.source import BindError
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
+from tests.grouping.workloads import expand
 from tests.scheduling.conftest import FakeClock, Service
 
 GANG_WAIT_S = 5.0
@@ -151,6 +156,11 @@ def allocatable(node: dict) -> dict[str, int]:
 
 def finished(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL
+
+
+def leaving(pod: dict) -> bool:
+    """Evicted and running out its grace period: still bound and running, on its way out."""
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def priority(pod: dict) -> int:
@@ -276,6 +286,7 @@ class FlakyCluster(EmbeddedCluster):
         self.parked: set[asyncio.Future[None]] = set()  # this process's writes waiting at the API
         self.bind_fence_s = faults.fence_s
         self.on_evict: Callable[[dict, str, str], None] | None = None  # the driver hears of each eviction
+        self.graceful: Callable[[dict], bool] | None = None  # the driver: runs out a grace period?
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
 
     async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
@@ -291,6 +302,8 @@ class FlakyCluster(EmbeddedCluster):
             and (not uid or pod["metadata"].get("uid") == uid)
         ):
             self.on_evict(copy.deepcopy(pod), "the service", reason)
+            if not leaving(pod) and self.graceful is not None and self.graceful(pod):
+                return True  # Terminating: the kubelet deletes it when its grace period ends
         return await super().evict_pod(namespace=namespace, name=name, uid=uid, reason=reason)
 
     def live(self) -> FlakyCluster | None:
@@ -449,6 +462,34 @@ def add_features(rng: random.Random, objects: list[dict], gangs: list[Gang], pla
     return queues
 
 
+LARGE_REPLICAS = 1000
+
+
+def large_jobset(rng: random.Random) -> list[dict]:
+    """An ordinary large training job beside the gangs, no pod of it created yet: a JobSet of 1000
+    replicatedJobs with their child Jobs (as its controller makes them), or one replicatedJob of
+    1000 replicas, suspended. It must cost no verb work in proportion to its size."""
+    template = {"spec": {"schedulerName": "gang-scheduler", "containers": [{"name": "m"}]}}
+    suspended = rng.random() < 0.5
+    rjs = [("workers", LARGE_REPLICAS)] if suspended else [(f"rj{i}", 1) for i in range(LARGE_REPLICAS)]
+    big = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "big", "namespace": "default", "uid": "big-uid"},
+        "spec": {
+            "suspend": suspended,
+            "replicatedJobs": [
+                {"name": rj, "replicas": n, "template": {"spec": {"parallelism": 1, "template": template}}}
+                for rj, n in rjs
+            ],
+        },
+    }
+    if suspended:
+        return [big]
+    jobs, _pods = expand(big)  # the pods are not created yet
+    return [big, *jobs]
+
+
 def make_world(rng: random.Random) -> tuple[list[dict], list[Gang], list[str]]:
     racks = rng.choice((2, 3))
     objects = [*rack_cluster(racks=racks, nodes_per_rack=3, cpu="8"), topology("dc")]
@@ -551,6 +592,12 @@ class Driver:
         self.over_limit: dict[str, int] = {}  # queue -> the use it was left at above a lowered limit
         self.stalls: list[str] = []
         self.was_whole: dict[str, bool] = {}  # gang -> bound whole at the last check
+        # grace periods and large JobSets draw from a stream of their own, too
+        self.grace_rng = random.Random(seed * 982451653 + 11)
+        self.grace_p = 0.0 if "grace" in SKIP else self.grace_rng.choice((0.0, 0.5, 1.0))
+        self.terminating: dict[str, str] = {}  # evicted pod -> its uid, while its grace period runs
+        if "jobsets" not in SKIP and self.grace_rng.random() < 0.4:
+            self.objects += large_jobset(self.grace_rng)
 
     # ------------------------------------------------------------------ service
     async def start(self, cluster: FlakyCluster) -> None:
@@ -562,6 +609,7 @@ class Driver:
         await wait_ready(client)
         self.svc = Service(client, cluster, self.clock)
         cluster.on_evict = self.note_eviction
+        cluster.graceful = self.graceful
         if self.trust_fit:
             self.svc.scheduler.filtering.exact_refusals_max = 0
         decide = self.svc.scheduler.bind
@@ -963,10 +1011,62 @@ class Driver:
             self.apply(replacement)
 
     def recreate(self) -> None:
+        later = []
         for pod in self.deferred:
+            if pod["metadata"]["name"] in self.terminating:
+                later.append(pod)  # a name is free only once the pod that had it is gone
+                continue
             self.log(f"pod {pod['metadata']['name']} created (a replacement)")
             self.apply(pod)
-        self.deferred.clear()
+        self.deferred = later
+
+    def graceful(self, pod: dict) -> bool:
+        """Whether an evicted (or preempted) bound pod runs out a grace period: it turns Terminating,
+        still bound and using its node, and goes at a later "grace-ends" step."""
+        if not pod["spec"].get("nodeName") or self.grace_rng.random() >= self.grace_p:
+            return False
+        name = pod["metadata"]["name"]
+        going = copy.deepcopy(self.pods()[name])
+        going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        self.terminating[name] = going["metadata"]["uid"]
+        self.lines.append(f"      {name} is Terminating (its grace period runs)")
+        self.apply(going)
+        return True
+
+    def end_graces(self, *, every: bool = False) -> None:
+        """Terminating pods whose grace period ended are deleted (the kubelet's part)."""
+        pods = self.pods()
+        for name, uid in sorted(self.terminating.items()):
+            if not every and self.grace_rng.random() < 0.4:
+                continue
+            del self.terminating[name]
+            if name in pods and pods[name]["metadata"].get("uid") == uid:
+                self.log(f"{name}'s grace period ended: deleted")
+                self.delete("Pod", "default", name)
+
+    def jobset_edit(self) -> None:
+        """The large JobSet's controller at work: one of its Jobs relabelled, a replicatedJob scaled
+        by one, or the JobSet annotated. None of it may cost a verb work in proportion to its size."""
+        js = next((j for j in self.cluster.list("jobset.x-k8s.io", "JobSet")), None)
+        if js is None:
+            return
+        js = copy.deepcopy(js)
+        jobs = self.cluster.list("batch", "Job")
+        what = self.grace_rng.choice(("job", "scale", "annotate"))
+        if what == "job" and jobs:
+            job = copy.deepcopy(self.grace_rng.choice(jobs))
+            job["metadata"].setdefault("labels", {})["touched"] = str(self.step)
+            self.log(f"job {job['metadata']['name']} of jobset {js['metadata']['name']} relabelled")
+            self.apply(job)
+            return
+        if what == "scale":
+            rj = self.grace_rng.choice(js["spec"]["replicatedJobs"])
+            rj["replicas"] = rj["replicas"] + (1 if rj["replicas"] < LARGE_REPLICAS else -1)
+            self.log(f"jobset {js['metadata']['name']}: {rj['name']} scaled to {rj['replicas']}")
+        else:
+            js["metadata"].setdefault("annotations", {})["touched"] = str(self.step)
+            self.log(f"jobset {js['metadata']['name']} annotated")
+        self.apply(js)
 
     def outage(self) -> None:
         if not self.faults.outage:
@@ -1119,8 +1219,11 @@ class Driver:
                 return all(alloc.get(k, 0) - used[k] >= v for k, v in req.items() if v)
 
             on = [p for p in pods.values() if p["spec"].get("nodeName") == node and not finished(p)]
-            keep = [p for p in on if priority(p) >= prio]
-            lower = sorted((p for p in on if priority(p) < prio), key=lambda p: -priority(p))
+            # a Terminating pod goes already: it holds its room until then, and is nobody's victim
+            keep = [p for p in on if priority(p) >= prio or leaving(p)]
+            lower = sorted(
+                (p for p in on if priority(p) < prio and not leaving(p)), key=lambda p: -priority(p)
+            )
             if not lower or not fits(keep):
                 continue
             victims = []
@@ -1165,7 +1268,8 @@ class Driver:
         for v in kept[node]["Pods"]:
             victim = by_uid[v["UID"]]
             self.note_eviction(copy.deepcopy(victim), "kube-scheduler")
-            self.delete("Pod", "default", victim["metadata"]["name"])
+            if not self.graceful(victim):
+                self.delete("Pod", "default", victim["metadata"]["name"])
         nominated = copy.deepcopy(self.pods()[name])
         nominated["status"]["nominatedNodeName"] = node
         self.apply(nominated)
@@ -1204,7 +1308,7 @@ class Driver:
     def gang_state(self, gang: Gang, bound: dict[str, str]) -> str | None:
         """Why `gang` is partially bound, or None."""
         done = {n for n, g in self.gone_done.items() if g == gang.name}  # finished, then deleted
-        live = self.pods()
+        live = {n: p for n, p in self.pods().items() if not leaving(p)}  # Terminating: evicted, going
         pods = [n for n in live if self.pod_gang.get(n) == gang.name] + sorted(done)
         on = [n for n in pods if n in bound or n in done]
         if not any(n in bound and not finished(live[n]) for n in on):
@@ -1248,7 +1352,7 @@ class Driver:
                 racks = {
                     nodes[bound[n]]["metadata"]["labels"].get(RACK_LABEL)
                     for n in bound
-                    if self.pod_gang.get(n) == g.name and not finished(pods[n])
+                    if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n])
                 }
                 if len(racks) > 1:
                     self.fail(f"gang {g.name} must sit in one rack; its bound members are in {sorted(racks)}")
@@ -1269,7 +1373,11 @@ class Driver:
             if why:
                 self.fail(f"gang {g.name} is partially bound: {why}")
         for g in self.gangs:
-            running = [n for n in bound if self.pod_gang.get(n) == g.name and not finished(pods[n])]
+            running = [
+                n
+                for n in bound
+                if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n])
+            ]
             if g.name in hit and running and g.name not in self.api.gang_inflight:
                 why = self.gang_state(g, bound)
                 if why:
@@ -1277,7 +1385,8 @@ class Driver:
                     self.fail(f"gang {g.name} is partly evicted ({by}): {why}")
         self.evicted.clear()
         self.was_whole = {
-            g.name: self.gang_state(g, bound) is None and any(self.pod_gang.get(n) == g.name for n in bound)
+            g.name: self.gang_state(g, bound) is None
+            and any(self.pod_gang.get(n) == g.name and not leaving(pods[n]) for n in bound)
             for g in self.gangs
         }
         # reservations: each one planned or held for a bind in flight. The service's ticker may plan
@@ -1334,6 +1443,8 @@ class Driver:
         own: collections.Counter[str] = collections.Counter()
         for n, p in pods.items():
             bound = p["spec"].get("nodeName")
+            if leaving(p):
+                continue  # evicted: the book credits it back as it starts to go
             if (bound and not finished(p)) or (not bound and (n in reserved or n in flying)):
                 own[self.queue_of(p, groups)] += pod_requests(p).get("cpu", 0)
         totals: collections.Counter[str] = collections.Counter()
@@ -1452,6 +1563,8 @@ class Driver:
             ("annex", 2),
             ("succeed", 3),
             ("delete-finished", 2),
+            ("grace-ends", 3),
+            ("jobset-edit", 2),
         ]
         steps = [(k, w) for k, w in steps if k not in SKIP]
         kinds, weights = zip(*steps, strict=True)
@@ -1505,6 +1618,10 @@ class Driver:
                 self.succeed()
             elif kind == "delete-finished":
                 self.delete_finished()
+            elif kind == "grace-ends":
+                self.end_graces()
+            elif kind == "jobset-edit":
+                self.jobset_edit()
             if self.faults.outage and self.step >= self.faults.outage_until:
                 self.faults.outage = False
                 self.log("API outage over")
@@ -1570,12 +1687,14 @@ class Driver:
         self.log("settle: faults and churn stop")
         self.api.progress(flush=True)
         await self.spin()
+        self.end_graces(every=True)
         self.recreate()
         stable, quiet = False, 0
         loop = asyncio.get_running_loop()
         for _ in range(SETTLE_ROUNDS):
             self.step += 1
-            self.recreate()  # what was evicted meanwhile, its controller creates again
+            self.end_graces(every=True)  # what was evicted meanwhile goes
+            self.recreate()  # and its controller creates it again
             await self.advance(GANG_WAIT_S + 0.5)  # barriers left waiting time out, backoffs start
             # past every backoff, and past every earlier bind's deadline; in steps, as a plan the
             # service makes meanwhile (a reclaim's, a preemption's) nudges its members, and
