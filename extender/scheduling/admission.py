@@ -17,6 +17,7 @@ import numpy as np
 from extender.grouping.membership import single_pod_group
 from extender.model.group import GroupSpec, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey
+from extender.model.priority import pod_priority
 from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, preemptor, queues
@@ -199,7 +200,7 @@ class Admission:
             if queue is not None:
                 reason = queues.admission(
                     snap, queue, need, call.group.key, what=what, fair_share=fair_share, credit=credit
-                )
+                ) or self._preempting_in(queue, call)
         if not reason:
             self.queue_holds.pop(call.group.key, None)
             self._held_need.pop(call.group.key, None)
@@ -207,6 +208,21 @@ class Admission:
         self.queue_holds[call.group.key] = (queue or "", reason)
         self._held_need[call.group.key] = dict(need)
         return reason
+
+    def _preempting_in(self, queue: str, call: FilterCall) -> str | None:
+        """Why work of `queue` waits for a higher-priority gang of the same queue preempting there: the
+        room its victims free, while they terminate, is the preemptor's, as KAI pipelines it. Else
+        lower-priority work of the queue (the victims' own replacements) would take the queue's room
+        back each time a victim goes, and the preemptor would evict one pod after another, never
+        admitted."""
+        priority = pod_priority(call.pod)
+        for gang, p in sorted(self.ledger.preemptions.items()):
+            if p.queue == queue and gang != call.group.key and priority < p.priority:
+                return (
+                    f"queue {queue} is freeing room for gang {gang} (priority {p.priority}) by "
+                    "preemption; its work of lower priority waits until that gang is placed"
+                )
+        return None
 
     def limit_at_bind(self, rec: PodRecord, group: GroupSpec | None, *, held: bool = False) -> str | None:
         """Why binding `rec` would take its queue (or an ancestor) past a limit, or None. `held`: its

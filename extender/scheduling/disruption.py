@@ -315,8 +315,10 @@ class GangDisruption:
             self._whole.add(key)
             self._below_since.pop(key, None)
             if not view.signals or spec.disruption is not Disruption.ALL:
-                self.decisions[key] = "healthy: at its quorum"
-                return None
+                broken = self._broken_subgroup(view, [r for r in view.running if _evictable(r)], now)
+                if broken is None:
+                    self.decisions[key] = "healthy: at its quorum"
+                return broken
         whole = key in self._whole or spec.ready_leaves(view.ever_bound) is not None
         candidates = [r for r in view.running if _evictable(r)]
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
@@ -345,6 +347,34 @@ class GangDisruption:
             self.decisions[key] = "healthy: at its quorum"
             return None
         return self._stale(view, whole, candidates, now)
+
+    def _broken_subgroup(self, view: _View, candidates: list[PodRecord], now: float) -> GangEviction | None:
+        """A gang still at its quorum through its other subgroups, one of whose subgroups, bound whole,
+        a disruption left below its minMember: that subgroup's survivors are evicted, since a
+        subgroup binds and runs all or nothing too (the preempt verb takes one below its minMember
+        only when every candidate node breaks a gang)."""
+        spec = view.spec
+        if not view.signals or not spec.subgroups:
+            return None
+        last = max(reversed(view.signals), key=lambda s: s.at_s)
+        survivors = self._survivors.get(spec.key)
+        for leaf, ever in sorted(view.ever_bound.items(), key=lambda kv: str(kv[0])):
+            need = spec.leaf_quorum(leaf)
+            have = view.healthy.get(leaf, 0)
+            if leaf is None or not 0 < have < need <= ever:
+                continue
+            in_leaf = [r for r in candidates if self.store.membership(r).subgroup == leaf]
+            if survivors is not None:
+                targets = [r for r in in_leaf if r.uid in survivors]
+            else:
+                targets = [r for r in in_leaf if _created_s(r) < math.floor(last.at_s)]
+            if targets:
+                reason = (
+                    f"gang {spec.key}: member {last.pod} {_was(last.how)}, leaving {have} of the {need} pods "
+                    f"subgroup {leaf} needs; a subgroup below its minMember is evicted whole"
+                )
+                return self._evict(spec, Why.BELOW_QUORUM, reason, targets, now, incident=last.at_s)
+        return None
 
     def _stale(
         self, view: _View, whole: bool, candidates: list[PodRecord], now: float

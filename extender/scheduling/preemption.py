@@ -263,6 +263,15 @@ class _Gangs:
                 after[leaf] = after.get(leaf, 0) - 1
                 gone += 1
         if spec.ready_leaves(after) is not None:
+            for leaf, n in sorted(after.items(), key=lambda kv: str(kv[0])):
+                need = spec.leaf_quorum(leaf)
+                if 0 < n < need <= present.get(leaf, 0):
+                    # the gang keeps its quorum through its other subgroups, but this one binds and
+                    # runs all or nothing too: a part of it left running is a partial subgroup
+                    return (
+                        f"gang {spec.key} subgroup {leaf} would fall below its minMember "
+                        f"({n} of {need} members left)"
+                    )
             return ""  # elastic above its quorum, or the victims are beyond it
         have = sum(present.values())
         return f"gang {spec.key} would fall below its quorum ({have - gone} of {have} members left)"

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.model import labels as keys
 from extender.scheduling.disruption import RETRY_S, GangDisruption, Why
 from extender.server.app import DISRUPTION, METRICS
 from extender.state.embedded import EmbeddedCluster
@@ -543,3 +544,38 @@ def test_succeeded_members_the_pod_gc_deleted_still_count_for_the_stale_rule(suc
     assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == evicted
     if evicted:
         assert found[0].why is Why.STALE
+
+
+def subgroup_gang(min_sub_group: int) -> list[dict]:
+    """Gang x: subgroups a and b of two pods each (minMember 2), all four bound."""
+    pg = make_kai_podgroup("x", subgroups=[{"name": "a", "minMember": 2}, {"name": "b", "minMember": 2}])
+    pg["spec"]["minSubGroup"] = min_sub_group
+    pods = []
+    for i, name in enumerate(["x-a0", "x-a1", "x-b0", "x-b1"]):
+        pod = running(name, group="x", kind="kai", node=f"n{i}")
+        pod["metadata"].setdefault("labels", {})[keys.SUBGROUP_NAME] = name[2]
+        pods.append(pod)
+    return [pg, *pods]
+
+
+@pytest.mark.parametrize(
+    ("min_sub_group", "evicted", "words"),
+    [
+        # the gang keeps its quorum through b; a is left half-running: its survivor goes
+        (1, ["x-a0"], "leaving 1 of the 2 pods subgroup a needs; a subgroup below its minMember"),
+        # both subgroups are needed: the gang itself is below its quorum, and goes whole
+        (2, ["x-a0", "x-b0", "x-b1"], "a gang below its quorum is evicted whole"),
+    ],
+)
+def test_a_subgroup_a_preemption_leaves_below_its_min_member_is_evicted_whole(min_sub_group, evicted, words):
+    w = World(subgroup_gang(min_sub_group))
+    assert w.decide() == []
+    w.clocks.advance(1)
+    w.preempt("x-a1")
+    (ev,) = w.decide()
+    assert sorted(v.pod.partition("/")[2] for v in ev.pods) == evicted
+    assert ev.why is Why.BELOW_QUORUM and words in ev.reason and "x-a1 was preempted" in ev.reason
+    w.clocks.advance(RETRY_S + 1)
+    assert w.decide() == []  # once per incident
+    # x-a1 runs on until kube-scheduler deletes it (a preemption's victim is not this service's)
+    assert w.running("x") == sorted({"x-a0", "x-a1", "x-b0", "x-b1"} - set(evicted))

@@ -4,7 +4,7 @@ A seeded driver plays kube-scheduler against the real HTTP service (built as the
 fixture builds it, over an embedded cluster whose binds can fail or be slow) and interleaves at
 random: filters for pending pods, offered the nodes kube-scheduler's own filters pass (schedulable,
 room for the pod beside the bound and assumed pods, its cache missing, at times, the pods bound in the
-last seconds whose bind call is over: a cache that lags the watch), a subset of them, or all but the
+last seconds that no bind call of its own bound: a cache that lags the watch), a subset of them, or all but the
 planned node; plain pods answered on their fast path, which some seeds make trust kube-scheduler's fit
 everywhere but on held, cordoned and settling nodes (exact_refusals_max=0);
 binds launched as concurrent tasks on a passed node (kube-scheduler's binding goroutines); the fake
@@ -576,6 +576,10 @@ class Driver:
         self.trust_fit = self.lag_rng.random() < 0.5  # plain pods: refusals outside held/settling rows
         self.bound_at: dict[str, float] = {}
         self.decided: collections.Counter[str] = collections.Counter()  # bind calls the service took
+        # (pod, uid) its bind call bound: kube-scheduler assumed it there and keeps it in its cache
+        # until its watch confirms it, so no lag hides it (a pod the service bound once the call was
+        # answered, or a dead process's landing, it learns of from the watch alone)
+        self.assumed: set[tuple[str, str]] = set()
         self.lag_s = 0.0  # how far behind the watch kube-scheduler's cache is, this schedule step
         for i in range(self.lag_rng.choice((0, 2, 4))):  # more plain pods among the gangs' releases
             self.objects.append(make_pod(f"small-{i}", cpu="1"))
@@ -747,7 +751,8 @@ class Driver:
         recent = self.clock.now - self.lag_s
         for n, p in pods.items():
             if p["spec"].get("nodeName") and not finished(p):  # a finished pod holds nothing
-                if self.lag_s and n not in busy and self.bound_at.get(n, -1.0) > recent:
+                lagging = (n, p["metadata"].get("uid")) not in self.assumed  # it keeps what it bound itself
+                if self.lag_s and lagging and n not in busy and self.bound_at.get(n, -1.0) > recent:
                     continue  # kube-scheduler's cache has not seen this binding yet
                 used[p["spec"]["nodeName"]].update(pod_requests(p))
         for b in self.binds if in_flight else ():
@@ -827,6 +832,8 @@ class Driver:
             else:
                 result = t.result()
             self.last_bind[name] = result
+            if result == "":
+                self.assumed.add((name, doc["PodUID"]))
             self.lines.append(f"      bind {name} -> {node} answered: {result or 'bound'}")
 
         task.add_done_callback(done)
@@ -1141,6 +1148,15 @@ class Driver:
         pod["status"]["phase"] = "Succeeded"
         self.log(f"pod {name} Succeeded on {pod['spec']['nodeName']}")
         self.apply(pod)
+        gang = self.pod_gang.get(name)
+        group = self.cluster.get("scheduling.run.ai", "PodGroup", "default", gang) if gang else None
+        if group is not None and not group["spec"].get("subGroups"):
+            # KAI's scheduler counts a PodGroup's Succeeded pods in its status: what tells the quorum
+            # of a gang no Job owns about a member the pod garbage collector deletes later
+            group = copy.deepcopy(group)
+            status = group.setdefault("status", {})
+            status["succeeded"] = int(status.get("succeeded") or 0) + 1
+            self.apply(group)
 
     def delete_finished(self) -> None:
         candidates = sorted(n for n, p in self.pods().items() if finished(p))
@@ -1267,6 +1283,8 @@ class Driver:
         node = min(kept, key=cost)
         for v in kept[node]["Pods"]:
             victim = by_uid[v["UID"]]
+            # kube-scheduler chose it on that node from its own cache: no lag there hides its binding
+            self.bound_at.pop(victim["metadata"]["name"], None)
             self.note_eviction(copy.deepcopy(victim), "kube-scheduler")
             if not self.graceful(victim):
                 self.delete("Pod", "default", victim["metadata"]["name"])

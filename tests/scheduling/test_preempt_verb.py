@@ -204,8 +204,14 @@ CASES = [
     pytest.param(
         "small",
         {"s1": ["sub-a-0", "sub-b-0"], "c": ["plain-c0"]},
+        {"s1": BREAKS, "c": KEPT},
+        id="subgroups: b still holds the root's minSubGroup 1, but a would run 1 of its minMember 2",
+    ),
+    pytest.param(
+        "small",
+        {"s1": ["sub-b-0"], "c": ["plain-c0"]},
         {"s1": KEPT, "c": KEPT},
-        id="subgroups: a falls below its minMember, b still holds the root's minSubGroup 1",
+        id="subgroups: b above its minMember (3 of 2) loses one without breaking",
     ),
     pytest.param(
         "small",

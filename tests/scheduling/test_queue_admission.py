@@ -301,3 +301,29 @@ def test_the_preempt_verb_credits_own_queue_victims_against_the_preemptors_limit
     decision = w.scheduler.preempt(w.pod("urgent"), victims)
     assert set(decision.victims) == {"node-1"}, decision.summary()
     assert "gpu limit 8" in decision.candidates["node-0"].why
+
+
+def test_while_a_gang_preempts_in_its_queue_the_queues_lower_priority_work_waits_for_it() -> None:
+    # team-a (limit 20) runs four plain pods of 4 gpus (16). `urgent` (2 x 4, priority 1000) needs 8:
+    # the 4 to spare and one pod evicted. While that victim terminates, a priority-0 pod of team-a (its
+    # replacement, say) would take the 4 to spare; the victim gone, urgent would be 4 short again and
+    # evict another, for ever. The queue's room is urgent's until it is placed
+    w = World([*gpu_nodes(3), kai_queue("team-a", gpu={"quota": 0, "limit": 20})])
+    for i in range(4):
+        w.cluster.apply(make_pod(f"p{i}", gpu="4", node=f"node-{i % 2}", labels={QUEUE: "team-a"}))
+    urgent = gang_at(w, "urgent", 2, "team-a", 1000, "4")
+    decision = w.filter(urgent[0])
+    (victim,) = evicted(decision)
+    pod = w.pod(victim)
+    w.cluster.apply({**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    w.cluster.apply(make_pod("refill", gpu="4", labels={QUEUE: "team-a"}))
+    refused = w.filter("refill")
+    assert refused.verdict is Verdict.WAITING
+    assert (
+        "queue team-a is freeing room for gang default/urgent (priority 1000) by preemption" in refused.reason
+    )
+    delete(w, [victim])
+    w.schedule(*urgent)
+    assert w.bound(*urgent)
+    assert gpus_in_use(w, "team-a") == 20
+    assert w.filter("refill").verdict is not Verdict.PASS  # the queue is at its limit now
