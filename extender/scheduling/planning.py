@@ -122,7 +122,8 @@ def plan_members(
     avoid_refused: bool = True,
     arrays: ClusterArrays | None = None,
 ) -> GangPlan | None:
-    """Place, for each leaf in `leaves`, the members still needed for its quorum.
+    """Place, for each leaf in `leaves`, the members still needed for its quorum (bound and finished
+    members count toward it).
 
     `me` (the pod being filtered) goes first in its leaf and is placed only on `offered_rows`
     (kube-scheduler's filters passed them); other members on the nodes whose taints, labels and
@@ -149,6 +150,7 @@ def plan_members(
     unoffered: set[str] = set()  # requested names no node offers: nothing can fit
     total_needed = 0
     bound_total = 0
+    finished = store.finished_counts(group)
     for leaf in leaves:
         leaf_members = [m for m in members if m.leaf == leaf]
         placed = [(m, placed_row(store, ledger, m.rec)) for m in leaf_members]
@@ -163,7 +165,9 @@ def plan_members(
             ),
             key=lambda m: (m.key != me, m.key),
         )
-        count = max(0, min(group.leaf_quorum(leaf) - len(bound), len(pending)))
+        # members that ran to completion count toward the quorum, as admission counts them
+        # (GangLedger.bound_counts): planning more would hold room the queue never admitted
+        count = max(0, min(group.leaf_quorum(leaf) - len(bound) - finished.get(leaf, 0), len(pending)))
         take = pending[:count]
         total_needed += count
         bound_total += len(bound)

@@ -4,9 +4,9 @@ A seeded driver plays kube-scheduler against the real HTTP service (built as the
 fixture builds it, over an embedded cluster whose binds can fail or be slow) and interleaves at
 random: filters for pending pods, offered the nodes kube-scheduler's own filters pass (schedulable,
 room for the pod beside the bound and assumed pods, its cache missing, at times, the pods bound in the
-last seconds that no bind call of its own bound: a cache that lags the watch), a subset of them, or all but the
-planned node; plain pods answered on their fast path, which some seeds make trust kube-scheduler's fit
-everywhere but on held, cordoned and settling nodes (exact_refusals_max=0);
+last seconds that no bind call of its own bound: a cache that lags the watch), a subset of them, or
+all but the planned node; plain pods answered on their fast path, which some seeds make trust
+kube-scheduler's fit everywhere but on held, cordoned and settling nodes (exact_refusals_max=0);
 binds launched as concurrent tasks on a passed node (kube-scheduler's binding goroutines); the fake
 clock moving (barrier timeouts, backoffs); nodes gaining a new extended resource, cordoned, deleted
 or added; a filter for a pod asking for a resource no node has; pending gang members replaced by a
@@ -1450,7 +1450,9 @@ class Driver:
             return group["spec"].get("queue") or "default-queue"
         return (pod["metadata"].get("labels") or {}).get(QUEUE_LABEL) or "default-queue"
 
-    def queue_totals(self, pods: dict[str, dict], *, in_flight: bool = False) -> dict[str, int]:
+    def queue_totals(
+        self, pods: dict[str, dict], *, in_flight: bool = False, leaving_out: bool = False
+    ) -> dict[str, int]:
         """queue -> cpu (millicores) of its bound unfinished pods and of the unbound pods /debug/gangs
         shows a reservation for, its descendants' included; with `in_flight`, the pods whose bind
         is in flight too (admitted already, not yet bound)."""
@@ -1461,8 +1463,8 @@ class Driver:
         own: collections.Counter[str] = collections.Counter()
         for n, p in pods.items():
             bound = p["spec"].get("nodeName")
-            if leaving(p):
-                continue  # evicted: the book credits it back as it starts to go
+            if leaving_out and leaving(p):
+                continue  # evicted: what a reclaim may take counts it out as it starts to go
             if (bound and not finished(p)) or (not bound and (n in reserved or n in flying)):
                 own[self.queue_of(p, groups)] += pod_requests(p).get("cpu", 0)
         totals: collections.Counter[str] = collections.Counter()
@@ -1474,12 +1476,13 @@ class Driver:
     def check_reclaim(self, victim: dict, reason: str) -> None:
         """A reclaim never takes a queue, or any ancestor the reclaimer does not share, below its cpu
         quota (a quota of -1 is never reclaimed from). Use is counted as generously as the service
-        may: bound, reserved and in flight; the victims already gone are out of it."""
+        may: bound, reserved and in flight; the victims already gone, or terminating (leaving, which a
+        reclaim counts out of what it may take), are out of it."""
         queues = self.queue_objects()
         groups = {g["metadata"]["name"]: g for g in self.cluster.list("scheduling.run.ai", "PodGroup")}
         taker = re.search(r"of queue (\S+), below its fair share", reason)
         shared = set(self.queue_chain(taker.group(1), queues)) if taker else set()
-        totals = self.queue_totals(self.pods(), in_flight=True)
+        totals = self.queue_totals(self.pods(), in_flight=True, leaving_out=True)
         cpu = pod_requests(victim).get("cpu", 0)
         for q in self.queue_chain(self.queue_of(victim, groups), queues):
             if q in shared:

@@ -186,3 +186,23 @@ async def test_a_planned_member_whose_subgroup_changes_drops_the_plan(make_servi
     doc = await svc.filter("t-0")  # x has one pod now: the gang waits
     assert doc["NodeNames"] == []
     svc.check_invariants()
+
+
+async def test_a_plan_holds_only_the_members_its_quorum_lacks_beside_the_finished_ones(make_service):
+    # 2 of the Job's 4 succeeded (their pods gone); 3 retries pending: the quorum lacks 2, which is
+    # what admission counts; a plan of 3 would hold room its queue never admitted (interleavings seed
+    # 268: every bind refused for the queue's limit, replanned, refused again)
+    train = job("train", parallelism=4, min_member=4)
+    train["status"] = {"succeeded": 2}
+    retries = [job_pod(f"train-r{i}", train) for i in range(3)]
+    svc = await make_service([*rack_cluster(), train, *retries])
+    node, reason = await svc.schedule("train-r0")
+    assert node, reason
+    plan = svc.plan("default/pg-train-train-uid")
+    assert len(plan) == 2 and "default/train-r0" in plan
+    (other,) = [pk.split("/")[1] for pk in plan if pk != "default/train-r0"]
+    other_node, _ = await svc.schedule(other)
+    errors = await asyncio.gather(svc.bind("train-r0", node), svc.bind(other, other_node))
+    assert errors == ["", ""]
+    assert svc.phase("default/pg-train-train-uid") is Phase.BOUND
+    svc.check_invariants()
