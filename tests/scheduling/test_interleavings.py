@@ -611,6 +611,10 @@ class Driver:
         await client.start_server()
         self.clients.append(client)
         await wait_ready(client)
+        # what the new process listed is out of the collector's passes, as a live source's heap is
+        # once its initial list is applied (extender.state.heap.settle, without its collection's
+        # pause): a large JobSet's thousand Jobs, listed again at each restart, are no step's stall
+        gc.freeze()
         self.svc = Service(client, cluster, self.clock)
         cluster.on_evict = self.note_eviction
         cluster.graceful = self.graceful
