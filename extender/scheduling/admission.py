@@ -76,11 +76,11 @@ class Admission:
         gen, snap = self._queue_snapshot
         now_gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
         if gen != now_gen:
-            planned = [g for g, e in self.ledger.gangs.items() if e.plan]
+            planned = [g for g, e in self.ledger.entries() if e.plan]
             # the room held for a preemptor is its queue's: the victims' charge left with them
             holding = {
                 g: (p.queue, p.held_room())
-                for g, p in self.ledger.preemptions.items()
+                for g, p in self.ledger.preemptions_now()
                 if p.queue is not None and p.held
             }
             snap = self.queue_book.snapshot(
@@ -113,7 +113,7 @@ class Admission:
         release_gen = self.store.release_gen
         stuck = [
             key
-            for key, e in self.ledger.gangs.items()
+            for key, e in self.ledger.entries()
             if e.no_fit is not None and not e.plan and e.no_fit[0][0] == release_gen
         ]
         for key, (pk, gen) in self._pod_no_fit.items():
@@ -216,7 +216,7 @@ class Admission:
         back each time a victim goes, and the preemptor would evict one pod after another, never
         admitted."""
         priority = pod_priority(call.pod)
-        for gang, p in sorted(self.ledger.preemptions.items()):
+        for gang, p in self.ledger.preemptions_now():
             if p.queue == queue and gang != call.group.key and priority < p.priority:
                 return (
                     f"queue {queue} is freeing room for gang {gang} (priority {p.priority}) by "
@@ -280,7 +280,7 @@ class Admission:
                 (
                     m
                     for m in members
-                    if m.leaf == leaf and not (m.rec.node_name or m.key in self.ledger.assumed)
+                    if m.leaf == leaf and not (m.rec.node_name or self.ledger.is_assumed(m.key))
                 ),
                 key=lambda m: (m.key != call.key, m.key),
             )

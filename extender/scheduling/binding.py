@@ -61,7 +61,7 @@ class Binding:
             if rec.node_name == node:
                 return BindDecision(BindVerdict.DONE)
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key} is already bound to {rec.node_name}")
-        if self.ledger.assumed.get(key) == node:
+        if self.ledger.assumed_node(key) == node:
             return BindDecision(BindVerdict.DONE)  # the API bound it; the watch has not shown it yet
         fence_left_s = self.fence_left_s()
         if fence_left_s > 0 and self.ledger.planned(key) is not None:
@@ -161,7 +161,7 @@ class Binding:
         if not bool((self.store.arrays.free[row] < 0).any()):
             return
         for pk in [pk for pk, res in self.store.reservations.items() if res.row == row]:
-            if pk in self.ledger.binding:
+            if self.ledger.binding_alone(pk):
                 self.store.unhold(pk)
 
     def _give_back_room_over_queue_limits(self, pk: PodKey) -> None:
@@ -174,7 +174,7 @@ class Binding:
         already in flight is past recall, and a single pod's POST sent is too."""
         if not self.store.reservations:  # nothing held to give back (a list of 150,000 bound pods)
             return
-        if pk in self.ledger.binding or self.ledger.is_releasing(pk):
+        if self.ledger.binding_alone(pk) or self.ledger.is_releasing(pk):
             return  # bound by this process: admitted with its room held, it adds nothing at landing
         if self.admission.queue_book.counted_allocated(pk):
             return  # counted already (a status write of a pod bound before): nothing landed
@@ -186,11 +186,11 @@ class Binding:
         if not over:
             return
         why = f"queue {over[-1]} was filled above its limit by pods bound since the plan ({pk} among them)"
-        for gang, e in list(self.ledger.gangs.items()):
+        for gang, e in self.ledger.entries():
             if e.plan and not e.releasing and queues.under(snap, snap.group_queue(gang)[0], over):
                 self.ledger.discard(gang, why)
         if self.fence_until > self.ledger.clock():
-            for held in [h for h in self.ledger.binding if h in self.store.reservations]:
+            for held in [h for h in self.ledger.binding_pods() if h in self.store.reservations]:
                 if queues.under(snap, self.admission.queue_book.charged_to(held), over):
                     self.store.unhold(held)
 

@@ -47,7 +47,7 @@ class Debug:
                 {
                     "pod": r.key,
                     "subgroup": self.store.membership(r).subgroup,
-                    "node": r.node_name or self.ledger.assumed.get(r.key),
+                    "node": r.node_name or self.ledger.assumed_node(r.key),
                     "planned": plan[r.key].node if r.key in plan else None,
                     "waitingAtBind": bool(entry and r.key in entry.arrived),
                 }
@@ -97,5 +97,5 @@ class Debug:
         }
 
     def describe_all(self) -> list[dict[str, Any]]:
-        keys = set(self.ledger.gangs)
+        keys = set(self.ledger.gang_keys())
         return [d for k in sorted(keys) if (d := self.describe(k)) is not None]

@@ -279,7 +279,7 @@ class GangPreemption:
             self.outcomes["expired"] += 1
             log.warning("gang %s: preemption hold in %s expired", p.gang, p.domain or "the cluster")
             effects += self.telling.tell_gang(p.gang)
-        for gang, p in list(self.ledger.preemptions.items()):
+        for gang, p in self.ledger.preemptions_now():
             if not p.nudged and self.ledger.victims_gone(gang):
                 p.nudged = True
                 effects += self.telling.nudge_turned_away(gang, "preempted")
@@ -323,7 +323,9 @@ class GangPreemption:
             if not tally.pending or not tally.spec.is_gang() or gang in snap.planned or len(tally.queues) > 1:
                 continue  # nothing pending, planned, or of no one queue (not admitted)
             looked = self._reclaim_looked.get(gang)
-            if gang in self.ledger.preemptions or (looked is not None and now - looked < RECLAIM_LOOK_S):
+            if self.ledger.preemption(gang) is not None or (
+                looked is not None and now - looked < RECLAIM_LOOK_S
+            ):
                 continue
             usable = tally.ready_need()  # a leaf short of pods binds nothing: nothing to reclaim for it
             if usable is None or not usable[0] or not queues.may_reclaim(snap, tally.queue, usable[1]):

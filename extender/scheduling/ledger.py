@@ -173,8 +173,51 @@ class GangLedger:
         store.add_listener(self._on_change)
 
     # ================================================================= reads
+    # Other modules read the ledger through these, never through its collections: what they return
+    # is a copy (or a value), so no reader can change a plan, a hold or a preemption behind it.
     def entry(self, key: GroupKey) -> GangEntry | None:
         return self.gangs.get(key)
+
+    def entries(self) -> list[tuple[GroupKey, GangEntry]]:
+        """Every gang the ledger knows, with its entry (a snapshot of the list)."""
+        return list(self.gangs.items())
+
+    def gang_keys(self) -> list[GroupKey]:
+        return list(self.gangs)
+
+    def assumed_node(self, pod: PodKey) -> str | None:
+        """The node the API confirmed `pod` bound to, the watch not having shown it yet."""
+        return self.assumed.get(pod)
+
+    def is_assumed(self, pod: PodKey) -> bool:
+        return pod in self.assumed
+
+    def binding_alone(self, pod: PodKey) -> bool:
+        """Whether `pod` (no gang's plan) has its own bind in flight, holding its room."""
+        return pod in self.binding
+
+    def binding_pods(self) -> list[PodKey]:
+        return sorted(self.binding)
+
+    def was_rejected(self, pod: PodKey) -> bool:
+        return pod in self.rejected
+
+    def awaiting_arrivals(self) -> bool:
+        """Whether pods were turned away waiting for their quorum, their group object or the cache."""
+        return bool(self.short_of_pods or self.short_of_group or self.short_of_cache)
+
+    def short_of_cache_since(self) -> list[tuple[PodKey, float]]:
+        return sorted(self.short_of_cache.items())
+
+    def short_of_group_pods(self) -> list[PodKey]:
+        return sorted(self.short_of_group)
+
+    def short_of_pods_gangs(self) -> list[tuple[GroupKey, GroupSpec]]:
+        return sorted(self.short_of_pods.items())
+
+    def preemptions_now(self) -> list[tuple[GroupKey, Preemption]]:
+        """The preemptions in progress, by preemptor gang (a snapshot of the list)."""
+        return sorted(self.preemptions.items())
 
     def gang_of(self, pod: PodKey) -> GroupKey | None:
         return self._pod_gang.get(pod)

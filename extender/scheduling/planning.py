@@ -53,7 +53,7 @@ def placed_row(store: ClusterStore, ledger: GangLedger, rec: PodRecord) -> int:
     """Where a member is bound, confirmed bound, or held; -1 if nowhere."""
     if rec.bound_row >= 0:
         return rec.bound_row
-    node = ledger.assumed.get(rec.key)
+    node = ledger.assumed_node(rec.key)
     if node is None:
         res = store.reservations.get(rec.key)
         return res.row if res is not None and store.row_names.get(res.row) == res.node else -1
@@ -154,7 +154,7 @@ def plan_members(
     for leaf in leaves:
         leaf_members = [m for m in members if m.leaf == leaf]
         placed = [(m, placed_row(store, ledger, m.rec)) for m in leaf_members]
-        is_bound = [bool(m.rec.node_name or m.key in ledger.assumed) for m in leaf_members]
+        is_bound = [bool(m.rec.node_name or ledger.is_assumed(m.key)) for m in leaf_members]
         bound = [row for (m, row), b in zip(placed, is_bound, strict=True) if b]
         spread_rows += [row for m, row in placed if row >= 0 and podaffinity.one_per_node(m.rec.obj)]
         pending = sorted(

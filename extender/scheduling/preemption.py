@@ -258,7 +258,7 @@ class _Gangs:
         after = dict(present)
         gone = 0
         for rec in victims:
-            if is_live(rec.obj) and (rec.node_name or rec.key in self.ledger.assumed):
+            if is_live(rec.obj) and (rec.node_name or self.ledger.is_assumed(rec.key)):
                 leaf = self.store.membership(rec).subgroup
                 after[leaf] = after.get(leaf, 0) - 1
                 gone += 1
@@ -288,7 +288,7 @@ class _Gangs:
                 if (
                     rec is not None
                     and not rec.node_name
-                    and pk not in self.ledger.assumed
+                    and not self.ledger.is_assumed(pk)
                     and is_live(rec.obj)
                 ):
                     counts[planned.leaf] = counts.get(planned.leaf, 0) + 1

@@ -262,7 +262,7 @@ def _demand_floor(
 ) -> np.ndarray:
     """A lower bound of what the gang still needs: the unbound quorum of the leaves being placed
     times its smallest member."""
-    pending = [m for m in members if not (m.rec.node_name or m.key in ledger.assumed)]
+    pending = [m for m in members if not (m.rec.node_name or ledger.is_assumed(m.key))]
     if not pending:
         return np.zeros(store.arrays.n_res, dtype=np.int64)
     smallest = np.min(np.stack([store.vector(m.rec.requests) for m in pending]), axis=0)

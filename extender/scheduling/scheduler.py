@@ -282,7 +282,7 @@ class Scheduler:
 
     def gangs_pending(self) -> int:
         """Gangs the ledger knows whose quorum is not bound yet."""
-        return sum(1 for gang in self.ledger.gangs if self.phase_of(gang) is not Phase.BOUND)
+        return sum(1 for gang in self.ledger.gang_keys() if self.phase_of(gang) is not Phase.BOUND)
 
     # ================================================================= preempt
     def preempt(self, pod: dict[str, Any], victims: dict[str, Any]) -> preemption.PreemptDecision:

@@ -89,11 +89,11 @@ class Telling:
         by the watch) or was held back (a count of pods): the ticker's pass. Costs a comparison per
         gang when nothing changed."""
         effects = []
-        for gang, entry in list(self.ledger.gangs.items()):
+        for gang, entry in self.ledger.entries():
             if entry.last_reason and self.told.gangs.get(gang) != gang_message(gang, entry.last_reason):
                 effects += self.tell_gang(gang)
         known = {*self.told.gangs, *self.told.counts, *self.told.groups}
-        for gang in [g for g in known if g not in self.ledger.gangs]:
+        for gang in [g for g in known if self.ledger.entry(g) is None]:
             self.told.forget_gang(gang)  # forgotten by the ledger: its members are gone
         return effects
 
@@ -151,14 +151,12 @@ class Telling:
         object appeared since the last look."""
         mark = (self.store.pods_added, self.store.grouping_gen)
         ledger = self.ledger
-        if mark == self._arrivals_seen or not (
-            ledger.short_of_pods or ledger.short_of_group or ledger.short_of_cache
-        ):
+        if mark == self._arrivals_seen or not ledger.awaiting_arrivals():
             return []
         self._arrivals_seen = mark
         effects: list[Effect] = []
         now = ledger.clock()
-        for pk, since in list(ledger.short_of_cache.items()):
+        for pk, since in ledger.short_of_cache_since():
             rec = self.store.pods.get(pk)
             if rec is None:
                 if now - since > CACHE_WAIT_S:
@@ -167,7 +165,7 @@ class Telling:
             ledger.cache_arrived(pk)
             if not rec.node_name and is_live(rec.obj):
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "cached"}))
-        for pk in sorted(self.ledger.short_of_group):
+        for pk in self.ledger.short_of_group_pods():
             rec = self.store.pods.get(pk)
             if rec is None:
                 continue  # not in the cache yet either; its deletion clears it
@@ -176,7 +174,7 @@ class Telling:
             elif self.store.membership(rec).state is not MembershipState.GROUP_MISSING:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
-        for key, spec in list(self.ledger.short_of_pods.items()):
+        for key, spec in self.ledger.short_of_pods_gangs():
             counts = self.view.live_leaf_counts(key, spec)
             if counts and spec.ready_leaves(counts) is None:
                 continue  # still short: keep watching

@@ -124,7 +124,7 @@ class View:
         """Whether the pod sits in kube-scheduler's backoff or unschedulable queue: this process turned
         it away, or kube-scheduler marked it PodScheduled=False (a previous process, or its own
         filters, turned it away). The second is read from the pod, so a restart loses nothing."""
-        if pk in self.ledger.rejected:
+        if self.ledger.was_rejected(pk):
             return True
         rec = self.store.pods.get(pk)
         return rec is not None and not rec.node_name and marked_unschedulable(rec.obj)

@@ -503,7 +503,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
         nodes=len(store.node_rows),
         pods=len(store.pods),
         reservations=len(store.reservations),
-        gangs=len(request.app[SCHEDULER].ledger.gangs),
+        gangs=len(request.app[SCHEDULER].ledger.gang_keys()),
     )
     m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())

@@ -42,7 +42,8 @@ After every step it checks, from the API's objects and the service's public surf
   Terminating pod is nobody's victim, and it uses its node until it is deleted);
 - the event loop never stalls: a watchdog task on the loop samples its lag in real time (the
   driver's clock is fake), and a lag over STALL_S while the loop's thread itself was busy (its CPU
-  time, so that a machine busy with other work is no stall) fails the step it fell in;
+  time, so that a machine busy with other work is no stall) fails the step it fell in, except while
+  a process starts (its initial list, applied before it is ready, answers no call);
 - no verb answers HTTP 500, HTTP 400 to a well-formed call, or an internal error, the cache takes
   every watch event, and a filter that passes no node says why;
 - a plain pod's filter passes only nodes where it fits as the API stands, whatever kube-scheduler's
@@ -595,6 +596,7 @@ class Driver:
         self.reclaims = 0  # victims of reclaims judged, for the sweep's report
         self.over_limit: dict[str, int] = {}  # queue -> the use it was left at above a lowered limit
         self.stalls: list[str] = []
+        self.starting = False  # a process is being started (its initial list): see watchdog
         self.was_whole: dict[str, bool] = {}  # gang -> bound whole at the last check
         # grace periods and large JobSets draw from a stream of their own, too
         self.grace_rng = random.Random(seed * 982451653 + 11)
@@ -605,6 +607,13 @@ class Driver:
 
     # ------------------------------------------------------------------ service
     async def start(self, cluster: FlakyCluster) -> None:
+        self.starting = True
+        try:
+            await self._start(cluster)
+        finally:
+            self.starting = False
+
+    async def _start(self, cluster: FlakyCluster) -> None:
         settings = default_settings(gang_wait_s=GANG_WAIT_S, cluster_http_timeout_s=HTTP_TIMEOUT_S)
         app = build_app(settings, source=cluster, clock=self.clock)
         client = TestClient(TestServer(app))
@@ -691,10 +700,13 @@ class Driver:
         try:
             while True:
                 began, cpu, gc_s = loop.time(), time.thread_time(), collecting[0]
+                starting = self.starting
                 seen.clear()
                 beat[0] = time.monotonic()
                 await asyncio.sleep(period)
                 lag, busy = loop.time() - began - period, time.thread_time() - cpu
+                if starting or self.starting:
+                    continue  # a process applying its initial list answers no call until it is ready
                 if lag > STALL_S and busy > STALL_S:
                     where = collections.Counter(seen).most_common(2)
                     self.stalls.append(
