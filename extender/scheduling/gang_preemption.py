@@ -33,6 +33,18 @@ RECLAIM_LOOK_S = 5.0
 """How often reclaims_tick takes one waiting gang through its filter path: a plan over every node."""
 
 
+def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
+    """What evicting `units` gives back to their queues: a victim holding room is charged to its
+    queue; a pending one is not."""
+    total: dict[str, int] = {}
+    for u in units:
+        for v in u.victims:
+            if v.node:
+                for r, n in v.requests.items():
+                    total[r] = total.get(r, 0) + n
+    return total
+
+
 class GangPreemption:
     def __init__(
         self,
@@ -81,12 +93,7 @@ class GangPreemption:
             return None  # nothing changed since the last look: the answer is the same
 
         def enough(units: Sequence[preemptor.Unit]) -> bool:
-            credit: dict[str, int] = {}
-            for u in units:
-                for v in u.victims:
-                    if v.node:  # a victim holding room is charged to the queue; a pending one is not
-                        for r, n in v.requests.items():
-                            credit[r] = credit.get(r, 0) + n
+            credit = freed(units)
             return queues.admission(snap, queue, need, call.group.key, credit=credit) is None
 
         started, _ = self.preempt(call, members, leaves, "", enough=enough)
@@ -225,15 +232,6 @@ class GangPreemption:
         need = self.admission.gang_need(call, members, leaves, self.ledger.bound_counts(group))
         if not queues.may_reclaim(snap, queue, need):
             return None
-
-        def freed(units: Sequence[preemptor.Unit]) -> dict[str, int]:
-            total: dict[str, int] = {}
-            for u in units:
-                for v in u.victims:
-                    if v.node:
-                        for r, n in v.requests.items():
-                            total[r] = total.get(r, 0) + n
-            return total
 
         def admit(u: preemptor.Unit) -> bool:
             return queues.reclaimable(snap, queue, need, {self.admission.queue_of_unit(u): freed([u])})
