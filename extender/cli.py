@@ -332,20 +332,28 @@ def cmd_podgroups(ns: argparse.Namespace) -> int:
     import orjson
     import yaml
 
-    from extender.grouping import GroupingError, podgroup_objects
+    from extender.grouping import SCHEDULING_API_VERSIONS, GroupingError, podgroup_objects
     from extender.state.embedded import ClusterFileError, load_objects
 
     errors = []
     fmt = ns.output or os.environ.get(_env_name("output"), "yaml")
     if fmt not in ("yaml", "json"):
         errors.append(f"-o must be yaml or json, got {fmt!r}")
+    api_version = ns.api_version or os.environ.get(_env_name("api_version"), SCHEDULING_API_VERSIONS[0])
+    if "/" not in api_version:
+        api_version = f"scheduling.k8s.io/{api_version}"
+    if api_version not in SCHEDULING_API_VERSIONS:
+        errors.append(
+            f"--api-version must be one of {', '.join(SCHEDULING_API_VERSIONS)} "
+            f"(v1beta1 for Kubernetes 1.37, v1alpha2 for 1.36), got {api_version!r}"
+        )
     if not ns.file:
         errors.append("podgroups needs -f FILE")
     if errors:
         return _fail(errors)
     try:
         objects = load_objects(ns.file)
-        derived = podgroup_objects(objects)
+        derived = podgroup_objects(objects, api_version=api_version)
     except ClusterFileError as exc:
         return _fail([str(exc)])
     except GroupingError as exc:
@@ -506,6 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="yaml|json",
         default=None,
         help=f"output format (default yaml) [env {_env_name('output')}]",
+    )
+    pg.add_argument(
+        "--api-version",
+        metavar="VERSION",
+        default=None,
+        help="the scheduling.k8s.io version of the Workload and PodGroups printed for a JobSet with "
+        "spec.scheduling: v1beta1 (default; Kubernetes 1.37), v1alpha3 (1.37) or v1alpha2 (1.36) "
+        f"[env {_env_name('api_version')}]",
     )
     pg.set_defaults(func=cmd_podgroups)
 

@@ -3,7 +3,7 @@ contract, external KAI PodGroups, scheduling.k8s.io PodGroups and JobSet `spec.s
 Pure code over plain JSON objects; the cluster cache feeds it through an `ObjectLookup`."""
 
 from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
-from extender.grouping.jobset_scheduling import JobSetCompilation, compile_jobset
+from extender.grouping.jobset_scheduling import SCHEDULING_API_VERSIONS, JobSetCompilation, compile_jobset
 from extender.grouping.membership import (
     derive_membership,
     groups_for_workload,
@@ -13,6 +13,7 @@ from extender.grouping.membership import (
 )
 
 __all__ = [
+    "SCHEDULING_API_VERSIONS",
     "GroupingError",
     "JobSetCompilation",
     "ListLookup",

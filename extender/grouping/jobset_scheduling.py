@@ -1,13 +1,16 @@
 """JobSet `spec.scheduling` compiled exactly as the JobSet controller (PR #1250) compiles it: one
 `scheduling.k8s.io` Workload owned by the JobSet and one PodGroup per PodGroupTemplate.
 
-The objects are written in the shape Kubernetes 1.36 serves and accepts (`scheduling.k8s.io/v1alpha2`,
-with the GenericWorkload feature gate; checked against a 1.36.2 API server's OpenAPI and by creating
-them there): a PodGroup names its template with `spec.podGroupTemplateRef.workload.{workloadName,
-podGroupTemplateName}`, carries its own `schedulingPolicy` (required; v1alpha2 has no fallback to the
-template), and `disruptionMode` is the string "Pod" or "PodGroup". The JobSet side keeps its own API
-(`disruptionMode: {all: {}}` / `{single: {}}`). Reading is more tolerant (`spec_group`, and
-`membership.k8s_group` for the v1alpha3/v1beta1 `workloadRef` and union disruption mode).
+The objects are written in the shape of the `scheduling.k8s.io` version asked for (`api_version`):
+- `v1beta1` (the default) and `v1alpha3`, what Kubernetes 1.37 serves (v1beta1 with the GenericWorkload
+  gate): a PodGroup names its template with `spec.workloadRef.{workloadName, templateName}` and
+  `disruptionMode` is the union `{single: {}}` or `{all: {}}`;
+- `v1alpha2`, what 1.36 serves (and 1.37 removed): `spec.podGroupTemplateRef.workload.{workloadName,
+  podGroupTemplateName}` and the string "Pod" or "PodGroup".
+Every version's PodGroup carries its own `schedulingPolicy` (required), copied from the template as the
+controller copies it. Checked against 1.36.2's and 1.37.2's API servers by creating the objects there.
+The JobSet side keeps its own API (`disruptionMode: {all: {}}` / `{single: {}}`). Reading takes every
+shape (`spec_group`, and `membership.k8s_group`).
 
 Models (mutually exclusive):
 - top level (`schedulingPolicy` / `schedulingConstraints` / `disruptionMode`, or `{}`): one
@@ -24,6 +27,7 @@ identity-hash scheme so our keys equal the real PodGroup names.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 from typing import Any
@@ -42,15 +46,24 @@ from extender.model.group import (
 )
 from extender.model.keys import GroupKey, group_key, object_uid
 
-SCHEDULING_API_VERSION = "scheduling.k8s.io/v1alpha2"  # what kube 1.36 serves
+SCHEDULING_GROUP = "scheduling.k8s.io"
+# The versions compile_jobset writes, newest first: 1.37 serves v1beta1 and v1alpha3, 1.36 v1alpha2.
+SCHEDULING_API_VERSIONS = (
+    f"{SCHEDULING_GROUP}/v1beta1",
+    f"{SCHEDULING_GROUP}/v1alpha3",
+    f"{SCHEDULING_GROUP}/v1alpha2",
+)
+SCHEDULING_API_VERSION = SCHEDULING_API_VERSIONS[0]
+LEGACY_SCHEDULING_API_VERSION = f"{SCHEDULING_GROUP}/v1alpha2"
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 MAX_NAME_LENGTH = 63
 HASH_LENGTH = 10
 MAX_TEMPLATES = 8  # Workload.spec.podGroupTemplates cap
 MAX_RESOURCE_CLAIMS = 4
 ROOT = "spec.scheduling"
-# the v1alpha2 enum (PodGroup and PodGroupTemplate `disruptionMode`)
-DISRUPTION_MODE = {Disruption.SINGLE: "Pod", Disruption.ALL: "PodGroup"}
+# PodGroup and PodGroupTemplate `disruptionMode`: v1alpha2's enum, and the union of later versions
+LEGACY_DISRUPTION_MODE = {Disruption.SINGLE: "Pod", Disruption.ALL: "PodGroup"}
+DISRUPTION_MODE = {Disruption.SINGLE: {"single": {}}, Disruption.ALL: {"all": {}}}
 
 
 def _sha1(text: str) -> str:
@@ -420,7 +433,7 @@ def _items(jobset: dict[str, Any]) -> list[_Item]:
     ]
 
 
-def _template_spec(item: _Item) -> dict[str, Any]:
+def _template_spec(item: _Item, *, legacy: bool) -> dict[str, Any]:
     s = item.settings
     policy = s.policy or Policy.GANG
     out: dict[str, Any] = {}
@@ -432,7 +445,8 @@ def _template_spec(item: _Item) -> dict[str, Any]:
     if s.topology_key is not None:
         out["schedulingConstraints"] = {"topology": [{"key": s.topology_key}]}
     if s.disruption is not None:
-        out["disruptionMode"] = DISRUPTION_MODE[s.disruption]
+        mode = (LEGACY_DISRUPTION_MODE if legacy else DISRUPTION_MODE)[s.disruption]
+        out["disruptionMode"] = copy.deepcopy(mode)  # a fresh object: callers may edit what they get
     if s.claims:
         out["resourceClaims"] = [
             {"name": c.name, "resourceClaimName": c.resource_claim_name}
@@ -451,9 +465,15 @@ def _is_empty_gang(item: _Item) -> bool:
     )
 
 
-def compile_jobset(jobset: dict) -> JobSetCompilation:
-    """spec.scheduling -> Workload + PodGroups; raises GroupingError naming the field when invalid.
-    A JobSet without spec.scheduling compiles to nothing (it keeps KAI-style grouping)."""
+def compile_jobset(jobset: dict, *, api_version: str = SCHEDULING_API_VERSION) -> JobSetCompilation:
+    """spec.scheduling -> Workload + PodGroups in `api_version`'s shape (one of SCHEDULING_API_VERSIONS);
+    raises GroupingError naming the field when invalid. A JobSet without spec.scheduling compiles to
+    nothing (it keeps KAI-style grouping)."""
+    if api_version not in SCHEDULING_API_VERSIONS:
+        raise ValueError(
+            f"api_version must be one of {', '.join(SCHEDULING_API_VERSIONS)}, got {api_version!r}"
+        )
+    legacy = api_version == LEGACY_SCHEDULING_API_VERSION
     if not _is_dict(jobset.get("spec")):
         raise GroupingError("spec", "a JobSet needs a spec")
     if not has_scheduling(jobset):
@@ -498,9 +518,9 @@ def compile_jobset(jobset: dict) -> JobSetCompilation:
             "ownerReferences": [dict(owner_ref)],
         }
 
-    templates = [{"name": item.template, **_template_spec(item)} for item in items]
+    templates = [{"name": item.template, **_template_spec(item, legacy=legacy)} for item in items]
     workload = {
-        "apiVersion": SCHEDULING_API_VERSION,
+        "apiVersion": api_version,
         "kind": "Workload",
         "metadata": metadata(wl_name),
         "spec": {
@@ -513,17 +533,21 @@ def compile_jobset(jobset: dict) -> JobSetCompilation:
     by_member: dict[tuple[str, int | None], GroupKey] = {}
     for item in items:
         pg_name = item.template if top_level else podgroup_name(name, item.template)
-        # v1alpha2: the reference to the template, and the template's fields copied onto the PodGroup
+        # the reference to the template, and the template's fields copied onto the PodGroup
         # (schedulingPolicy is required there) as the controller copies them
-        pg_spec = {
-            "podGroupTemplateRef": {
-                "workload": {"workloadName": wl_name, "podGroupTemplateName": item.template}
-            },
-            **_template_spec(item),
-        }
+        ref: dict[str, Any] = (
+            {
+                "podGroupTemplateRef": {
+                    "workload": {"workloadName": wl_name, "podGroupTemplateName": item.template}
+                }
+            }
+            if legacy
+            else {"workloadRef": {"workloadName": wl_name, "templateName": item.template}}
+        )
+        pg_spec = {**ref, **_template_spec(item, legacy=legacy)}
         podgroups.append(
             {
-                "apiVersion": SCHEDULING_API_VERSION,
+                "apiVersion": api_version,
                 "kind": "PodGroup",
                 "metadata": metadata(pg_name),
                 "spec": pg_spec,

@@ -27,6 +27,8 @@ from typing import Any, TypeVar, cast
 from extender.grouping import kai
 from extender.grouping.base import GroupingError, ListLookup, ObjectLookup, version_of
 from extender.grouping.jobset_scheduling import (
+    SCHEDULING_API_VERSION,
+    SCHEDULING_API_VERSIONS,
     JobSetCompilation,
     compile_jobset,
     has_scheduling,
@@ -367,11 +369,15 @@ def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
     return [group] if group is not None else []
 
 
-def podgroup_objects(objects: list[dict]) -> list[dict]:
+def podgroup_objects(objects: list[dict], *, api_version: str = SCHEDULING_API_VERSION) -> list[dict]:
     """The group objects `gang-extender podgroups -f FILE` prints for the workloads in `objects`:
-    scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io/v1alpha2
-    Workload + PodGroups (the shape kube 1.36 serves) for a JobSet with spec.scheduling. Raises
-    GroupingError when invalid."""
+    scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io Workload +
+    PodGroups in `api_version`'s shape (v1beta1, what 1.37 serves, by default; v1alpha2 for 1.36) for a
+    JobSet with spec.scheduling. Raises GroupingError when invalid, ValueError for an unknown version."""
+    if api_version not in SCHEDULING_API_VERSIONS:
+        raise ValueError(
+            f"api_version must be one of {', '.join(SCHEDULING_API_VERSIONS)}, got {api_version!r}"
+        )
     objects = [o for o in objects if isinstance(o, dict)]
     lookup = ListLookup(objects)
     present = {(kind_of(o), _namespace(o), meta(o).get("name")) for o in objects}
@@ -386,7 +392,7 @@ def podgroup_objects(objects: list[dict]) -> list[dict]:
             continue  # grouped by its owner, which is in the file too
         group_kind = kind_of(obj)
         if group_kind == kai.JOBSET and has_scheduling(obj):
-            compilation = compile_jobset(obj)
+            compilation = compile_jobset(obj, api_version=api_version)
             if not is_suspended(obj) and compilation.workload is not None:
                 out.append(compilation.workload)
                 out.extend(compilation.podgroups)

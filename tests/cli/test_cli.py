@@ -156,35 +156,55 @@ def test_a_malformed_cluster_file_is_named(tmp_path):
     assert f"{bad}: document 1: Node has no metadata.name" in res.stderr
 
 
-def test_podgroups_prints_the_derived_objects():
+def test_podgroups_prints_the_derived_objects_in_the_1_37_shape_by_default():
     res = run("podgroups", "-f", f"{SEED}/topo-training.yaml")
     assert res.returncode == 0, res.stderr
     import yaml
 
     docs = list(yaml.safe_load_all(res.stdout))
     assert [d["kind"] for d in docs] == ["Workload", "PodGroup", "PodGroup"]
-    # the shape kube 1.36 serves and accepts: v1alpha2, podGroupTemplateRef, a policy on each PodGroup
-    assert {d["apiVersion"] for d in docs} == {"scheduling.k8s.io/v1alpha2"}
+    # the shape kube 1.37 serves: v1beta1, workloadRef, a policy on each PodGroup
+    assert {d["apiVersion"] for d in docs} == {"scheduling.k8s.io/v1beta1"}
     workers = docs[2]
-    assert workers["spec"]["podGroupTemplateRef"] == {
-        "workload": {
-            "workloadName": docs[0]["metadata"]["name"],
-            "podGroupTemplateName": docs[0]["spec"]["podGroupTemplates"][1]["name"],
-        }
+    assert workers["spec"]["workloadRef"] == {
+        "workloadName": docs[0]["metadata"]["name"],
+        "templateName": docs[0]["spec"]["podGroupTemplates"][1]["name"],
     }
-    assert "workloadRef" not in workers["spec"]
+    assert "podGroupTemplateRef" not in workers["spec"]
     assert workers["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
     assert workers["spec"]["schedulingConstraints"] == {"topology": [{"key": "topology.kubernetes.io/rack"}]}
     assert docs[1]["spec"]["schedulingPolicy"] == {"basic": {}}
     workload, pg = yaml.safe_load_all(run("podgroups", "-f", f"{SEED}/gang-training.yaml").stdout)
-    # the JobSet says disruptionMode: {all: {}}; the v1alpha2 objects say it as the string enum
-    assert workload["spec"]["podGroupTemplates"][0]["disruptionMode"] == "PodGroup"
-    assert pg["spec"]["disruptionMode"] == "PodGroup"
+    assert workload["spec"]["podGroupTemplates"][0]["disruptionMode"] == {"all": {}}
+    assert pg["spec"]["disruptionMode"] == {"all": {}}
     as_json = run("podgroups", "-f", f"{SEED}/batch-job-min-member.yaml", "-o", "json")
     import json
 
     (pg,) = json.loads(as_json.stdout)["items"]
     assert pg["apiVersion"] == "scheduling.run.ai/v2alpha2" and pg["spec"]["minMember"] == 2
+
+
+def test_podgroups_prints_the_1_36_shape_with_api_version_v1alpha2():
+    import yaml
+
+    for flag in ("v1alpha2", "scheduling.k8s.io/v1alpha2"):
+        res = run("podgroups", "-f", f"{SEED}/gang-training.yaml", "--api-version", flag)
+        assert res.returncode == 0, res.stderr
+        workload, pg = yaml.safe_load_all(res.stdout)
+        assert workload["apiVersion"] == pg["apiVersion"] == "scheduling.k8s.io/v1alpha2"
+        # the JobSet says disruptionMode: {all: {}}; the v1alpha2 objects say it as the string enum
+        assert workload["spec"]["podGroupTemplates"][0]["disruptionMode"] == "PodGroup"
+        assert pg["spec"]["disruptionMode"] == "PodGroup"
+        assert pg["spec"]["podGroupTemplateRef"]["workload"]["workloadName"] == workload["metadata"]["name"]
+        assert "workloadRef" not in pg["spec"]
+
+
+def test_podgroups_refuses_an_unknown_api_version_naming_the_known_ones():
+    res = run("podgroups", "-f", f"{SEED}/gang-training.yaml", "--api-version", "v1")
+    assert res.returncode == 2
+    assert "--api-version must be one of scheduling.k8s.io/v1beta1" in res.stderr
+    assert "got 'scheduling.k8s.io/v1'" in res.stderr
+    assert res.stdout == ""
 
 
 def test_podgroups_rejects_an_invalid_workload_naming_the_field(tmp_path):

@@ -271,66 +271,110 @@ def test_every_seed_pod_joins_the_documented_leaf(file, _expected, pods):
     assert dict(counts) == want
 
 
-def test_podgroups_for_a_jobset_with_scheduling_are_the_controllers_objects():
-    out = podgroup_objects(load("gang-training.yaml"))
+# (api_version, the PodGroup's reference to its template, the disruption mode "all" in that shape)
+SHAPES = [
+    (
+        "scheduling.k8s.io/v1beta1",
+        lambda wl, t: {"workloadRef": {"workloadName": wl, "templateName": t}},
+        {"all": {}},
+    ),
+    (
+        "scheduling.k8s.io/v1alpha3",
+        lambda wl, t: {"workloadRef": {"workloadName": wl, "templateName": t}},
+        {"all": {}},
+    ),
+    (
+        "scheduling.k8s.io/v1alpha2",
+        lambda wl, t: {"podGroupTemplateRef": {"workload": {"workloadName": wl, "podGroupTemplateName": t}}},
+        "PodGroup",
+    ),
+]
+
+
+@pytest.mark.parametrize(("api_version", "ref", "all_mode"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_podgroups_for_a_jobset_with_scheduling_are_the_controllers_objects(api_version, ref, all_mode):
+    out = podgroup_objects(load("gang-training.yaml"), api_version=api_version)
     assert [o["kind"] for o in out] == ["Workload", "PodGroup"]
     workload, pg = out
-    # the version kube 1.36 serves (with GenericWorkload); it serves no v1beta1
-    assert workload["apiVersion"] == pg["apiVersion"] == "scheduling.k8s.io/v1alpha2"
+    assert workload["apiVersion"] == pg["apiVersion"] == api_version
     assert workload["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
     assert workload["spec"]["podGroupTemplates"] == [
         {
             "name": "gang-training-536cd048a7",
             "schedulingPolicy": {"gang": {"minCount": 5}},
-            "disruptionMode": "PodGroup",
+            "disruptionMode": all_mode,
         }
     ]
     assert pg["spec"] == {
-        "podGroupTemplateRef": {
-            "workload": {
-                "workloadName": "gang-training-536cd048a7",
-                "podGroupTemplateName": "gang-training-536cd048a7",
-            }
-        },
+        **ref("gang-training-536cd048a7", "gang-training-536cd048a7"),
         "schedulingPolicy": {"gang": {"minCount": 5}},
-        "disruptionMode": "PodGroup",
+        "disruptionMode": all_mode,
     }
 
 
+def test_podgroups_are_printed_in_the_1_37_shape_by_default():
+    assert {o["apiVersion"] for o in podgroup_objects(load("gang-training.yaml"))} == {
+        "scheduling.k8s.io/v1beta1"
+    }
+
+
+def test_an_unknown_scheduling_api_version_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="v1beta1.*v1alpha3.*v1alpha2.*got 'scheduling.k8s.io/v1'"):
+        podgroup_objects(load("gang-training.yaml"), api_version="scheduling.k8s.io/v1")
+
+
 SCHEDULED_JOBSET_CASES = [c for c in CASES if has_scheduling(workload_of(load(c[0])))]
+REFERENCE_FIELD = {"scheduling.k8s.io/v1alpha2": "podGroupTemplateRef"}
+DISRUPTION_MODES = {
+    "scheduling.k8s.io/v1alpha2": ("Pod", "PodGroup"),
+}
 
 
+@pytest.mark.parametrize("api_version", [s[0] for s in SHAPES])
 @pytest.mark.parametrize(
     ("file", "expected", "_pods"),
     SCHEDULED_JOBSET_CASES,
-    ids=[f"{c[0]} prints v1alpha2 PodGroups that read back as its groups" for c in SCHEDULED_JOBSET_CASES],
+    ids=[f"{c[0]} prints PodGroups that read back as its groups" for c in SCHEDULED_JOBSET_CASES],
 )
-def test_printed_podgroups_are_v1alpha2_and_read_back_as_the_documented_groups(file, expected, _pods):
-    """What `podgroups` prints for a JobSet with spec.scheduling is in the shape kube 1.36 serves and
-    accepts (scheduling.k8s.io/v1alpha2), and each PodGroup alone, without its Workload, reads back as
-    the group the table above documents."""
+def test_printed_podgroups_are_in_the_asked_shape_and_read_back_as_the_documented_groups(
+    file, expected, _pods, api_version
+):
+    """What `podgroups` prints for a JobSet with spec.scheduling is in the shape of the version asked
+    for (v1alpha2 for 1.36, v1beta1/v1alpha3 for 1.37), and each PodGroup alone, without its Workload,
+    reads back as the group the table above documents."""
     objs = load(file)
-    out = podgroup_objects(objs)
+    out = podgroup_objects(objs, api_version=api_version)
     if is_suspended(workload_of(objs)):
         assert out == []
         return
     workload, *pgs = out
     assert workload["kind"] == "Workload" and {pg["kind"] for pg in pgs} == {"PodGroup"}
-    assert {o["apiVersion"] for o in out} == {"scheduling.k8s.io/v1alpha2"}
+    assert {o["apiVersion"] for o in out} == {api_version}
     templates = {t["name"]: t for t in workload["spec"]["podGroupTemplates"]}
     assert sorted(pg["metadata"]["name"] for pg in pgs) == sorted(expected)
+    ref_field = REFERENCE_FIELD.get(api_version, "workloadRef")
     for pg in pgs:
         spec = pg["spec"]
-        assert "workloadRef" not in spec  # v1alpha3/v1beta1; an unknown field on 1.36
-        ref = spec["podGroupTemplateRef"]["workload"]
+        # the other versions' reference is an unknown field on this one
+        assert {"workloadRef", "podGroupTemplateRef"} & set(spec) == {ref_field}
+        if ref_field == "podGroupTemplateRef":
+            ref = spec[ref_field]["workload"]
+            template_name = ref["podGroupTemplateName"]
+        else:
+            ref = spec[ref_field]
+            template_name = ref["templateName"]
         assert ref["workloadName"] == workload["metadata"]["name"]
         # the PodGroup carries every field of its template (schedulingPolicy is required on it)
-        template = templates[ref["podGroupTemplateName"]]
-        assert {k: v for k, v in spec.items() if k != "podGroupTemplateRef"} == {
+        template = templates[template_name]
+        assert {k: v for k, v in spec.items() if k != ref_field} == {
             k: v for k, v in template.items() if k != "name"
         }
         for obj in (spec, template):
-            assert obj.get("disruptionMode", "Pod") in ("Pod", "PodGroup")
+            mode = obj.get("disruptionMode")
+            if api_version in DISRUPTION_MODES:
+                assert mode in (None, *DISRUPTION_MODES[api_version])
+            else:
+                assert mode in (None, {"single": {}}, {"all": {}})
             for policy in obj["schedulingPolicy"].values():
                 assert policy == {} or policy["minCount"] >= 1
         group = k8s_group(pg, ListLookup([]))
