@@ -1,24 +1,28 @@
-"""The real Workload API on 1.36: seed JobSets with `spec.scheduling` run with real Workload and PodGroup
-objects (scheduling.k8s.io/v1alpha2, served with GenericWorkload), created as the JobSet controller
-would create them, and pods that join their group with `spec.schedulingGroup.podGroupName`.
+"""The real Workload API on 1.36 and 1.37: seed JobSets with `spec.scheduling` run with real Workload and
+PodGroup objects (scheduling.k8s.io/v1alpha2 on 1.36, v1beta1 on 1.37, served with GenericWorkload),
+created as the JobSet controller would create them, and pods that join their group with
+`spec.schedulingGroup.podGroupName`.
 
 No JobSet controller runs here. The test creates the JobSet, then what the controller would create: the
 Workload and PodGroups exactly as `extender.grouping.jobset_scheduling.compile_jobset` derives them (and
 `gang-extender podgroups` prints them), owned by the created JobSet, and the child Jobs whose pod
 template names its PodGroup. The controller-manager's Job controller makes the pods; kube-scheduler
-1.36 and the service bind them.
+1.36 or 1.37 and the service bind them.
 
-Shapes this API server serves, checked against its OpenAPI and by reading objects back (v1alpha2), all
-of which `compile_jobset` writes as they are:
+Shapes 1.36's API server serves, checked against its OpenAPI and by reading objects back (v1alpha2), all
+of which `compile_jobset` writes as they are (1.37's v1beta1 differs only where noted):
 - PodGroup `spec.podGroupTemplateRef.workload.{workloadName, podGroupTemplateName}`; the v1alpha3 and
   v1beta1 `spec.workloadRef.{workloadName, templateName}` is an unknown field here;
+  (1.37: `workloadRef`, and `podGroupTemplateRef` is the unknown one);
 - `spec.disruptionMode` is a string, "Pod" or "PodGroup" (not `{all: {}}`), served only with
-  WorkloadAwarePreemption (otherwise dropped; a PodGroup's reads back as "Pod");
+  WorkloadAwarePreemption (otherwise dropped; a PodGroup's reads back as "Pod") (1.37: the union
+  `{single: {}}` / `{all: {}}`, not separately gated, so it is kept);
 - a PodGroup must carry its own `schedulingPolicy` (the controller copies the template's); a gang's
   `minCount` must be at least 1;
 - an unset template `schedulingConstraints` reads back as an explicit null;
 - PodGroup status is `conditions` (metav1.Condition: `lastTransitionTime` required) and
-  `resourceClaimStatuses`; a Workload has no status.
+  `resourceClaimStatuses`; a Workload has no status; the service's condition is PodGroupScheduled
+  (1.37: PodGroupInitiallyScheduled).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from test_e2e_gangs import (
     with_scheduler,
 )
 
-from extender.grouping.jobset_scheduling import compile_jobset
+from extender.grouping.jobset_scheduling import SCHEDULING_API_VERSIONS, compile_jobset
 from extender.grouping.membership import k8s_group
 from extender.model.group import Policy
 
@@ -46,11 +50,27 @@ if TYPE_CHECKING:
     from conftest import Cluster
 
 pytestmark = pytest.mark.k8s(
-    min="1.36", reason="the Workload API (scheduling.k8s.io/v1alpha2) and spec.schedulingGroup are 1.36's"
+    min="1.36", reason="the Workload API (scheduling.k8s.io) and spec.schedulingGroup are 1.36's and later"
 )
 
-SCHEDULING = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/{plural}"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
+
+
+def scheduling_version(api: Api) -> str:
+    """The scheduling.k8s.io version to write, as the product decides it: the newest the server serves of
+    those compile_jobset writes (v1beta1 on 1.37, v1alpha2 on 1.36)."""
+    served = {v["groupVersion"] for v in api.get("/apis/scheduling.k8s.io")["versions"]}
+    return next(v for v in SCHEDULING_API_VERSIONS if v in served)
+
+
+def scheduling_path(api: Api, namespace: str, plural: str) -> str:
+    return f"/apis/{scheduling_version(api)}/namespaces/{namespace}/{plural}"
+
+
+def initially_scheduled_condition(api: Api) -> str:
+    return (
+        "PodGroupScheduled" if scheduling_version(api).endswith("v1alpha2") else "PodGroupInitiallyScheduled"
+    )
 
 
 class NoLookup:
@@ -63,7 +83,7 @@ class NoLookup:
 def create_podgroup(api: Api, namespace: str, pg: dict[str, Any]) -> dict[str, Any]:
     """POST a PodGroup as it is. The API server's PodGroup admission rejects it (403, Workload not found)
     until its informer has seen the Workload created just before: retry only that, briefly."""
-    path = SCHEDULING.format(ns=namespace, plural="podgroups")
+    path = scheduling_path(api, namespace, "podgroups")
 
     def attempt() -> dict[str, Any] | None:
         status, doc = api.request("POST", path, pg, ok=(200, 201, 403))
@@ -81,8 +101,8 @@ def create_podgroup(api: Api, namespace: str, pg: dict[str, Any]) -> dict[str, A
 def create_scheduled_jobset(
     api: Api, namespace: str, name: str, *, cpu: str, constraints: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The JobSet, its Workload and PodGroups (v1alpha2), and its child Jobs with pods naming their group;
-    `constraints` becomes the JobSet's `spec.scheduling.schedulingConstraints`.
+    """The JobSet, its Workload and PodGroups (in the version the server serves), and its child Jobs
+    with pods naming their group; `constraints` becomes the JobSet's `spec.scheduling.schedulingConstraints`.
     Returns {"jobset", "workload", "podgroups" (as read back), "compilation"}."""
     jobset = seed(name)
     jobset["metadata"]["namespace"] = namespace
@@ -91,9 +111,10 @@ def create_scheduled_jobset(
     for rj in jobset["spec"]["replicatedJobs"]:
         with_scheduler(rj["template"]["spec"]["template"], cpu=cpu)
     created = api.create(JOBSETS.format(ns=namespace), jobset)
-    compilation = compile_jobset(created)  # owned by the created JobSet (its uid)
+    # owned by the created JobSet (its uid)
+    compilation = compile_jobset(created, api_version=scheduling_version(api))
     assert compilation.workload is not None, f"{name} has no spec.scheduling"
-    made = [api.create(SCHEDULING.format(ns=namespace, plural="workloads"), compilation.workload)]
+    made = [api.create(scheduling_path(api, namespace, "workloads"), compilation.workload)]
     made += [create_podgroup(api, namespace, pg) for pg in compilation.podgroups]
     # the controller stamps each Job's pod template with its PodGroup (one group per replicatedJob here)
     for rj in created["spec"]["replicatedJobs"]:
@@ -106,7 +127,7 @@ def create_scheduled_jobset(
 
 
 def read_back(api: Api, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    return api.get(SCHEDULING.format(ns=namespace, plural=plural) + f"/{name}")
+    return api.get(scheduling_path(api, namespace, plural) + f"/{name}")
 
 
 @pytest.mark.parametrize(
@@ -137,11 +158,13 @@ def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
     workload = read_back(api, namespace, "workloads", made["workload"]["metadata"]["name"])
     assert workload["metadata"]["ownerReferences"][0]["uid"] == made["jobset"]["metadata"]["uid"]
 
+    legacy = scheduling_version(api).endswith("v1alpha2")
+
     def templates(wl: dict[str, Any]) -> list[dict[str, Any]]:
-        # disruptionMode is served only with WorkloadAwarePreemption, off here: the server drops it; an
-        # unset schedulingConstraints reads back as an explicit null
+        # 1.36 serves disruptionMode only with WorkloadAwarePreemption, off here: the server drops it
+        # (1.37 keeps it); an unset schedulingConstraints reads back as an explicit null
         return [
-            {k: v for k, v in t.items() if k != "disruptionMode" and v is not None}
+            {k: v for k, v in t.items() if not (legacy and k == "disruptionMode") and v is not None}
             for t in wl["spec"]["podGroupTemplates"]
         ]
 
@@ -149,9 +172,14 @@ def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
     expected = {str(g.key): g for g in compilation.groups}
     for pg in made["podgroups"]:
         got = read_back(api, namespace, "podgroups", pg["metadata"]["name"])
-        ref = got["spec"]["podGroupTemplateRef"]["workload"]
+        if legacy:
+            ref = got["spec"]["podGroupTemplateRef"]["workload"]
+            template = ref["podGroupTemplateName"]
+        else:
+            ref = got["spec"]["workloadRef"]
+            template = ref["templateName"]
         assert ref["workloadName"] == workload["metadata"]["name"]
-        assert ref["podGroupTemplateName"] in {t["name"] for t in workload["spec"]["podGroupTemplates"]}
+        assert template in {t["name"] for t in workload["spec"]["podGroupTemplates"]}
         group = k8s_group(got, NoLookup())
         want = expected[str(group.key)]
         assert (group.policy, group.min_member, group.topology) == (
@@ -161,7 +189,7 @@ def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
         )
         assert group.policy is Policy.GANG
 
-    # kube-scheduler 1.36 + the service bind every pod, each gang whole.
+    # kube-scheduler + the service bind every pod, each gang whole.
     total = sum(
         int(rj.get("replicas", 1)) * int(rj["template"]["spec"].get("parallelism", 1))
         for rj in made["jobset"]["spec"]["replicatedJobs"]
@@ -177,19 +205,21 @@ def test_seed_jobset_binds_whole_through_real_workload_and_podgroups(
 def test_podgroup_status_the_service_writes_is_accepted_by_the_api_server(
     cluster: Cluster, namespace: str
 ) -> None:
-    """Once the gang is bound the service writes PodGroupScheduled=True on the v1alpha2 PodGroup; the API
-    server must accept it (metav1.Condition validation) and it must read back."""
+    """Once the gang is bound the service writes PodGroupScheduled=True (v1alpha2) or
+    PodGroupInitiallyScheduled=True (v1beta1) on the PodGroup; the API server must accept it
+    (metav1.Condition validation) and it must read back."""
     api = cluster.plane.api
     made = create_scheduled_jobset(api, namespace, "single-gang.yaml", cpu="500m")
     wait_all_bound(api, namespace, 8)
     name = made["podgroups"][0]["metadata"]["name"]
+    kind = initially_scheduled_condition(api)
 
     def scheduled() -> list[dict[str, Any]]:
         conds = (read_back(api, namespace, "podgroups", name).get("status") or {}).get("conditions") or []
-        return [c for c in conds if c.get("type") == "PodGroupScheduled" and c.get("status") == "True"]
+        return [c for c in conds if c.get("type") == kind and c.get("status") == "True"]
 
     try:
-        wait_until(scheduled, timeout_s=10, what=f"PodGroupScheduled=True on PodGroup {namespace}/{name}")
+        wait_until(scheduled, timeout_s=10, what=f"{kind}=True on PodGroup {namespace}/{name}")
     except AssertionError as exc:
         refused = [ln for ln in cluster.plane.log_tail("service", 200).splitlines() if "refused" in ln]
         raise AssertionError(f"{exc}; the service logged: {refused[-1:] or 'nothing refused'}") from None
@@ -207,10 +237,10 @@ def test_a_replicated_job_scaled_to_zero_compiles_to_objects_the_api_server_acce
     worker = next(rj for rj in jobset["spec"]["replicatedJobs"] if rj["name"] == "worker")
     worker["replicas"] = 0
     created = api.create(JOBSETS.format(ns=namespace), jobset)
-    compilation = compile_jobset(created)
+    compilation = compile_jobset(created, api_version=scheduling_version(api))
     assert compilation.workload is not None
     assert [g.min_member for g in compilation.groups] == [1], "only the launcher's gang remains"
-    api.create(SCHEDULING.format(ns=namespace, plural="workloads"), compilation.workload)
+    api.create(scheduling_path(api, namespace, "workloads"), compilation.workload)
     (launcher,) = [create_podgroup(api, namespace, pg) for pg in compilation.podgroups]
     assert launcher["spec"]["schedulingPolicy"] == {"gang": {"minCount": 1}}
 
@@ -218,5 +248,5 @@ def test_a_replicated_job_scaled_to_zero_compiles_to_objects_the_api_server_acce
     zero = json.loads(json.dumps(compilation.podgroups[0]))
     zero["metadata"]["name"] = "scaled-to-zero"
     zero["spec"]["schedulingPolicy"]["gang"]["minCount"] = 0
-    status, doc = api.request("POST", SCHEDULING.format(ns=namespace, plural="podgroups"), zero, ok=(422,))
+    status, doc = api.request("POST", scheduling_path(api, namespace, "podgroups"), zero, ok=(422,))
     assert status == 422 and "minCount" in str(doc.get("message")), doc

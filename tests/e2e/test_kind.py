@@ -2,7 +2,7 @@
 
 Runs only where `kind` and a docker daemon are present (kubectl is the tier's pinned build, see
 controlplane/start.py kubectl_binary); skipped with a one-line reason otherwise. It builds the image
-from the Dockerfile, creates the cluster from manifests/kind-config.yaml, applies the test CRDs and the
+from the Dockerfile, creates the cluster from manifests/kind-config.yaml, applies the upstream CRDs and the
 kustomize base (the kube-scheduler image is the one the kind node already runs), then checks a
 rack-constrained Job gang binds whole inside one rack.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.start import SCHEDULER_NAME, kubectl_or_skip, kustomize, wait_until
+from controlplane.start import SCHEDULER_NAME, kubectl_or_skip, kustomize, upstream_crds, wait_until
 
 from extender.model import labels as keys
 from extender.sim.cluster import topology
@@ -75,7 +75,8 @@ def kubectl() -> Iterator[Kubectl]:
     run("kind", "load", "docker-image", IMAGE, "--name", CLUSTER)
     k = Kubectl(f"kind-{CLUSTER}", binary)
     try:
-        k("apply", "-f", str(REPO / "tests" / "e2e" / "crds"))
+        # the upstream CRDs are too large for a client-side apply's last-applied annotation
+        k("apply", "--server-side", "-f", str(upstream_crds()))
         k("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         # The install as shipped (kubectl kustomize manifests), with the kube-scheduler image the kind
         # node already runs (no pull, and it matches the cluster) and one replica.

@@ -15,7 +15,6 @@ from controlplane.start import convert_scheduler_config, kustomize, substitute_s
 from extender.state.kube import DEFAULT_KINDS
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base"
-TEST_CRDS = Path(__file__).resolve().parent / "crds"
 
 
 def load_all(name: str) -> list[dict[str, Any]]:
@@ -86,72 +85,6 @@ def test_current_scheduler_reads_the_shipped_file_with_only_url_and_kubeconfig_s
     expected["extenders"] = [{**v1["extenders"][0], "urlPrefix": "http://127.0.0.1:1234"}]
     assert got == expected
     assert "clientConnection" not in v1, "the shipped file is left untouched"
-
-
-@pytest.mark.parametrize(
-    ("name", "group", "version", "kind", "scope"),
-    [
-        ("podgroups.scheduling.run.ai.yaml", "scheduling.run.ai", "v2alpha2", "PodGroup", "Namespaced"),
-        ("topologies.kai.scheduler.yaml", "kai.scheduler", "v1alpha1", "Topology", "Cluster"),
-        ("jobsets.jobset.x-k8s.io.yaml", "jobset.x-k8s.io", "v1alpha2", "JobSet", "Namespaced"),
-        ("pytorchjobs.kubeflow.org.yaml", "kubeflow.org", "v1", "PyTorchJob", "Namespaced"),
-    ],
-    ids=["KAI PodGroup CRD", "KAI Topology CRD", "JobSet CRD", "PyTorchJob CRD"],
-)
-def test_crd_is_structural_with_a_status_subresource(
-    name: str, group: str, version: str, kind: str, scope: str
-) -> None:
-    (crd,) = [d for d in yaml.safe_load_all((TEST_CRDS / name).read_text()) if d]
-    spec = crd["spec"]
-    assert (spec["group"], spec["names"]["kind"], spec["scope"]) == (group, kind, scope)
-    (v,) = spec["versions"]
-    assert (v["name"], v["served"], v["storage"]) == (version, True, True)
-    assert v["subresources"] == {"status": {}}
-    schema = v["schema"]["openAPIV3Schema"]
-    assert schema["type"] == "object"
-    assert schema["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"]
-    status = schema["properties"]["status"]
-    if kind == "PodGroup":
-        # KAI's v2alpha2 PodGroupStatus, field for field: anything else the service wrote is pruned
-        assert "x-kubernetes-preserve-unknown-fields" not in status
-        assert set(status["properties"]) == KAI_PODGROUP_STATUS
-        cond = status["properties"]["schedulingConditions"]["items"]["properties"]
-        assert set(cond) == KAI_SCHEDULING_CONDITION
-    else:
-        assert status["x-kubernetes-preserve-unknown-fields"]
-    columns = [c["name"] for c in v["additionalPrinterColumns"]]
-    assert columns[-1] == "Age" and len(columns) >= 2
-    if kind == "PodGroup":
-        assert [c for c in columns if c != "MinSubGroup"] == [
-            "MinMember",
-            "Queue",
-            "Phase",
-            "Running",
-            "Pending",
-            "Age",
-        ]
-
-
-KAI_PODGROUP_STATUS = {
-    "phase",
-    "conditions",
-    "running",
-    "succeeded",
-    "failed",
-    "pending",
-    "schedulingConditions",
-    "resourcesStatus",
-}
-KAI_SCHEDULING_CONDITION = {
-    "type",
-    "nodePool",
-    "reason",
-    "message",
-    "reasons",
-    "lastTransitionTime",
-    "status",
-    "transitionID",
-}
 
 
 def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:

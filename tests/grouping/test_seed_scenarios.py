@@ -319,7 +319,7 @@ def test_podgroups_are_printed_in_the_1_37_shape_by_default():
 
 
 def test_an_unknown_scheduling_api_version_is_refused_with_the_known_ones():
-    with pytest.raises(ValueError, match="v1beta1.*v1alpha3.*v1alpha2.*got 'scheduling.k8s.io/v1'"):
+    with pytest.raises(ValueError, match=r"v1beta1.*v1alpha3.*v1alpha2.*got 'scheduling\.k8s\.io/v1'"):
         podgroup_objects(load("gang-training.yaml"), api_version="scheduling.k8s.io/v1")
 
 

@@ -406,31 +406,6 @@ async def test_a_derived_gangs_status_goes_on_our_podgroup_only(make_service, wh
         assert "status" not in pg and "labels" not in pg["metadata"]
 
 
-@pytest.mark.parametrize("phase", ["Pending", "Running"])
-def test_the_kai_status_written_has_only_fields_kais_crd_defines(phase: str) -> None:
-    """The test CRD's status schema is KAI's; a field outside it would be pruned by a real API server."""
-    from extender.scheduling.status import group_status
-
-    crd = yaml.safe_load(
-        (SEED_DIR.parents[2] / "tests" / "e2e" / "crds" / "podgroups.scheduling.run.ai.yaml").read_text()
-    )
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    workload = job(parallelism=2)
-    _, pods = expand(workload)
-    store = store_of([workload, *pods])
-    store.upsert(managed_pg_of(workload, store))
-    group = store.membership(next(iter(store.pods.values()))).group
-    effect = group_status(store, group, phase, "gang default/x waiting for pods")
-    assert effect is not None and effect.name == kai.derived_name(workload)
-    status = effect.data["status"]
-    assert set(status) <= set(schema), set(status) - set(schema)
-    assert (status["running"], status["pending"]) == (0, 2)
-    for cond in status["schedulingConditions"] or ():
-        assert set(cond) <= set(schema["schedulingConditions"]["items"]["properties"])
-        assert cond["message"] == "gang default/x waiting for pods"
-    assert (status["schedulingConditions"] is None) == (phase == "Running")
-
-
 async def test_a_gang_bound_before_its_podgroup_landed_gets_its_status_once_it_does(
     make_service, monkeypatch
 ) -> None:

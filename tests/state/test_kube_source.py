@@ -129,12 +129,15 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         ("kai.scheduler", "Topology"): "v1alpha1",
         ("scheduling.run.ai", "Queue"): "v2",
     }
-    if plane.version != "1.20.2":  # the tier's 1.36 serves the Workload API (GenericWorkload, v1alpha2)
-        expected[("scheduling.k8s.io", "PodGroup")] = "v1alpha2"
-        expected[("scheduling.k8s.io", "Workload")] = "v1alpha2"
+    # the tier's 1.36 serves the Workload API as v1alpha2; 1.37 as v1beta1 and v1alpha3, and the source
+    # reads the newest
+    workload_api = {"1.20.2": None, "1.36.2": "v1alpha2", "1.37.2": "v1beta1"}[plane.version]
+    if workload_api:
+        expected[("scheduling.k8s.io", "PodGroup")] = workload_api
+        expected[("scheduling.k8s.io", "Workload")] = workload_api
     assert served == expected, (
-        "1.20 serves no scheduling.k8s.io PodGroup, the tier's 1.36 serves v1alpha2; "
-        "every test CRD from tests/e2e/crds is served"
+        "1.20 serves no scheduling.k8s.io PodGroup, the tier's 1.36 serves v1alpha2, 1.37 v1beta1; "
+        "every upstream CRD the tier applies is served"
     )
     assert listed == set(served), "every served kind is listed before the source reports synced"
 

@@ -1,8 +1,9 @@
-"""A real Kubernetes control plane (1.20.2 or 1.36.2) on loopback for the end-to-end tier, and a tiny API
-client for tests.
+"""A real Kubernetes control plane (1.20.2, 1.36.2 or 1.37.2) on loopback for the end-to-end tier, and a
+tiny API client for tests.
 
 Owns: finding the binaries (1.20.2 built once per machine by build.sh; 1.36.2 unpacked from the
-repository's sibling `shared/k8s-1.36/` and checked against its sha256; kubectl built once per
+repository's sibling `shared/k8s-1.36/` and checked against its sha256; 1.37.2 built once per machine
+from the Go modules kubernetes/go.mod pins by module-build.sh; kubectl built once per
 machine from the module in kubectl/ by kubectl-build.sh), one directory per version under one cache
 root; starting etcd, kube-apiserver, kube-controller-manager, the service and kube-scheduler as
 child processes with each version's flags; the kubeconfig; the shipped scheduler
@@ -41,7 +42,6 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-CRDS = REPO / "tests" / "e2e" / "crds"  # test-only stand-ins for the CRDs of KAI, JobSet and Kubeflow
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 # kubectl is built from its modules (pinned by kubectl/go.mod and go.sum), never taken from PATH.
 KUBECTL_MODULE = Path(__file__).resolve().parent / "kubectl"
@@ -74,7 +74,8 @@ SCHEDULER_NAME = "gang-scheduler"
 # The versions the e2e tier runs on, oldest first (the order the session runs them in).
 LEGACY_VERSION = "1.20.2"
 CURRENT_VERSION = "1.36.2"
-VERSIONS = (LEGACY_VERSION, CURRENT_VERSION)
+NEWEST_VERSION = "1.37.2"
+VERSIONS = (LEGACY_VERSION, CURRENT_VERSION, NEWEST_VERSION)
 SERVER_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 # 1.36.2 is not built here: the binaries come xz-compressed beside the repository (a fresh clone in CI
@@ -91,6 +92,24 @@ SHA256_136 = {
 # GangScheduling (kube-scheduler's native gang plugin) stays off: the extender's scheduler is tested alone.
 FEATURE_GATES_136 = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 RUNTIME_CONFIG_136 = "scheduling.k8s.io/v1alpha2=true"
+# Served on 1.37 (v1alpha2 is gone): Workload and PodGroup in v1beta1 (beta, off by default) and v1alpha3,
+# CompositePodGroup (v1alpha3 only), PodGroup preemptionPolicy, topology constraints; as the JobSet seed's
+# cluster runs it (`--runtime-config=scheduling.k8s.io/v1alpha3=true,scheduling.k8s.io/v1beta1=true`).
+# WorkloadWithJob stays off: with it the Job controller makes a Workload and PodGroup for every eligible
+# Job, a different input from the seeds'.
+FEATURE_GATES_137 = ",".join(
+    f"{gate}=true"
+    for gate in (
+        "GenericWorkload",
+        "TopologyAwareWorkloadScheduling",
+        "CompositePodGroup",
+        "PodGroupPreemptionPolicy",
+    )
+)
+RUNTIME_CONFIG_137 = "scheduling.k8s.io/v1alpha3=true,scheduling.k8s.io/v1beta1=true"
+# Built here from its Go modules (module-build.sh, pinned by kubernetes/go.mod and go.sum).
+MODULE_BUILD = Path(__file__).with_name("module-build.sh")
+KUBERNETES_MODULE = Path(__file__).with_name("kubernetes")
 
 
 class PlaneUnavailable(Exception):
@@ -144,7 +163,37 @@ def binaries(version: str = LEGACY_VERSION) -> dict[str, str]:
         return _build_120()
     if not shutil.which("etcd"):
         _build_120()  # the 1.20.2 install step is the one that installs Debian's etcd-server
+    if version == NEWEST_VERSION:
+        return _build_from_modules(version)
     return _unpack_136()
+
+
+def upstream_crds() -> Path:
+    """The directory of upstream CRDs (controlplane/upstream.py), fetched once per machine."""
+    from controlplane import upstream  # the e2e tier is not a package: tests/e2e on sys.path
+
+    try:
+        return upstream.fetch(cache_root())
+    except upstream.UpstreamUnavailable as exc:
+        raise PlaneUnavailable(str(exc)) from exc
+
+
+def _build_from_modules(version: str) -> dict[str, str]:
+    """module-build.sh: the release kubernetes/go.mod pins, built once per machine (it takes a lock)."""
+    run = subprocess.run(
+        ["bash", str(MODULE_BUILD), str(KUBERNETES_MODULE), str(cache_dir(version))],
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise PlaneUnavailable(f"Kubernetes {version} build failed (exit {run.returncode}): {tail[0]}")
+    got = _found(version)
+    if not got:
+        raise PlaneUnavailable(
+            f"Kubernetes {version} build finished but binaries are missing in {cache_dir(version)}/bin"
+        )
+    return got
 
 
 def _build_120() -> dict[str, str]:
@@ -436,9 +485,9 @@ class ControlPlane:
         # kube-scheduler runs its own pod-group queueing and topology placement (TopologyPlacementGenerator
         # offers the extender one placement's nodes only), which is the native peer, not this tier's subject.
         self.scheduler_gates = feature_gates or ""
-        self.feature_gates = ",".join(
-            g for g in ((None if self.legacy else FEATURE_GATES_136), feature_gates) if g
-        )
+        self.newest = version_tuple(version) >= (1, 37)  # serves scheduling.k8s.io v1beta1, not v1alpha2
+        own_gates = None if self.legacy else FEATURE_GATES_137 if self.newest else FEATURE_GATES_136
+        self.feature_gates = ",".join(g for g in (own_gates, feature_gates) if g)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gang-e2e-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else self.workdir
@@ -599,7 +648,8 @@ class ControlPlane:
             ],
         )
         issuer = "https://kubernetes.default.svc" + ("" if self.legacy else ".cluster.local")
-        current = [f"--runtime-config={RUNTIME_CONFIG_136}"] if not self.legacy else []
+        runtime_config = RUNTIME_CONFIG_137 if self.newest else RUNTIME_CONFIG_136
+        current = [f"--runtime-config={runtime_config}"] if not self.legacy else []
         if self.feature_gates:
             current.append(f"--feature-gates={self.feature_gates}")
         self._spawn(
@@ -657,7 +707,11 @@ class ControlPlane:
                     "--leader-elect=false",
                     f"--service-account-private-key-file={w / 'sa.key'}",
                     f"--root-ca-file={w / 'certs' / 'apiserver.crt'}",
-                    "--controllers=*,-nodelifecycle,-service",
+                    # no node lifecycle (fake nodes never report) and no cloud service controller, which
+                    # 1.37 no longer has (nor its old name)
+                    "--controllers=*,-node-lifecycle-controller"
+                    if self.newest
+                    else "--controllers=*,-nodelifecycle,-service",
                     "--v=1",
                 ],
             )
@@ -981,9 +1035,10 @@ class ControlPlane:
         return objs
 
     def apply_crds(self, directory: Path | None = None) -> None:
-        """Create the test-only CRDs under tests/e2e/crds and wait until each is Established."""
+        """Create the upstream CRDs (KAI's, JobSet's, the training-operator's: upstream_crds()), or those
+        in `directory`, and wait until each is Established."""
         names = []
-        for path in sorted((directory or CRDS).glob("*.yaml")):
+        for path in sorted((directory or upstream_crds()).glob("*.yaml")):
             names += [o["metadata"]["name"] for o in self.apply_file(path)]
         for name in names:
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
@@ -1092,7 +1147,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", help="work directory (kubeconfig, logs); a new temporary one by default")
     parser.add_argument("--no-controller-manager", action="store_true")
-    parser.add_argument("--crds", action="store_true", help="apply the test-only CRDs of tests/e2e/crds")
+    parser.add_argument(
+        "--crds", action="store_true", help="apply the upstream CRDs (KAI, JobSet, training-operator)"
+    )
     parser.add_argument("--racks", default="", help="fake nodes as BLOCKSxRACKSxNODES, e.g. 2x2x4")
     parser.add_argument("--service", action="store_true", help="also start the service")
     parser.add_argument(
@@ -1142,4 +1199,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/e2e, for `controlplane.*`
     raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""The upstream CRDs the e2e tier applies: KAI Scheduler's, JobSet's and the Kubeflow training-operator's,
+taken from their Go modules at pinned releases, each module checked against its pinned go.sum hash.
+
+Owns: the table of modules, versions, hashes and CRD files; fetching them once per machine into the
+control-plane cache (`crds-<digest of the table>`), with the machine's Go and the Go module proxy.
+
+One change is made to an upstream file, and it is said here: no JobSet release the proxy serves has the
+declarative `spec.scheduling` of the JobSet seed (v0.12.0 is the newest served; the field is on JobSet's
+main branch, unreleased). The JobSet CRD of v0.12.0 would prune it, so `spec.scheduling` is added to its
+schema as an object whose fields are kept as they are; every other field is the release's schema.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class UpstreamModule:
+    path: str
+    version: str
+    go_sum: str  # the module's h1: hash, as a go.sum line names it
+    crds: tuple[str, ...]  # files inside the module
+
+
+KAI = UpstreamModule(
+    "github.com/NVIDIA/KAI-scheduler",
+    "v0.12.0",  # the newest KAI release the proxy serves here (v0.13.0 and later are refused)
+    "h1:3rhB0TdbJYNgOiZ6E0cAa+VJnr4srhoigJI/PkY85vI=",
+    (
+        "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml",
+        "deployments/kai-scheduler/crds/scheduling.run.ai_queues.yaml",
+        "deployments/kai-scheduler/crds/kai.scheduler_topologies.yaml",
+    ),
+)
+JOBSET = UpstreamModule(
+    "sigs.k8s.io/jobset",
+    "v0.12.0",
+    "h1:YYPuV0px8Ongq/RXmJg6V0w2UC67aiR+rCMD06vhQQQ=",
+    ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
+)
+TRAINING_OPERATOR = UpstreamModule(
+    "github.com/kubeflow/training-operator",
+    "v1.9.3",
+    "h1:aaSHqskOtCY8Dn8sVd+l9p5XAczW6O0nYMPjVLAw/lc=",
+    ("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",),
+)
+MODULES = (KAI, JOBSET, TRAINING_OPERATOR)
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream CRDs cannot be had here; the message is the one-line reason."""
+
+
+def table_digest(modules: tuple[UpstreamModule, ...] = MODULES) -> str:
+    text = json.dumps([[m.path, m.version, m.go_sum, list(m.crds)] for m in modules])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def with_jobset_scheduling(crd: dict[str, Any]) -> dict[str, Any]:
+    """JobSet's CRD with `spec.scheduling` (the seed's declarative scheduling) kept, not pruned."""
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec["properties"].setdefault(
+            "scheduling",
+            {
+                "description": "Declarative scheduling (JobSet main, unreleased): added by the e2e tier.",
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+            },
+        )
+    return crd
+
+
+def _go() -> str:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.access(go, os.X_OK):
+        raise UpstreamUnavailable("fetching the upstream CRDs needs Go on PATH (or /usr/local/go/bin/go)")
+    return go
+
+
+def _download(go: str, module: UpstreamModule, modcache: Path) -> Path:
+    """`go mod download` of the module, its hash checked against the pinned one; its directory."""
+    env = {
+        **os.environ,
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-modcacherw",
+        "GOMODCACHE": str(modcache),
+        "GOPATH": str(modcache.parent / "gopath"),
+    }
+    ref = f"{module.path}@{module.version}"
+    run = subprocess.run(
+        [go, "mod", "download", "-json", ref], capture_output=True, text=True, env=env, cwd=modcache.parent
+    )
+    try:
+        info = json.loads(run.stdout or "{}")
+    except json.JSONDecodeError:
+        info = {}
+    if run.returncode != 0 or info.get("Error"):
+        why = str(info.get("Error") or run.stderr.strip() or "no output").splitlines()[0]
+        raise UpstreamUnavailable(f"go mod download {ref} failed: {why}")
+    if info.get("Sum") != module.go_sum:
+        raise UpstreamUnavailable(f"{ref} has hash {info.get('Sum')}, pinned {module.go_sum}: refused")
+    return Path(info["Dir"])
+
+
+def fetch(cache: Path, modules: tuple[UpstreamModule, ...] = MODULES) -> Path:
+    """The directory holding every module's CRDs (one YAML file each), fetched once per machine."""
+    target = cache / f"crds-{table_digest(modules)}"
+    if (target / ".complete").is_file():
+        return target
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        lock = open(cache / ".crds.lock", "w")
+    except OSError as exc:
+        raise UpstreamUnavailable(f"cannot write the control-plane cache {cache}: {exc}") from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").is_file():
+            return target
+        go = _go()
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".crds-work.") as work:
+            modcache = Path(work) / "mod"
+            out = Path(work) / "out"
+            out.mkdir()
+            for module in modules:
+                root = _download(go, module, modcache)
+                for rel in module.crds:
+                    source = root / rel
+                    if not source.is_file():
+                        raise UpstreamUnavailable(f"{module.path}@{module.version} has no {rel}")
+                    docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
+                    if module is JOBSET:
+                        docs = [with_jobset_scheduling(d) for d in docs]
+                    (out / source.name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
+            (out / ".complete").write_text(json.dumps([[m.path, m.version] for m in modules]) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            out.rename(target)
+    return target
