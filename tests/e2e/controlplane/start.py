@@ -178,6 +178,30 @@ def upstream_crds() -> Path:
         raise PlaneUnavailable(str(exc)) from exc
 
 
+KAI_MODULE = Path(__file__).with_name("kai")
+
+
+def kai_podgrouper_binary() -> str:
+    """KAI Scheduler's podgrouper, the release kai/go.mod pins, built once per machine by module-build.sh
+    (into kai-<version> under the cache root); PlaneUnavailable with the build's last line otherwise."""
+    version = next(
+        words[1]
+        for words in (line.split() for line in (KAI_MODULE / "go.mod").read_text().splitlines())
+        if len(words) >= 2 and words[0] == "github.com/NVIDIA/KAI-scheduler" and words[1].startswith("v")
+    )
+    cache = cache_root() / f"kai-{version}"
+    binary = cache / "bin" / "podgrouper"
+    if os.access(binary, os.X_OK):
+        return str(binary)
+    run = subprocess.run(
+        ["bash", str(MODULE_BUILD), str(KAI_MODULE), str(cache)], capture_output=True, text=True
+    )
+    if run.returncode != 0 or not os.access(binary, os.X_OK):
+        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise PlaneUnavailable(f"KAI podgrouper {version} build failed (exit {run.returncode}): {tail[0]}")
+    return str(binary)
+
+
 def _build_from_modules(version: str) -> dict[str, str]:
     """module-build.sh: the release kubernetes/go.mod pins, built once per machine (it takes a lock)."""
     run = subprocess.run(
@@ -1037,9 +1061,15 @@ class ControlPlane:
     def apply_crds(self, directory: Path | None = None) -> None:
         """Create the upstream CRDs (KAI's, JobSet's, the training-operator's: upstream_crds()), or those
         in `directory`, and wait until each is Established."""
+        from controlplane import upstream
+
         names = []
         for path in sorted((directory or upstream_crds()).glob("*.yaml")):
-            names += [o["metadata"]["name"] for o in self.apply_file(path)]
+            for crd in (d for d in yaml.safe_load_all(path.read_text()) if d):
+                if self.legacy:
+                    crd = upstream.for_apiserver_1_20(crd)
+                self.api.create(collection_path(crd), crd, exist_ok=True)
+                names.append(crd["metadata"]["name"])
         for name in names:
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
 

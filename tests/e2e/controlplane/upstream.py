@@ -4,10 +4,12 @@ taken from their Go modules at pinned releases, each module checked against its 
 Owns: the table of modules, versions, hashes and CRD files; fetching them once per machine into the
 control-plane cache (`crds-<digest of the table>`), with the machine's Go and the Go module proxy.
 
-One change is made to an upstream file, and it is said here: no JobSet release the proxy serves has the
-declarative `spec.scheduling` of the JobSet seed (v0.12.0 is the newest served; the field is on JobSet's
-main branch, unreleased). The JobSet CRD of v0.12.0 would prune it, so `spec.scheduling` is added to its
-schema as an object whose fields are kept as they are; every other field is the release's schema.
+Two changes are made to upstream files, and they are said here. For 1.20's API server only, the
+empty-string defaults it refuses are left out (`for_apiserver_1_20`). And for every version: no JobSet
+release the proxy serves has the declarative `spec.scheduling` of the JobSet seed (v0.12.0 is the newest
+served; the field is on JobSet's main branch, unreleased). The JobSet CRD of v0.12.0 would prune it, so
+`spec.scheduling` is added to its schema as an object whose fields are kept as they are; every other
+field is the release's schema.
 """
 
 from __future__ import annotations
@@ -81,6 +83,33 @@ def with_jobset_scheduling(crd: dict[str, Any]) -> dict[str, Any]:
             },
         )
     return crd
+
+
+def for_apiserver_1_20(crd: dict[str, Any]) -> dict[str, Any]:
+    """The CRD as 1.20's API server takes it: without the empty-string defaults controller-gen writes for
+    object references' `name` (1.20 refuses `default: ""`, reading it as null; 1.22 and later accept it),
+    and so a list-map key that loses its default is required instead (1.20 wants one or the other).
+    Nothing else changes; objects the tests create always name what those defaults would fill."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {
+            k: walk(v)
+            for k, v in node.items()
+            if not (k == "default" and v == "" and node.get("type") == "string")
+        }
+        items = out.get("items")
+        if out.get("x-kubernetes-list-type") == "map" and isinstance(items, dict):
+            for key in out.get("x-kubernetes-list-map-keys") or ():
+                prop = (items.get("properties") or {}).get(key) or {}
+                if "default" not in prop and key not in items.get("required", []):
+                    items["required"] = [*items.get("required", []), key]
+        return out
+
+    return walk(crd)
 
 
 def _go() -> str:
