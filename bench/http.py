@@ -77,7 +77,10 @@ def make_cluster(n_nodes: int, n_gangs: int) -> list[dict[str, Any]]:
                 "spec": {
                     "minMember": GANG_SIZE,
                     "queue": "default",
-                    "topologyConstraint": {"topology": "dc", "requiredTopologyLevel": "rack"},
+                    "topologyConstraint": {
+                        "topology": "dc",
+                        "requiredTopologyLevel": "topology.kubernetes.io/rack",
+                    },
                 },
             }
         )

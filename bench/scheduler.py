@@ -250,7 +250,7 @@ def pod_group_object(name: str, *, namespace: str, size: int) -> dict[str, Any]:
         "spec": {
             "minMember": size,
             "queue": "default",
-            "topologyConstraint": {"topology": "dc", "requiredTopologyLevel": "rack"},
+            "topologyConstraint": {"topology": "dc", "requiredTopologyLevel": "topology.kubernetes.io/rack"},
         },
     }
 

@@ -165,7 +165,11 @@ def batch_job(
 
 def test_job_gang_binds_whole_inside_one_rack(cluster: Cluster, namespace: str) -> None:
     api = cluster.plane.api
-    anns = {keys.BATCH_MIN_MEMBER: "4", keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}
+    anns = {
+        keys.BATCH_MIN_MEMBER: "4",
+        keys.TOPOLOGY: "dc",
+        keys.TOPOLOGY_REQUIRED: "topology.kubernetes.io/rack",
+    }
     api.create(
         f"/apis/batch/v1/namespaces/{namespace}/jobs",
         batch_job(namespace, "train", pods_n=4, cpu="2", annotations=anns),
@@ -178,7 +182,11 @@ def test_job_gang_binds_whole_inside_one_rack(cluster: Cluster, namespace: str) 
 def test_gang_that_fits_no_rack_stays_unbound_and_says_why(cluster: Cluster, namespace: str) -> None:
     api = cluster.plane.api
     # 4 pods x 4 CPUs = 16 CPUs; a rack has 12, though each pod alone fits any node.
-    anns = {keys.BATCH_MIN_MEMBER: "4", keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}
+    anns = {
+        keys.BATCH_MIN_MEMBER: "4",
+        keys.TOPOLOGY: "dc",
+        keys.TOPOLOGY_REQUIRED: "topology.kubernetes.io/rack",
+    }
     api.create(
         f"/apis/batch/v1/namespaces/{namespace}/jobs",
         batch_job(namespace, "too-big", pods_n=4, cpu="4", annotations=anns),
@@ -208,7 +216,11 @@ def test_a_gang_that_fits_no_rack_says_so_on_every_member_and_on_its_job(
     kube-scheduler's, and the gang's events on the Job."""
     api = cluster.plane.api
     # 12 pods x 2 CPUs = 24 CPUs; a rack has 12, though each pod alone fits any node.
-    anns = {keys.BATCH_MIN_MEMBER: "12", keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}
+    anns = {
+        keys.BATCH_MIN_MEMBER: "12",
+        keys.TOPOLOGY: "dc",
+        keys.TOPOLOGY_REQUIRED: "topology.kubernetes.io/rack",
+    }
     job = api.create(
         f"/apis/batch/v1/namespaces/{namespace}/jobs",
         batch_job(namespace, "twelve", pods_n=12, cpu="2", annotations=anns),

@@ -213,7 +213,8 @@ def test_kais_podgroup_equals_ours_but_for_the_listed_differences_and_binds_whol
         if path not in listed or (listed[path][0] != ANY and listed[path][0] != pair[0])
     }
     assert not unexplained, f"{kind}: KAI's PodGroup and ours differ, (KAI, ours) by field: {unexplained}"
-    gone = set(listed) - set(found)
+    # the owner's copied labels follow the version (1.20's Job controller adds no batch.kubernetes.io/*)
+    gone = {p for p in set(listed) - set(found) if listed[p][1] != WHY_OWNER_COPY}
     assert not gone, f"{kind}: listed differences no longer seen (drop them from DIFFERENCES): {sorted(gone)}"
 
     # our service, its podgrouper off, schedules the workload with KAI's PodGroup

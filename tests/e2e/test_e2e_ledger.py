@@ -44,7 +44,7 @@ HTTP_TIMEOUT_S = 10.0  # httpTimeout in manifests/base/scheduler-config.yaml
 SETTLE_S = 5.0  # a bound pod's reservation goes as soon as the watch sees it bound
 FOO = "example.com/foo"
 PODGROUPS = "/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups"
-RACK_CONSTRAINT = {"topology": "dc", "requiredTopologyLevel": "rack"}
+RACK_CONSTRAINT = {"topology": "dc", "requiredTopologyLevel": "topology.kubernetes.io/rack"}
 # what kube-scheduler says when the bind call itself failed rather than being answered
 TRANSPORT_FAILURE = re.compile(
     r"Client\.Timeout|deadline exceeded|connection refused|connection reset|EOF", re.IGNORECASE
@@ -398,7 +398,11 @@ def test_int64_overflowing_request_leaves_the_service_healthy(cluster: Cluster, 
         time.sleep(1.0)  # the watch delivers it
         f.note(f"absurd-bound created on {host}; service: {service_healthy(cluster) or 'healthy'}")
 
-        anns = {keys.BATCH_MIN_MEMBER: "4", keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}
+        anns = {
+            keys.BATCH_MIN_MEMBER: "4",
+            keys.TOPOLOGY: "dc",
+            keys.TOPOLOGY_REQUIRED: "topology.kubernetes.io/rack",
+        }
         api.create(
             f"/apis/batch/v1/namespaces/{namespace}/jobs",
             batch_job(namespace, "train", pods_n=4, cpu="2", annotations=anns),

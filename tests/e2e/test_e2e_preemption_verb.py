@@ -96,7 +96,10 @@ def test_a_high_priority_plain_pod_preempts_plain_pods_never_a_gang_member(
             "spec": {
                 "minMember": 3,
                 "queue": "default",
-                "topologyConstraint": {"topology": "dc", "requiredTopologyLevel": "rack"},
+                "topologyConstraint": {
+                    "topology": "dc",
+                    "requiredTopologyLevel": "topology.kubernetes.io/rack",
+                },
             },
         },
     )

@@ -83,7 +83,7 @@ def urgent_jobset(api: Api, namespace: str, name: str, *, pods_n: int, cpu: str,
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "annotations": {keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"},
+            "annotations": {keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "topology.kubernetes.io/rack"},
         },
         "spec": {
             "replicatedJobs": [

@@ -113,7 +113,7 @@ def test_kind_job_gang_binds_whole_inside_one_rack(kubectl: Kubectl) -> None:
                         "annotations": {
                             keys.BATCH_MIN_MEMBER: "4",
                             keys.TOPOLOGY: "dc",
-                            keys.TOPOLOGY_REQUIRED: "rack",
+                            keys.TOPOLOGY_REQUIRED: "topology.kubernetes.io/rack",
                         },
                     },
                     "spec": {

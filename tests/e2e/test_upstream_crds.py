@@ -116,3 +116,69 @@ def test_a_module_whose_hash_differs_from_the_pin_is_refused(tmp_path) -> None:
             if "hash" not in str(exc):
                 pytest.skip(f"the module proxy is unavailable: {exc}")
             raise
+
+
+def _string(**more: Any) -> dict[str, Any]:
+    return {"type": "string", **more}
+
+
+@pytest.mark.parametrize(
+    ("schema_in", "schema_out"),
+    [
+        # an object reference's name: the empty default goes
+        ({"properties": {"name": _string(default="")}}, {"properties": {"name": _string()}}),
+        # a default that is not the empty string, or not on a string, stays
+        ({"properties": {"name": _string(default="x")}}, {"properties": {"name": _string(default="x")}}),
+        ({"type": "integer", "default": 0}, {"type": "integer", "default": 0}),
+        # a list-map key that loses its default becomes required (1.20 wants one or the other)
+        (
+            {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {"properties": {"name": _string(default="")}},
+            },
+            {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {"properties": {"name": _string()}, "required": ["name"]},
+            },
+        ),
+        # a key already required, or keeping a default, is left as it is
+        (
+            {
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["port"],
+                "items": {"properties": {"port": {"type": "integer", "default": 80}}},
+            },
+            {
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["port"],
+                "items": {"properties": {"port": {"type": "integer", "default": 80}}},
+            },
+        ),
+    ],
+    ids=["empty default dropped", "other default kept", "non-string kept", "key made required", "key kept"],
+)
+def test_a_crd_for_1_20_loses_only_the_empty_string_defaults(schema_in, schema_out) -> None:
+    from controlplane.upstream import for_apiserver_1_20
+
+    crd = {"spec": {"versions": [{"schema": {"openAPIV3Schema": schema_in}}]}}
+    assert for_apiserver_1_20(crd) == {"spec": {"versions": [{"schema": {"openAPIV3Schema": schema_out}}]}}
+    assert crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] == schema_in, "the input is left alone"
+
+
+def test_the_kai_podgroup_crd_is_the_releases_with_only_min_sub_group_added(crds) -> None:
+    spec = schema(crds[("scheduling.run.ai", "PodGroup")], "v2alpha2")["properties"]["spec"]["properties"]
+    for node in (spec, spec["subGroups"]["items"]["properties"]):
+        assert node["minSubGroup"]["type"] == "integer"
+    # the rest is KAI v0.12.0's: its own fields, and no blanket preserve-unknown-fields
+    assert {"minMember", "queue", "subGroups", "topologyConstraint"} <= set(spec)
+    assert set(spec["subGroups"]["items"]["properties"]) == {
+        "minMember",
+        "name",
+        "parent",
+        "topologyConstraint",
+        "minSubGroup",
+    }

@@ -4,18 +4,21 @@ taken from their Go modules at pinned releases, each module checked against its 
 Owns: the table of modules, versions, hashes and CRD files; fetching them once per machine into the
 control-plane cache (`crds-<digest of the table>`), with the machine's Go and the Go module proxy.
 
-Two changes are made to upstream files, and they are said here. For 1.20's API server only, the
-empty-string defaults it refuses are left out (`for_apiserver_1_20`). And for every version: no JobSet
-release the proxy serves has the declarative `spec.scheduling` of the JobSet seed (v0.12.0 is the newest
-served; the field is on JobSet's main branch, unreleased). The JobSet CRD of v0.12.0 would prune it, so
-`spec.scheduling` is added to its schema as an object whose fields are kept as they are; every other
-field is the release's schema.
+Three changes are made to upstream files, and they are said here. The seeds are newer than the newest
+releases the proxy serves, so fields of theirs that those releases lack are added, each kept as written:
+- JobSet v0.12.0 has no declarative `spec.scheduling` (it is on JobSet's unreleased main branch):
+  `with_jobset_scheduling` adds it as an object whose fields are kept as they are;
+- KAI v0.12.0's PodGroup has no `minSubGroup` (on the spec and on each subgroup), which the KAI seed's
+  JobSet gangs use: `with_kai_seed_fields` adds it, an integer.
+Every other field is the release's own schema. And for 1.20's API server only, the empty-string
+defaults it refuses are left out (`for_apiserver_1_20`).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -39,7 +42,7 @@ class UpstreamModule:
 KAI = UpstreamModule(
     "github.com/NVIDIA/KAI-scheduler",
     "v0.12.0",  # the newest KAI release the proxy serves here (v0.13.0 and later are refused)
-    "h1:3rhB0TdbJYNgOiZ6E0cAa+VJnr4srhoigJI/PkY85vI=",
+    "h1:3rhB0TdbJYNgOiZ6E0cAa+VJnr4srhoigJI/PkY85vI=",  # (with_kai_seed_fields)
     (
         "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml",
         "deployments/kai-scheduler/crds/scheduling.run.ai_queues.yaml",
@@ -66,7 +69,9 @@ class UpstreamUnavailable(Exception):
 
 
 def table_digest(modules: tuple[UpstreamModule, ...] = MODULES) -> str:
+    """Names the cache directory: it changes with the table and with the additions made to the files."""
     text = json.dumps([[m.path, m.version, m.go_sum, list(m.crds)] for m in modules])
+    text += inspect.getsource(with_jobset_scheduling) + inspect.getsource(with_kai_seed_fields)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -110,6 +115,27 @@ def for_apiserver_1_20(crd: dict[str, Any]) -> dict[str, Any]:
         return out
 
     return walk(crd)
+
+
+def with_kai_seed_fields(crd: dict[str, Any]) -> dict[str, Any]:
+    """KAI v0.12.0's PodGroup CRD with the fields of the KAI seed's newer contract that v0.12.0 lacks:
+    `minSubGroup` on the spec and on each subgroup (how many child subgroups must be ready). Without
+    them the API server would prune what the seed's JobSet gangs need. The CRD's other kinds pass as
+    they are."""
+    if crd.get("spec", {}).get("names", {}).get("kind") != "PodGroup":
+        return crd
+    min_sub_group = {
+        "description": "How many child subgroups must be ready (KAI, newer): added by the e2e tier.",
+        "type": "integer",
+        "format": "int32",
+        "minimum": 0,
+    }
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec["properties"].setdefault("minSubGroup", dict(min_sub_group))
+        items = spec["properties"]["subGroups"]["items"]
+        items["properties"].setdefault("minSubGroup", dict(min_sub_group))
+    return crd
 
 
 def _go() -> str:
@@ -172,6 +198,8 @@ def fetch(cache: Path, modules: tuple[UpstreamModule, ...] = MODULES) -> Path:
                     docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
                     if module is JOBSET:
                         docs = [with_jobset_scheduling(d) for d in docs]
+                    if module is KAI:
+                        docs = [with_kai_seed_fields(d) for d in docs]
                     (out / source.name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
             (out / ".complete").write_text(json.dumps([[m.path, m.version] for m in modules]) + "\n")
             shutil.rmtree(target, ignore_errors=True)
