@@ -1,8 +1,9 @@
 """End-to-end fixtures: one control plane per version, fake racks, the service and kube-scheduler.
 
-Every e2e test runs once per control-plane version (`[k8s-1.20.2]`, `[k8s-1.36.2]`). The `plane`
-fixture is session-scoped and parametrized over the versions, so pytest groups the tests by version:
-all of 1.20.2's run, its processes are stopped, then 1.36.2 starts (one plane at a time, 2 cores).
+Every e2e test runs once per control-plane version (`[k8s-1.20.2]`, `[k8s-1.36.2]`, `[k8s-1.37.2]`;
+on 1.20.2 only the modules in fixtures.LEGACY_MODULES). The `plane` fixture is session-scoped and
+parametrized over the versions, so pytest groups the tests by version: all of 1.20.2's run, its
+processes are stopped, then 1.36.2 starts, then 1.37.2 (one plane at a time, 2 cores).
 A test that is genuinely version-specific says so with `@pytest.mark.k8s(min="1.36", reason=...)`.
 
 Reusable from elsewhere: `from controlplane.start import plane_for_tests` (put tests/e2e on sys.path)
