@@ -145,6 +145,9 @@ class KubeSettings:
     """At most one Event per object and reason in this window; a gang's life emits few, repeats are noise."""
     component: str = "gang-scheduler"
     """Event source, shown by `kubectl describe`."""
+    status_field_recheck_s: float = 600.0
+    """A status field the API server pruned from a write of ours (its CRD does not define it) is left out
+    of writes for this long, then tried once more: a CRD changed back to defining it is written again."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -407,6 +410,10 @@ class KubeClusterSource:
         "5xx" or "connection" (no answer). Read by the server's /metrics."""
         self.watch_restarts: collections.Counter[str] = collections.Counter()
         """kind ("Pod", "PodGroup.scheduling.run.ai") -> relists and re-watches after an error or 410."""
+        self._status_dropped: dict[tuple[str, str], dict[str, float]] = {}
+        """(group, kind) -> top-level status field the API server pruned from a status PATCH of ours (the
+        served CRD does not define it: KAI v0.16 removed `phase`, `running` and `pending`) -> when that
+        was seen. Learned from the answers (a restart learns it again); see status_field_recheck_s."""
 
     # ---- connection --------------------------------------------------------------------------
 
@@ -934,13 +941,22 @@ class KubeClusterSource:
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
     ) -> None:
-        """Merge-patch `status` on the group object's /status subresource, or the object if it has none."""
+        """Merge-patch `status` on the group object's /status subresource, or the object if it has none.
+
+        Only the fields the served schema keeps are written: a field the answer lacks although the patch
+        set it was pruned by the API server (its CRD version does not define it), and is left out of
+        every later write of that kind."""
         served = self._served.get((group, kind))
         what = f"status of {kind}.{group} {namespace}/{name}"
         if served is None:
             log.warning("cannot write %s: the API server does not serve that kind", what)
             return
         path = served.object_path(namespace=namespace, name=name)
+        since = self._clock() - self._settings.status_field_recheck_s
+        dropped = {k for k, seen in self._status_dropped.get((group, kind), {}).items() if seen > since}
+        status = {k: v for k, v in status.items() if k not in dropped}
+        if not status:
+            return
         body = {"status": status}
         code, data = await self._write(
             "PATCH",
@@ -957,7 +973,32 @@ class KubeClusterSource:
             )
         elif code == 404:
             self._count_write_error("group-status", code)
+        if 200 <= code < 300:
+            self._learn_dropped_status(group, kind, status, data)
         self._report(code, data, what)
+
+    def _learn_dropped_status(self, group: str, kind: str, written: dict[str, Any], answer: bytes) -> None:
+        try:
+            stored = orjson.loads(answer).get("status") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            return  # an answer we cannot read teaches nothing
+        if not isinstance(stored, dict):
+            return
+        pruned = {k for k, v in written.items() if v is not None and k not in stored}
+        known = self._status_dropped.setdefault((group, kind), {})
+        for field in written:
+            known.pop(field, None)  # written and kept (or removed on purpose): defined again
+        if pruned:
+            now = self._clock()
+            known.update(dict.fromkeys(pruned, now))
+            log.info(
+                "the API server drops status field(s) %s of %s.%s (its schema does not define them); "
+                "left out of writes for %.0f s",
+                ", ".join(sorted(pruned)),
+                kind,
+                group,
+                self._settings.status_field_recheck_s,
+            )
 
     async def _exists(self, path: str) -> bool:
         try:

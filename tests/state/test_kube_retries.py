@@ -735,3 +735,47 @@ def test_concurrent_lists_share_one_pause_of_the_cyclic_collector() -> None:
         assert not gc.isenabled(), "paused by someone else: left to them"
     finally:
         gc.enable()
+
+
+async def test_a_status_field_the_server_prunes_is_left_out_until_the_recheck(
+    fake: tuple[Script, str],
+) -> None:
+    """The answer to a status PATCH is the object as stored: a field set in the patch but absent there
+    was pruned by the served schema (KAI v0.16 dropped `phase`), so the next writes leave it out; past
+    `status_field_recheck_s` it is tried once more, and written again when the schema keeps it."""
+    from extender.state.kube import ServedKind
+
+    script, kubeconfig = fake
+    path = "/apis/scheduling.run.ai/v2alpha2/namespaces/ns/podgroups/pg/status"
+    conditions = [{"type": "UnschedulableOnNodePool", "message": "waits"}]
+    pruned = (200, {"kind": "PodGroup", "status": {"schedulingConditions": conditions}})
+    kept = (200, {"kind": "PodGroup", "status": {"phase": "Pending", "schedulingConditions": conditions}})
+    script.on("PATCH", path, pruned, pruned, pruned, pruned, kept, kept)
+    now = [1000.0]
+    settings = KubeSettings(write_attempts=1, status_field_recheck_s=60.0)
+    source = KubeClusterSource(kubeconfig, settings=settings, clock=lambda: now[0])
+    source._served = {
+        ("scheduling.run.ai", "PodGroup"): ServedKind(
+            "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True
+        )
+    }
+    status = {"phase": "Pending", "schedulingConditions": conditions}
+    written = []
+    try:
+        for advance_s in (0.0, 30.0, 31.0, 0.0, 61.0, 0.0):
+            now[0] += advance_s
+            await source.patch_group_status(
+                group="scheduling.run.ai", kind="PodGroup", namespace="ns", name="pg", status=status
+            )
+            written.append(sorted(orjson.loads(script.bodies[-1][1])["status"]))
+    finally:
+        await source.close()
+    assert written == [
+        ["phase", "schedulingConditions"],  # pruned: learned
+        ["schedulingConditions"],  # 30 s later: left out
+        ["phase", "schedulingConditions"],  # 61 s after it was seen: tried again, pruned again
+        ["schedulingConditions"],
+        ["phase", "schedulingConditions"],  # tried again, and this time the schema keeps it
+        ["phase", "schedulingConditions"],  # so it is written from now on
+    ]
+    assert source.write_errors == {}

@@ -290,3 +290,40 @@ async def test_nudge_and_group_status_patches(plane: ControlPlane, namespace: st
         "apiVersion": "scheduling.run.ai/v2alpha2",
     }
     assert source.write_errors == {}
+
+
+async def test_group_status_writes_follow_the_served_crd(plane: ControlPlane, namespace: str) -> None:
+    """With KAI v0.16's PodGroup schema (no `phase`, `running`, `pending`) served, the first status write
+    learns from the answer which fields were pruned; later writes carry only what the schema keeps, and
+    the reason still lands in `schedulingConditions`."""
+    from controlplane.upstream import kai_v016_status_served
+
+    path = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups"
+    group = {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup", "spec": {"minMember": 2}}
+    condition = {"type": "UnschedulableOnNodePool", "nodePool": "default", "status": "True"}
+    with kai_v016_status_served(plane.api, namespace):
+        for name in ("v016-first", "v016-second"):
+            plane.api.create(path, {**group, "metadata": {"name": name, "namespace": namespace}})
+        source = KubeClusterSource(plane.kubeconfig, settings=FAST)
+        try:
+            source._served = await source._discover()
+            for name in ("v016-first", "v016-second"):
+                status = {
+                    "phase": "Pending",
+                    "running": 0,
+                    "pending": 1,
+                    "schedulingConditions": [{**condition, "message": f"{name} waits"}],
+                }
+                await source.patch_group_status(
+                    group="scheduling.run.ai", kind="PodGroup", namespace=namespace, name=name, status=status
+                )
+        finally:
+            await source.close()
+        for name in ("v016-first", "v016-second"):
+            got = plane.api.get(f"{path}/{name}")["status"]
+            assert got == {"schedulingConditions": [{**condition, "message": f"{name} waits"}]}, got
+        first, second = (plane.status_writes("podgroups", name) for name in ("v016-first", "v016-second"))
+        assert len(first) == len(second) == 1, (first, second)
+        assert '"phase"' in first[0], first  # what the source learned from
+        assert '"phase"' not in second[0] and '"running"' not in second[0], second
+        assert source.write_errors == {}

@@ -12,10 +12,15 @@ releases the proxy serves, so fields of theirs that those releases lack are adde
   JobSet gangs use: `with_kai_seed_fields` adds it, an integer.
 Every other field is the release's own schema. And for 1.20's API server only, the empty-string
 defaults it refuses are left out (`for_apiserver_1_20`).
+
+One test-time variant, never cached: `as_kai_v016_status` is the PodGroup CRD as KAI v0.16 changed it
+(its status without `phase`, `running`, `succeeded`, `failed`, `pending`, KAI #1650), for the tests
+that prove our status writes follow the schema the cluster serves; v0.16 itself is not served here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import inspect
@@ -24,6 +29,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +145,24 @@ def with_kai_seed_fields(crd: dict[str, Any]) -> dict[str, Any]:
     return crd
 
 
+KAI_V016_REMOVED_STATUS = ("phase", "running", "succeeded", "failed", "pending")
+
+
+def as_kai_v016_status(crd: dict[str, Any]) -> dict[str, Any]:
+    """A copy of KAI's PodGroup CRD (as the API server returns it) with the status fields KAI v0.16
+    removed from its schema (#1650: never written by KAI, `schedulingConditions` and `resourcesStatus`
+    carry the state) left out of every version; metadata other than name and resourceVersion dropped,
+    so the copy can be PUT back over the served one."""
+    out = json.loads(json.dumps(crd))
+    out["metadata"] = {k: crd["metadata"][k] for k in ("name", "resourceVersion") if k in crd["metadata"]}
+    out.pop("status", None)
+    for version in out["spec"]["versions"]:
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+        for field in KAI_V016_REMOVED_STATUS:
+            status["properties"].pop(field, None)
+    return out
+
+
 def _go() -> str:
     go = shutil.which("go") or "/usr/local/go/bin/go"
     if not os.access(go, os.X_OK):
@@ -205,3 +230,48 @@ def fetch(cache: Path, modules: tuple[UpstreamModule, ...] = MODULES) -> Path:
             shutil.rmtree(target, ignore_errors=True)
             out.rename(target)
     return target
+
+
+KAI_PODGROUP_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.run.ai"
+
+
+@contextlib.contextmanager
+def kai_v016_status_served(api: Any, namespace: str, *, timeout_s: float = 30.0) -> Iterator[None]:
+    """While inside, the API server serves KAI's PodGroup with the v0.16 status schema
+    (`as_kai_v016_status`); the CRD as it was is put back on the way out. Each change is waited for
+    until it is in force: a probe PodGroup in `namespace` loses (or keeps) a `phase` written to it."""
+    served = api.get(KAI_PODGROUP_CRD)
+    api.request("PUT", KAI_PODGROUP_CRD, as_kai_v016_status(served))
+    try:
+        _wait_phase_kept(api, namespace, kept=False, timeout_s=timeout_s)
+        yield
+    finally:
+        now = api.get(KAI_PODGROUP_CRD)
+        restored = json.loads(json.dumps(served))
+        restored["metadata"] = {
+            "name": now["metadata"]["name"],
+            "resourceVersion": now["metadata"]["resourceVersion"],
+        }
+        restored.pop("status", None)
+        api.request("PUT", KAI_PODGROUP_CRD, restored)
+        _wait_phase_kept(api, namespace, kept=True, timeout_s=timeout_s)
+
+
+def _wait_phase_kept(api: Any, namespace: str, *, kept: bool, timeout_s: float) -> None:
+    path = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{namespace}/podgroups"
+    probe = {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup", "spec": {"minMember": 1}}
+    probe["metadata"] = {"name": "crd-schema-probe", "namespace": namespace}
+    api.create(path, probe, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            got = api.patch(f"{path}/crd-schema-probe/status", {"status": {"phase": "Probe"}})
+            if ("phase" in (got.get("status") or {})) == kept:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the PodGroup CRD change not in force after {timeout_s:.0f} s (phase kept: {not kept})"
+                )
+            time.sleep(0.2)
+    finally:
+        api.delete(f"{path}/crd-schema-probe")
