@@ -11,6 +11,9 @@ Precedence for a pod (first that applies wins):
 2. `spec.schedulingGroup.podGroupName`: the scheduling.k8s.io PodGroup object of that name (any of
    the v1alpha2/v1alpha3/v1beta1 shapes). When it does not exist yet but the pod's JobSet has
    `spec.scheduling`, the group compiled from the JobSet (same name); otherwise GROUP_MISSING.
+   Except the Job controller's default (1.37, WorkloadWithJob): a basic PodGroup it made for a Job
+   that asked for nothing (no `spec.scheduling`, no delegation annotation) says no more than "pod by
+   pod", so the pod falls through to 3 and a KAI-annotated Job keeps its gang.
 3. The top owner's kind: a JobSet with `spec.scheduling` -> its compiled group (GROUP_MISSING while
    suspended); a JobSet without it, a batch Job, a PyTorchJob -> KAI's derived group.
 4. Anything else (plain pods, unknown owners): a group of one.
@@ -136,10 +139,10 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     # 2. scheduling.k8s.io PodGroup named by the pod
     sg = (pod.get("spec") or {}).get("schedulingGroup")
     k8s_name = sg.get("podGroupName") if isinstance(sg, dict) else None
-    if k8s_name:
-        obj = lookup.get(*K8S_PODGROUP, ns, str(k8s_name))
-        if obj is not None:
-            return Membership(state=MembershipState.MEMBER, group=k8s_group(obj, lookup))
+    obj = lookup.get(*K8S_PODGROUP, ns, str(k8s_name)) if k8s_name else None
+    if obj is not None and not _job_default_podgroup(obj, chain, lookup):
+        return Membership(state=MembershipState.MEMBER, group=k8s_group(obj, lookup))
+    if k8s_name and obj is None:
         if kind_of(chain.top) == kai.JOBSET and is_suspended(chain.top):
             # the controller deletes the PodGroups of a suspended JobSet; nothing to schedule
             return Membership(
@@ -181,6 +184,42 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
 
     # 4. a group of one
     return Membership(state=MembershipState.MEMBER, group=single_pod_group(pod))
+
+
+def has_native_scheduling(job: dict[str, Any]) -> bool:
+    """Whether a Job asks the Workload API for its scheduling (1.37): `spec.scheduling`, a parent's
+    delegation annotation, or a pod template already naming a PodGroup. Such a Job's group is the
+    scheduling.k8s.io PodGroup, never one derived from KAI's annotations."""
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    if spec.get("scheduling") is not None or keys.GROUP_TEMPLATE_NAME in annotations(job):
+        return True
+    pod_spec = (
+        ((spec.get("template") or {}).get("spec") or {}) if isinstance(spec.get("template"), dict) else {}
+    )
+    return isinstance(pod_spec, dict) and bool(pod_spec.get("schedulingGroup"))
+
+
+def _job_default_podgroup(obj: dict[str, Any], chain: OwnerChain, lookup: ObjectLookup) -> bool:
+    """Whether `obj` is the basic PodGroup the Job controller makes for every new Job when
+    WorkloadWithJob is on (its controller the pod's Job, which asked for no scheduling)."""
+    ref = controller_ref(obj)
+    if (
+        ref is None
+        or not chain.owners
+        or (api_group(str(ref.get("apiVersion", ""))), ref.get("kind")) != kai.JOB
+    ):
+        return False
+    job = chain.owners[0]
+    if kind_of(job) != kai.JOB or meta(job).get("name") != ref.get("name"):
+        return False
+    if has_native_scheduling(job):
+        return False
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    policy = spec.get("schedulingPolicy")
+    if not isinstance(policy, dict):
+        template = _referenced_template(spec, _namespace(obj), lookup)
+        policy = (template or {}).get("schedulingPolicy")
+    return isinstance(policy, dict) and "basic" in policy and "gang" not in policy
 
 
 def _jobset_compiled(chain: OwnerChain, lookup: ObjectLookup) -> GroupSpec | None:
@@ -363,8 +402,8 @@ def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
         if membership.state is MembershipState.INVALID:
             raise GroupingError("metadata", membership.message)
         return [membership.group] if membership.group is not None else []
-    if kai.is_skip_podgrouper(obj):
-        return []
+    if kai.is_skip_podgrouper(obj) or (group_kind == kai.JOB and has_native_scheduling(obj)):
+        return []  # a Job on the Workload API: the Job controller keeps its PodGroup
     group = kai.derive_group(obj, owners=(), pod=None)
     return [group] if group is not None else []
 

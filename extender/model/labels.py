@@ -30,6 +30,15 @@ JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
+# Workload API (Kubernetes 1.37): a parent controller delegates a child Job's PodGroup to the Job
+# controller by naming the template of its own Workload; the composite parent's annotation is spelled
+# without the hyphen in 1.37's code (pkg/apis/scheduling) and with it in the KEP text: both are read.
+GROUP_TEMPLATE_NAME = "scheduling.k8s.io/group-template-name"
+PARENT_COMPOSITE_PODGROUP = (
+    "scheduling.k8s.io/parent-compositepodgroup",
+    "scheduling.k8s.io/parent-composite-podgroup",
+)
+
 # batch Job controller
 JOB_NAME = "batch.kubernetes.io/job-name"
 JOB_NAME_LEGACY = "job-name"

@@ -676,3 +676,135 @@ def test_a_gang_with_no_pods_compiles_to_no_podgroup(_what, rjs, sched, want_gro
 def test_a_basic_group_with_no_pods_is_kept():
     out = compile_jobset(jobset([("w", 0, 4)], {"schedulingPolicy": {"basic": {}}}))
     assert [g.policy for g in out.groups] == [Policy.BASIC]
+
+
+# Jobs on the Workload API (1.37, WorkloadWithJob): the Job controller makes a Workload and a PodGroup
+# for every new root Job (basic unless `spec.scheduling` says gang), and for a child Job whose parent
+# delegates with `scheduling.k8s.io/group-template-name`; it names the PodGroup on each pod it creates.
+
+
+def wlj_job(*, scheduling=None, annotations=None, owner=None) -> dict:
+    meta = {"name": "train", "namespace": "ml", "uid": "job-uid", "annotations": dict(annotations or {})}
+    if owner:
+        meta["ownerReferences"] = [{**owner, "controller": True}]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"parallelism": 4, "completions": 4},
+    }
+    job["spec"]["template"] = {"spec": {"containers": [{"name": "c"}]}}
+    if scheduling is not None:
+        job["spec"]["scheduling"] = scheduling
+    return job
+
+
+def wlj_podgroup(policy: dict, *, controller: str = "Job") -> dict:
+    """A PodGroup as 1.37.2's Job controller writes it (controller ownerRef to the Job)."""
+    ref = {
+        "apiVersion": "batch/v1",
+        "kind": controller,
+        "name": "train",
+        "uid": "job-uid",
+        "controller": True,
+    }
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train-pg", "namespace": "ml", "ownerReferences": [ref]},
+        "spec": {
+            "workloadRef": {"workloadName": "train-wl", "templateName": "train"},
+            "schedulingPolicy": policy,
+        },
+    }
+
+
+def wlj_pod() -> dict:
+    owners = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid", "controller": True},
+        {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "name": "train-pg", "uid": "pg-uid"},
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train-0", "namespace": "ml", "ownerReferences": owners},
+        "spec": {"schedulingGroup": {"podGroupName": "train-pg"}},
+    }
+
+
+GANG4 = {"gang": {"minCount": 4}}
+JOBSET_OWNER = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "uid": "js-uid"}
+
+
+@pytest.mark.parametrize(
+    ("job", "policy", "want"),
+    [
+        # the controller's default for a Job that asked for nothing: KAI's annotation keeps its gang
+        (wlj_job(annotations={keys.BATCH_MIN_MEMBER: "3"}), {"basic": {}}, (Source.KAI_DERIVED, 3)),
+        (wlj_job(), {"basic": {}}, (Source.KAI_DERIVED, 1)),
+        # what the Job asked for, on the Workload API
+        (wlj_job(scheduling={"schedulingPolicy": GANG4}), GANG4, (Source.K8S_PODGROUP, 4)),
+        (wlj_job(scheduling={"schedulingPolicy": {"basic": {}}}), {"basic": {}}, (Source.K8S_PODGROUP, None)),
+        (
+            wlj_job(scheduling={"schedulingPolicy": GANG4}, annotations={keys.BATCH_MIN_MEMBER: "2"}),
+            GANG4,
+            (Source.K8S_PODGROUP, 4),
+        ),
+        # a child Job whose parent delegated its PodGroup (the policy is the parent Workload's template)
+        (
+            wlj_job(annotations={keys.GROUP_TEMPLATE_NAME: "workers"}, owner=JOBSET_OWNER),
+            GANG4,
+            (Source.K8S_PODGROUP, 4),
+        ),
+        (
+            wlj_job(annotations={keys.GROUP_TEMPLATE_NAME: "workers"}, owner=JOBSET_OWNER),
+            {"basic": {}},
+            (Source.K8S_PODGROUP, None),
+        ),
+    ],
+    ids=[
+        "default basic, batch-min-member 3",
+        "default basic, plain Job",
+        "spec.scheduling gang",
+        "spec.scheduling basic",
+        "spec.scheduling gang over batch-min-member",
+        "delegated gang",
+        "delegated basic",
+    ],
+)
+def test_a_job_controller_podgroup_groups_as_the_job_asked(job: dict, policy: dict, want: tuple) -> None:
+    pg = wlj_podgroup(policy)
+    m = derive_membership(wlj_pod(), ListLookup([job, pg]))
+    assert m.state is MembershipState.MEMBER, m.message
+    assert (m.group.source, m.group.min_member) == want
+
+
+def _ownerless(pg: dict) -> dict:
+    pg["metadata"].pop("ownerReferences")
+    return pg
+
+
+@pytest.mark.parametrize(
+    "pg",
+    [wlj_podgroup({"basic": {}}, controller="LeaderWorkerSet"), _ownerless(wlj_podgroup({"basic": {}}))],
+    ids=["another controller's", "nobody's"],
+)
+def test_a_basic_podgroup_not_the_job_controllers_default_is_the_pods_group(pg: dict) -> None:
+    """Only the Job controller's own default falls through to KAI's rules."""
+    job = wlj_job(annotations={keys.BATCH_MIN_MEMBER: "3"})
+    m = derive_membership(wlj_pod(), ListLookup([job, pg]))
+    assert (m.group.source, m.group.key) == (Source.K8S_PODGROUP, "ml/train-pg")
+
+
+@pytest.mark.parametrize(
+    ("job", "derived"),
+    [
+        (wlj_job(), True),
+        (wlj_job(scheduling={"schedulingPolicy": GANG4}), False),
+        (wlj_job(annotations={keys.GROUP_TEMPLATE_NAME: "workers"}, owner=JOBSET_OWNER), False),
+    ],
+    ids=["plain Job", "spec.scheduling", "delegated"],
+)
+def test_no_kai_podgroup_is_derived_for_a_job_on_the_workload_api(job: dict, derived: bool) -> None:
+    groups = groups_for_workload(job, ListLookup([job]))
+    assert bool(groups) is derived and all(g.source is Source.KAI_DERIVED for g in groups)
