@@ -560,8 +560,13 @@ def compile_jobset(jobset: dict, *, api_version: str = SCHEDULING_API_VERSION) -
     return JobSetCompilation(workload=workload, podgroups=podgroups, groups=groups, _by_member=by_member)
 
 
-def spec_group(spec: dict[str, Any], *, key: GroupKey, owner: str | None) -> GroupSpec:
-    """A scheduling.k8s.io PodGroup(Template) spec (v1alpha2, v1alpha3 or v1beta1 shape) as a group."""
+def spec_group(
+    spec: dict[str, Any], *, key: GroupKey, owner: str | None, group_priority: bool = False
+) -> GroupSpec:
+    """A scheduling.k8s.io PodGroup(Template) spec (v1alpha2, v1alpha3 or v1beta1 shape) as a group.
+
+    `group_priority`: the spec's `priority` speaks for every member (a 1.37 PodGroup's, as
+    kube-scheduler 1.37 ranks it: unset is 0); otherwise each pod's own priority counts."""
     policy_raw = spec.get("schedulingPolicy") or spec.get("policy")
     if not _is_dict(policy_raw):
         raise GroupingError("spec.schedulingPolicy", "must set basic: {} or gang: {minCount: N}")
@@ -601,6 +606,10 @@ def spec_group(spec: dict[str, Any], *, key: GroupKey, owner: str | None) -> Gro
         for c in spec.get("resourceClaims") or []
         if _is_dict(c)
     )
+    priority = spec.get("priority") if group_priority else None
+    if group_priority and (isinstance(priority, bool) or not isinstance(priority, int)):
+        priority = 0  # no class and no global default: kube-scheduler's PodGroupPriority is 0
+    preemption_policy = spec.get("preemptionPolicy")
     return GroupSpec(
         key=key,
         source=Source.K8S_PODGROUP,
@@ -608,6 +617,8 @@ def spec_group(spec: dict[str, Any], *, key: GroupKey, owner: str | None) -> Gro
         min_member=min_member,
         topology=topology,
         priority_class=spec.get("priorityClassName") or None,
+        priority=priority,
+        preemption_policy=preemption_policy if isinstance(preemption_policy, str) else None,
         disruption=disruption,
         resource_claims=claims,
         owner=owner,

@@ -366,7 +366,10 @@ def k8s_group(obj: dict[str, Any], lookup: ObjectLookup) -> GroupSpec:
         template = _referenced_template(spec, ns, lookup)
         if template is not None:
             spec = {**template, **{k: v for k, v in spec.items() if v is not None}}
-    return spec_group(spec, key=group_key(ns, name), owner=f"PodGroup {ns}/{name}")
+    # 1.37's PodGroups (v1alpha3, v1beta1) carry a priority authoritative for their members; 1.36's
+    # v1alpha2 one only behind WorkloadAwarePreemption, so there each pod's own counts
+    newer = not str(obj.get("apiVersion", "")).endswith("/v1alpha2")
+    return spec_group(spec, key=group_key(ns, name), owner=f"PodGroup {ns}/{name}", group_priority=newer)
 
 
 def _referenced_template(spec: dict[str, Any], ns: str, lookup: ObjectLookup) -> dict[str, Any] | None:

@@ -97,6 +97,10 @@ class GroupSpec:
     subgroups: tuple[SubGroup, ...] = ()  # parents before their children
     queue: str | None = None
     priority_class: str | None = None
+    priority: int | None = None
+    """A scheduling.k8s.io PodGroup's own `spec.priority` (1.37, filled by admission from its class):
+    authoritative for every member in preemption, as victim and as preemptor. None: each pod's own."""
+    preemption_policy: str | None = None  # its `spec.preemptionPolicy`; "Never": the gang never preempts
     disruption: Disruption = Disruption.SINGLE
     resource_claims: tuple[ResourceClaimRef, ...] = ()
     owner: str | None = None  # "Kind namespace/name" of the workload it came from, for messages

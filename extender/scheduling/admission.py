@@ -17,7 +17,7 @@ import numpy as np
 from extender.grouping.membership import single_pod_group
 from extender.model.group import GroupSpec, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey
-from extender.model.priority import pod_priority
+from extender.model.priority import member_priority
 from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, preemptor, queues
@@ -215,7 +215,7 @@ class Admission:
         lower-priority work of the queue (the victims' own replacements) would take the queue's room
         back each time a victim goes, and the preemptor would evict one pod after another, never
         admitted."""
-        priority = pod_priority(call.pod)
+        priority = member_priority(call.pod, call.group)
         for gang, p in self.ledger.preemptions_now():
             if p.queue == queue and gang != call.group.key and priority < p.priority:
                 return (

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from extender.model.keys import GroupKey
-from extender.model.priority import may_preempt, pod_priority
+from extender.model.priority import member_may_preempt, member_priority
 from extender.scheduling import messages, planning, preemptor, queues, topology
 from extender.scheduling.admission import Admission
 from extender.scheduling.decisions import Effect, FilterDecision, Verdict, pod_ref
@@ -114,12 +114,10 @@ class GangPreemption:
         the victims must also satisfy it (its queue admits the gang once they are gone)."""
         group = call.group
         me = next((m for m in members if m.key == call.key), None)
-        if me is None or not may_preempt(call.pod):
+        if me is None or not member_may_preempt(call.pod, group):
             return None, no_fit
         # the gang's lowest member priority: no victim may be equal to or above any of its members
-        priority = min(
-            pod_priority(m.rec.obj) if m.key != call.key else pod_priority(call.pod) for m in members
-        )
+        priority = min(member_priority(m.rec.obj if m.key != call.key else call.pod, group) for m in members)
         if priority <= 0:
             return None, no_fit
         admit = None
@@ -264,9 +262,7 @@ class GangPreemption:
         def why(v: Victim) -> str:
             return f"reclaimed for gang {group.key} of queue {queue}, below its fair share{where}"
 
-        priority = min(
-            pod_priority(m.rec.obj) if m.key != call.key else pod_priority(call.pod) for m in members
-        )
+        priority = min(member_priority(m.rec.obj if m.key != call.key else call.pod, group) for m in members)
         return self._evict_for(call, plan, priority, reason, why, "reclaim")
 
     def tick(self) -> list[Effect]:
@@ -289,7 +285,10 @@ class GangPreemption:
         preempts as a whole, through the filter's own path over every node: a plan, a preemption
         started or waited on, or the reason none can be. The effects to run; None when the pod is
         not such a gang member (kube-scheduler's per-pod candidates then stand)."""
-        if self.view.gang_of_pod(pod) is None or pod_priority(pod) <= 0 or not may_preempt(pod):
+        if self.view.gang_of_pod(pod) is None:
+            return None
+        group = self.store.membership_of(pod).group
+        if member_priority(pod, group) <= 0 or not member_may_preempt(pod, group):
             return None
         return self._plan_everywhere(pod)
 

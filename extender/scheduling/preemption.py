@@ -47,7 +47,7 @@ import numpy as np
 
 from extender.model.group import Disruption, GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
-from extender.model.priority import pod_priority
+from extender.model.priority import member_priority
 from extender.scheduling import messages
 from extender.scheduling.ledger import GangLedger
 from extender.state.store import ClusterStore, PodRecord, is_live
@@ -131,7 +131,7 @@ def choose(
     for node, meta in victims.items():
         uids = [str(p.get("UID", "")) for p in meta.get("Pods") or ()]
         recs = list({u: rec for u in uids if (rec := by_uid.get(u)) is not None}.values())  # once each
-        prio = sum(pod_priority(r.obj) for r in recs)
+        prio = sum(store.rank(r) for r in recs)
         if not uids:
             judged[node] = Candidate(node, Outcome.DROPPED_NO_VICTIM, 0, 0, why="no victim")
             continue
@@ -298,7 +298,8 @@ class _Gangs:
     def _gang_priority(self, spec: GroupSpec) -> int:
         prio = self._priority.get(spec.key)
         if prio is None:
-            prio = max((pod_priority(r.obj) for r in self.store.group_members(spec.key)), default=0)
+            members = self.store.group_members(spec.key)
+            prio = max((member_priority(r.obj, spec) for r in members), default=0)
             self._priority[spec.key] = prio
         return prio
 

@@ -27,7 +27,6 @@ import numpy as np
 
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey
-from extender.model.priority import pod_priority
 from extender.scheduling import messages, planning
 from extender.scheduling.ledger import GangLedger, Victim
 from extender.state.store import ClusterStore, PodRecord, is_live
@@ -115,11 +114,12 @@ def candidate_units(
 
 def _victim(store: ClusterStore, rec: PodRecord, gang: GroupKey | None) -> tuple[Victim, int]:
     row, node = _row_of(store, rec)
-    return Victim(rec.key, rec.uid, node, dict(rec.requests), pod_priority(rec.obj), gang), row
+    priority = store.rank(rec)
+    return Victim(rec.key, rec.uid, node, dict(rec.requests), priority, gang), row
 
 
 def _pod_unit(store: ClusterStore, ledger: GangLedger, rec: PodRecord, priority: int) -> Unit | None:
-    if pod_priority(rec.obj) >= priority or ledger.victim_of(rec.key) is not None:
+    if store.rank(rec) >= priority or ledger.victim_of(rec.key) is not None:
         return None
     v, row = _victim(store, rec, None)
     return Unit(rec.key, None, (v,), v.priority, ((row, store.vector(v.requests)),))
@@ -129,7 +129,7 @@ def _gang_unit(store: ClusterStore, ledger: GangLedger, gang: GroupKey, priority
     members = [r for r in store.group_members(gang) if is_live(r.obj)]
     victims, freed = [], []
     for rec in members:
-        if pod_priority(rec.obj) >= priority or ledger.victim_of(rec.key) is not None:
+        if store.rank(rec) >= priority or ledger.victim_of(rec.key) is not None:
             return None  # one member it may not evict keeps the whole gang
         v, row = _victim(store, rec, gang)
         victims.append(v)

@@ -298,3 +298,80 @@ async def test_victims_gone_but_the_rack_not_offered_yet_keeps_the_hold_and_pree
     assert svc.scheduler.gang_preemption.outcomes["planned"] == 1
     node, reason = await svc.schedule("hi-0")
     assert node in ("n000", "n001"), reason
+
+
+# A 1.37 scheduling.k8s.io PodGroup's `priority` (filled by admission from its class) is authoritative for
+# every member in preemption, as kube-scheduler 1.37 ranks it (unset: 0), and its `preemptionPolicy: Never`
+# keeps the gang from preempting; a 1.36 v1alpha2 PodGroup leaves each pod's own priority in force.
+
+
+def k8s_gang(
+    name: str,
+    *,
+    pod_priority: int,
+    nodes: list[str] | None = None,
+    version: str = "v1beta1",
+    cpu: str = "8",
+    **pg_spec,
+) -> list[dict]:
+    pg = {
+        "apiVersion": f"scheduling.k8s.io/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
+            **pg_spec,
+        },
+    }
+    pods = []
+    for i in range(2):
+        pod = make_pod(f"{name}-{i}", cpu=cpu)
+        pod["spec"]["schedulingGroup"] = {"podGroupName": name}
+        pod["spec"]["priority"] = pod_priority
+        if nodes:
+            running(pod, nodes[i], pod_priority)
+        pods.append(pod)
+    return [pg, *pods]
+
+
+@pytest.mark.parametrize(
+    ("preemptor_gang", "victims", "evicted"),
+    [
+        pytest.param(
+            k8s_gang("hi", pod_priority=0, priority=HIGH),
+            k8s_gang("lo", pod_priority=HIGH, nodes=["n000", "n001"], priority=10),
+            ["default/lo-0", "default/lo-1"],
+            id="the PodGroups' priorities rank, not the pods'",
+        ),
+        pytest.param(
+            k8s_gang("hi", pod_priority=HIGH, priority=HIGH, preemptionPolicy="Never"),
+            k8s_gang("lo", pod_priority=10, nodes=["n000", "n001"], priority=10),
+            [],
+            id="preemptionPolicy Never on the PodGroup: the gang waits",
+        ),
+        pytest.param(
+            k8s_gang("hi", pod_priority=HIGH),
+            k8s_gang("lo", pod_priority=10, nodes=["n000", "n001"], priority=10),
+            [],
+            id="a PodGroup without priority ranks 0 and never preempts",
+        ),
+        pytest.param(
+            k8s_gang("hi", pod_priority=HIGH, version="v1alpha2", priority=0),
+            k8s_gang("lo", pod_priority=10, nodes=["n000", "n001"], version="v1alpha2", priority=0),
+            ["default/lo-0", "default/lo-1"],
+            id="1.36 v1alpha2: each pod's own priority",
+        ),
+    ],
+)
+async def test_a_workload_api_podgroups_priority_speaks_for_its_members(
+    make_service, preemptor_gang, victims, evicted
+):
+    svc = await make_service(cluster(victims, FULL_R01, preemptor_gang))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    doc = await svc.filter("hi-0")
+    assert not doc["NodeNames"]
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == evicted, doc["FailedAndUnresolvableNodes"]
+    svc.check_invariants()

@@ -93,10 +93,12 @@ SHA256_136 = {
 FEATURE_GATES_136 = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 RUNTIME_CONFIG_136 = "scheduling.k8s.io/v1alpha2=true"
 # Served on 1.37 (v1alpha2 is gone): Workload and PodGroup in v1beta1 (beta, off by default) and v1alpha3,
-# CompositePodGroup (v1alpha3 only), PodGroup preemptionPolicy, topology constraints; as the JobSet seed's
-# cluster runs it (`--runtime-config=scheduling.k8s.io/v1alpha3=true,scheduling.k8s.io/v1beta1=true`).
-# WorkloadWithJob stays off: with it the Job controller makes a Workload and PodGroup for every eligible
-# Job, a different input from the seeds'.
+# CompositePodGroup (v1alpha3 only), PodGroup preemptionPolicy, topology constraints, and the Job
+# controller's Workload integration (WorkloadWithJob: `Job.spec.scheduling`, delegated child Jobs, and a
+# basic Workload and PodGroup for every other new root Job); as the JobSet seed's cluster runs it
+# (GenericWorkload, WorkloadWithJob, TopologyAwareWorkloadScheduling,
+# `--runtime-config=scheduling.k8s.io/v1alpha3=true,scheduling.k8s.io/v1beta1=true`). So on 1.37 every
+# test's Jobs meet the Job controller's PodGroups.
 FEATURE_GATES_137 = ",".join(
     f"{gate}=true"
     for gate in (
@@ -104,6 +106,7 @@ FEATURE_GATES_137 = ",".join(
         "TopologyAwareWorkloadScheduling",
         "CompositePodGroup",
         "PodGroupPreemptionPolicy",
+        "WorkloadWithJob",
     )
 )
 RUNTIME_CONFIG_137 = "scheduling.k8s.io/v1alpha3=true,scheduling.k8s.io/v1beta1=true"
