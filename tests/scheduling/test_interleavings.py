@@ -21,7 +21,9 @@ or to a PodGroup that does not exist), a pending ownerless plain pod annotated i
 pods turning Succeeded and later deleted; evicted and preempted pods that run out a grace period
 (Terminating, still bound and using their node, deleted at a later step); a large JobSet beside the
 gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob of 1000 replicas)
-whose Jobs are relabelled and whose replicatedJobs are scaled. Whatever the service or
+whose Jobs are relabelled and whose replicatedJobs are scaled; one gang, at times, a 1.37
+scheduling.k8s.io PodGroup's (its pods name it by spec.schedulingGroup), whose priority differs from
+its pods' own and is the one that counts. Whatever the service or
 kube-scheduler evicts, a controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
@@ -36,6 +38,8 @@ After every step it checks, from the API's objects and the service's public surf
   (the API's objects) and of the unbound pods GET /debug/gangs shows holding a reservation, per the
   queue each pod's PodGroup or label names; a queue whose limit was lowered (or moved under another
   parent) below its use may stay above it, never grow there;
+- a pod the service evicts for a preempting gang ranks strictly below that gang's priority (a pod in
+  a 1.37 PodGroup at its PodGroup's priority);
 - no gang is partly evicted: a gang that lost a member to an eviction or a preemption (the
   service's or kube-scheduler's) has, once the service's effects have run, all its bound members
   gone or its quorum (each subgroup's too) still bound (a Terminating member counts as gone, a
@@ -59,7 +63,8 @@ Replay one seed with its step log: INTERLEAVING_SEED=17 pytest tests/scheduling/
 (INTERLEAVING_SEEDS=N runs seeds 0..N-1, INTERLEAVING_STEPS the steps per seed,
 INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resource,unknown-resource
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
-priorities (every pod at priority 0), preempt, regroup, annex, succeed, delete-finished,
+priorities (every pod at priority 0), native (no 1.37 PodGroup), preempt, regroup, annex, succeed,
+delete-finished,
 stall-watch, grace (evictions delete at once) and jobsets (no large JobSet)).
 """
 
@@ -102,6 +107,8 @@ RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 UNKNOWN = "example.com/foo"
 QUEUE_LABEL = "kai.scheduler/queue"
 GROUP_ANNOTATION = "pod-group-name"
+NATIVE_API = "scheduling.k8s.io/v1beta1"
+PREEMPTED_BY = re.compile(r"preempted by gang (\S+) \(priority (-?\d+)\)")
 ROOT_QUEUE = "org"
 LEAF_QUEUES = ("default-queue", "team-a", "team-b")
 MISSING_GROUP = "no-such-group"  # a pod-group-name that names no PodGroup: the pod waits for it
@@ -376,8 +383,19 @@ class Gang:
     min_subgroup: int | None = None
     queue: str = "default-queue"
     priority: int = 0
+    native: bool = False  # a scheduling.k8s.io/v1beta1 PodGroup (1.37): its priority is its members'
+    pod_priority: int = 0  # a native gang's pods' own priority, which its PodGroup's overrides
 
     def podgroup(self) -> dict:
+        if self.native:
+            spec: dict[str, Any] = {
+                "schedulingPolicy": {"gang": {"minCount": self.min_member or self.size}},
+                "priority": self.priority,
+            }
+            if self.rack:
+                spec["schedulingConstraints"] = {"topology": [{"key": RACK_LABEL}]}
+            meta = {"name": self.name, "namespace": "default", "uid": f"{self.name}-pg-uid"}
+            return {"apiVersion": NATIVE_API, "kind": "PodGroup", "metadata": meta, "spec": spec}
         subs = [{"name": s, "minMember": m} for s, m in (self.subgroups or {}).items()]
         pg = make_kai_podgroup(
             self.name,
@@ -398,11 +416,22 @@ class Gang:
         return [(f"{self.name}-{s}{i}", s) for s, n in self.sub_sizes.items() for i in range(n)]
 
     def pod(self, name: str, subgroup: str | None, uid: str | None = None) -> dict:
+        if self.native:
+            pod = make_pod(name, cpu=self.cpu, labels={QUEUE_LABEL: self.queue}, uid=uid)
+            pod["spec"]["schedulingGroup"] = {"podGroupName": self.name}
+            if self.pod_priority:
+                pod["spec"]["priority"] = self.pod_priority
+            return pod
         labels = {SUBGROUP_LABEL: subgroup} if subgroup else None
         pod = gang_pod(name, self.name, cpu=self.cpu, labels=labels, uid=uid)
         if self.priority:
             pod["spec"]["priority"] = self.priority
         return pod
+
+    def nativize(self, rng: random.Random) -> None:
+        """Make this gang a 1.37 PodGroup's, its pods' own priority set apart from the PodGroup's."""
+        self.native = True
+        self.pod_priority = rng.choice((0, 2000)) if self.priority else rng.choice((1000, 2000))
 
 
 def kai_queue(name: str, parent: str | None, *, quota: int, limit: int, weight: int = 1) -> dict:
@@ -447,12 +476,29 @@ def add_features(rng: random.Random, objects: list[dict], gangs: list[Gang], pla
                 objects.append(make_pod(f"filler-{i}", cpu="4"))
                 plain.append(f"filler-{i}")
     by_name = {g.name: g for g in gangs}
+    native = by_name.get("wide")
+    if native is not None and "native" not in SKIP and rng.random() < 0.5:
+        native.nativize(rng)
+        objects[:] = [
+            native.podgroup() if o["kind"] == "PodGroup" and o["metadata"]["name"] == "wide" else o
+            for o in objects
+        ]
+        for i, obj in enumerate(objects):
+            if (
+                obj["kind"] == "Pod"
+                and (obj["metadata"].get("annotations") or {}).get(GROUP_ANNOTATION) == "wide"
+            ):
+                objects[i] = native.pod(obj["metadata"]["name"], None)
     for obj in objects:
         name = obj["metadata"]["name"]
+        if obj["kind"] == "PodGroup" and obj["apiVersion"] == NATIVE_API:
+            continue
         if obj["kind"] == "PodGroup":
             obj["spec"]["queue"] = by_name[name].queue
         elif obj["kind"] == "Pod":
             gang = by_name.get((obj["metadata"].get("annotations") or {}).get(GROUP_ANNOTATION, ""))
+            if native is not None and native.native and obj["spec"].get("schedulingGroup"):
+                continue  # made by native.pod: its queue label and its own priority are set
             if gang is not None and gang.priority:
                 obj["spec"]["priority"] = gang.priority
             elif gang is None and name in plain:
@@ -654,6 +700,12 @@ class Driver:
         if "reclaimed for gang" in reason:
             self.reclaims += 1
             self.check_reclaim(pod, reason)
+        preempted = PREEMPTED_BY.search(reason)
+        if preempted and self.rank(pod) >= int(preempted[2]):
+            self.fail(
+                f"{name} (ranking at priority {self.rank(pod)}) evicted for gang {preempted[1]} "
+                f"of priority {preempted[2]}: a victim must rank strictly lower"
+            )
         self.evicted.append((name, self.pod_gang.get(name), by))
         self.lines.append(f"      {by} evicts {name}")
         again = copy.deepcopy(pod)
@@ -663,6 +715,16 @@ class Driver:
         again["spec"].pop("nodeName", None)
         again["status"] = {"phase": "Pending"}
         self.deferred.append(again)
+
+    def rank(self, pod: dict) -> int:
+        """The priority a pod ranks at in preemption: its 1.37 PodGroup's when it is in one (named by
+        spec.schedulingGroup, and no pod-group-name annotation, which comes first), else its own."""
+        named = (pod["spec"].get("schedulingGroup") or {}).get("podGroupName")
+        if named and GROUP_ANNOTATION not in (pod["metadata"].get("annotations") or {}):
+            group = self.cluster.get("scheduling.k8s.io", "PodGroup", "default", named)
+            if group is not None:
+                return int(group["spec"].get("priority") or 0)
+        return priority(pod)
 
     async def watchdog(self) -> None:
         """Samples the loop's lag in real time: a lag over STALL_S while the loop's own thread was
@@ -1106,9 +1168,15 @@ class Driver:
     def join(self, pod: dict, target: str) -> None:
         """Point `pod` at the PodGroup `target` (a leaf of it, if it has subgroups), in our books too."""
         name = pod["metadata"]["name"]
-        pod["metadata"].setdefault("annotations", {})[GROUP_ANNOTATION] = target
-        labels = pod["metadata"].setdefault("labels", {})
         gang = next((g for g in self.gangs if g.name == target), None)
+        annotations = pod["metadata"].setdefault("annotations", {})
+        labels = pod["metadata"].setdefault("labels", {})
+        if gang is not None and gang.native:
+            annotations.pop(GROUP_ANNOTATION, None)
+            pod["spec"]["schedulingGroup"] = {"podGroupName": target}
+            labels[QUEUE_LABEL] = gang.queue
+        else:
+            annotations[GROUP_ANNOTATION] = target  # an ownerless pod's annotation comes first
         self.pod_gang.pop(name, None)
         self.pod_sub.pop(name, None)
         self.loose.discard(name)
