@@ -13,6 +13,10 @@ from extender.model.keys import api_group
 
 
 class ObjectLookup(Protocol):
+    def children(self, group: str, kind: str, namespace: str, parent: str) -> list[dict]:
+        """The objects of the kind whose spec.parentCompositePodGroupName is `parent` (1.37 trees)."""
+        ...
+
     def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
         """The object, or None when it is absent or cannot be read. `group` is the API group
         ("" for core); lookups ignore the version."""
@@ -53,6 +57,16 @@ class ListLookup:
                 str(meta.get("name", "")),
             )
             self._by_key[key] = obj
+
+    def children(self, group: str, kind: str, namespace: str, parent: str) -> list[dict]:
+        return [
+            obj
+            for (g, k, ns, _), obj in self._by_key.items()
+            if (g, k) == (group, kind)
+            and (ns or "default") == namespace
+            and isinstance(obj.get("spec"), dict)
+            and obj["spec"].get("parentCompositePodGroupName") == parent
+        ]
 
     def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict | None:
         found = self._by_key.get((group, kind, namespace, name))

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from extender.grouping import kai
+from extender.grouping import composite, kai
 from extender.grouping.base import GroupingError, ListLookup, ObjectLookup, version_of
 from extender.grouping.jobset_scheduling import (
     SCHEDULING_API_VERSION,
@@ -140,6 +140,8 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     sg = (pod.get("spec") or {}).get("schedulingGroup")
     k8s_name = sg.get("podGroupName") if isinstance(sg, dict) else None
     obj = lookup.get(*K8S_PODGROUP, ns, str(k8s_name)) if k8s_name else None
+    if obj is not None and composite.parent_name(obj) is not None:
+        return _composite_member(obj, ns, lookup)
     if obj is not None and not _job_default_podgroup(obj, chain, lookup):
         return Membership(state=MembershipState.MEMBER, group=k8s_group(obj, lookup))
     if k8s_name and obj is None:
@@ -184,6 +186,44 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
 
     # 4. a group of one
     return Membership(state=MembershipState.MEMBER, group=single_pod_group(pod))
+
+
+def _composite_member(podgroup: dict[str, Any], ns: str, lookup: ObjectLookup) -> Membership:
+    """A pod of a PodGroup in a 1.37 CompositePodGroup tree: a member of the whole tree's gang, at the
+    leaf its PodGroup is. The tree is compiled once per version of its root and its nodes."""
+    try:
+        root = composite.root_of(podgroup, lookup)
+    except composite.MissingComposite as missing:
+        return Membership(
+            state=MembershipState.GROUP_MISSING,
+            message=f"waiting for CompositePodGroup {ns}/{missing.name} (scheduling.k8s.io) to exist",
+        )
+    nodes = _tree_versions(root, ns, lookup)
+    try:
+        group = _versioned("composite", root, nodes, lambda: composite.tree_group(root, lookup), lookup)
+    except composite.TreeIncomplete as incomplete:
+        return Membership(state=MembershipState.GROUP_MISSING, message=str(incomplete))
+    return Membership(state=MembershipState.MEMBER, group=group, subgroup=str(meta(podgroup).get("name", "")))
+
+
+def _tree_versions(root: dict[str, Any], ns: str, lookup: ObjectLookup) -> tuple[Any, ...] | None:
+    """What identifies the tree below `root` beyond the root itself: each node's name and version (so
+    a node added, gone or edited builds it again); None when the lookup has no versions."""
+    out: list[Any] = []
+    parents = [str(meta(root).get("name", ""))]
+    for _ in range(composite.MAX_TREE_DEPTH):
+        below = []
+        for parent in parents:
+            for kind in (composite.K8S_COMPOSITE, K8S_PODGROUP):
+                for obj in lookup.children(*kind, ns, parent):
+                    version = version_of(lookup, obj)
+                    if version is None:
+                        return None
+                    out.append((kind[1], meta(obj).get("name"), version))
+                    if kind == composite.K8S_COMPOSITE:
+                        below.append(str(meta(obj).get("name", "")))
+        parents = below
+    return tuple(out)
 
 
 def has_native_scheduling(job: dict[str, Any]) -> bool:
@@ -398,6 +438,9 @@ def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
         return [] if is_suspended(obj) else list(compilation.groups)
     if group_kind == kai.KAI_PODGROUP:
         return [kai.external_group(obj)]
+    if group_kind == K8S_PODGROUP and composite.parent_name(obj) is not None:
+        member = _composite_member(obj, _namespace(obj), lookup)
+        return [member.group] if member.group is not None else []
     if group_kind == K8S_PODGROUP:
         return [k8s_group(obj, lookup)]
     if group_kind == POD:

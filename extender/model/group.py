@@ -46,6 +46,7 @@ class Source(enum.Enum):
     KAI_DERIVED = "kai-derived"  # KAI podgrouper semantics over the pod's workload
     KAI_PODGROUP = "kai-podgroup"  # an external scheduling.run.ai/v2alpha2 PodGroup
     K8S_PODGROUP = "k8s-podgroup"  # a scheduling.k8s.io PodGroup object
+    K8S_COMPOSITE = "k8s-composite"  # a scheduling.k8s.io CompositePodGroup tree (1.37), keyed by its root
     JOBSET_SCHEDULING = "jobset-scheduling"  # compiled from JobSet spec.scheduling
 
 

@@ -26,7 +26,8 @@ def group_status(store: ClusterStore, group: GroupSpec, phase: str, reason: str)
     running and pending counts, and while the gang waits a schedulingCondition carrying the
     reason (cleared once it runs). scheduling.k8s.io PodGroups carry only conditions:
     PodGroupScheduled (v1alpha2) or PodGroupInitiallyScheduled (later versions), written once the
-    gang is bound, never turned back to False.
+    gang is bound, never turned back to False; a CompositePodGroup tree's root carries
+    CompositePodGroupInitiallyScheduled.
     """
     if group.source is Source.KAI_PODGROUP or group.source is Source.KAI_DERIVED:
         target = kai.KAI_PODGROUP
@@ -35,6 +36,10 @@ def group_status(store: ClusterStore, group: GroupSpec, phase: str, reason: str)
             if obj is None or not kai.is_managed(obj):
                 return None
         status = kai_status(store, group, phase, reason)
+    elif group.source is Source.K8S_COMPOSITE and phase == RUNNING:
+        target = ("scheduling.k8s.io", "CompositePodGroup")
+        condition = {"type": "CompositePodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled"}
+        status = {"conditions": [{**condition, "message": reason}]}
     elif group.source is Source.K8S_PODGROUP and phase == RUNNING:
         target = ("scheduling.k8s.io", "PodGroup")
         obj = store.get(*target, group.namespace, group.name) or {}

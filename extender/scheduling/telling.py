@@ -31,6 +31,7 @@ WORKLOAD_KINDS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("k
 _GROUP_OBJECTS: dict[Source, tuple[tuple[str, str], ...]] = {
     Source.KAI_PODGROUP: (("scheduling.run.ai", "PodGroup"),),
     Source.K8S_PODGROUP: (("scheduling.k8s.io", "PodGroup"),),
+    Source.K8S_COMPOSITE: (("scheduling.k8s.io", "CompositePodGroup"),),
     Source.KAI_DERIVED: (("scheduling.run.ai", "PodGroup"),),
     Source.JOBSET_SCHEDULING: (("scheduling.k8s.io", "PodGroup"), ("scheduling.run.ai", "PodGroup")),
 }

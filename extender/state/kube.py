@@ -177,6 +177,8 @@ DEFAULT_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind(
         "scheduling.k8s.io", ("v1", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1"), "workloads", "Workload"
     ),
+    # a 1.37 tree of PodGroups under CompositePodGroups (alpha: v1alpha3 only, gate CompositePodGroup)
+    WatchedKind("scheduling.k8s.io", ("v1alpha3",), "compositepodgroups", "CompositePodGroup"),
     WatchedKind("kai.scheduler", ("v1alpha1",), "topologies", "Topology", namespaced=False),
     WatchedKind("scheduling.run.ai", ("v2",), "queues", "Queue", namespaced=False),
 )
@@ -193,6 +195,8 @@ _UNSERVED_MEANS = {
 }
 _UNSERVED_KIND_MEANS = {
     ("scheduling.run.ai", "queues"): "queues are not enforced (install KAI Scheduler's Queue CRD, v2)",
+    ("scheduling.k8s.io", "compositepodgroups"): "pods of a PodGroup that names a parent CompositePodGroup "
+    "wait for it (Kubernetes 1.37+ with the CompositePodGroup feature gate and scheduling.k8s.io/v1alpha3)",
 }
 
 

@@ -58,9 +58,23 @@ GROUPING_KINDS = frozenset(
         ("scheduling.run.ai", "PodGroup"),
         ("scheduling.k8s.io", "PodGroup"),
         ("scheduling.k8s.io", "Workload"),
+        ("scheduling.k8s.io", "CompositePodGroup"),
         ("kai.scheduler", "Topology"),
     }
 )
+# The kinds of a 1.37 CompositePodGroup tree's nodes, indexed by the parent they name.
+TREE_KINDS = frozenset({("scheduling.k8s.io", "PodGroup"), ("scheduling.k8s.io", "CompositePodGroup")})
+
+
+def children_ref(kind: Kind, namespace: str, parent: str) -> tuple[Kind, str]:
+    """What a pod that listed `parent`'s children of `kind` read: regrouped when that list changes."""
+    return ((kind[0], kind[1] + "@children"), f"{namespace}/{parent}")
+
+
+def _parent(obj: dict[str, Any]) -> str | None:
+    spec = obj.get("spec")
+    parent = spec.get("parentCompositePodGroupName") if isinstance(spec, dict) else None
+    return str(parent) if parent else None
 
 
 _REQUEST_FIELDS = ("containers", "initContainers", "resources", "overhead")  # what pod_requests reads
@@ -312,6 +326,13 @@ class _Reads:
             self.keys.add(((group, kind), f"{namespace}/{name}" if namespace else name))
         return self.store.get(group, kind, namespace, name)
 
+    def children(self, group: str, kind: str, namespace: str, parent: str) -> list[dict[str, Any]]:
+        self.keys.add(children_ref((group, kind), namespace, parent))
+        found = self.store.children(group, kind, namespace, parent)
+        for obj in found:  # an edit of a child (its minCount) regroups the tree's pods too
+            self.keys.add(((group, kind), key_of(obj)))
+        return found
+
     def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
         return self.store.grouping_version(obj)
 
@@ -326,6 +347,7 @@ class ClusterStore:
         )
         self.resources.column(podaffinity.ONE_PER_NODE)
         self.arrays.add_resource(podaffinity.ONE_PER_NODE, scarce=False)
+        self._tree: dict[tuple[Kind, str], set[str]] = {}  # children_ref -> child keys
         self.node_rows: dict[str, int] = {}
         self.row_names: dict[int, str] = {}
         self._name_index: NameIndex | None = None  # of row_names; None when the node set changed
@@ -378,6 +400,8 @@ class ClusterStore:
             bucket[key] = obj
             if kind == NODE:
                 self._apply_node(obj, old)
+            elif kind in TREE_KINDS:
+                self._retree(kind, key, old, obj)
         if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
             self.grouping_gen += 1
             self._regroup((kind, key))
@@ -421,6 +445,8 @@ class ClusterStore:
             self._remove_node(key)
         elif kind == POD:
             self._remove_pod(PodKey(key))
+        elif kind in TREE_KINDS:
+            self._retree(kind, key, old, None)
         if kind in GROUPING_KINDS:
             self._fingerprints.pop((kind, key), None)
             self.grouping_gen += 1
@@ -453,6 +479,32 @@ class ClusterStore:
         if self.objects.get(kind, {}).get(key) is not obj:
             return None
         return self._fingerprints.get((kind, key))
+
+    def children(self, group: str, kind: str, namespace: str, parent: str) -> list[dict[str, Any]]:
+        """The objects of `kind` (a PodGroup or CompositePodGroup) naming `parent` as their parent."""
+        bucket = self.objects.get((group, kind), {})
+        keys = self._tree.get(children_ref((group, kind), namespace, parent), ())
+        return [bucket[k] for k in sorted(keys) if k in bucket]
+
+    def _retree(self, kind: Kind, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Keep the parent index of a tree node; the pods that listed the children it joins or leaves
+        are derived again (the parent is immutable in the API: this is a node appearing or going)."""
+        namespace = key.partition("/")[0]
+        before, after = (_parent(old) if old else None), (_parent(new) if new else None)
+        if before == after and (old is None) == (new is None):
+            return
+        for parent, add in ((before, False), (after, True)):
+            if parent is None:
+                continue
+            ref = children_ref(kind, namespace, parent)
+            keys = self._tree.setdefault(ref, set())
+            if add:
+                keys.add(key)
+            else:
+                keys.discard(key)
+                if not keys:
+                    del self._tree[ref]
+            self._regroup(ref)
 
     def list(self, group: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         objs = self.objects.get((group, kind), {})

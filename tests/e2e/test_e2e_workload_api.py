@@ -80,10 +80,13 @@ class NoLookup:
         return None
 
 
-def create_podgroup(api: Api, namespace: str, pg: dict[str, Any]) -> dict[str, Any]:
-    """POST a PodGroup as it is. The API server's PodGroup admission rejects it (403, Workload not found)
-    until its informer has seen the Workload created just before: retry only that, briefly."""
-    path = scheduling_path(api, namespace, "podgroups")
+def create_podgroup(
+    api: Api, namespace: str, pg: dict[str, Any], *, path: str | None = None
+) -> dict[str, Any]:
+    """POST a PodGroup (or, to `path`, a CompositePodGroup) as it is. The API server's admission rejects
+    it (403, Workload not found) until its informer has seen the Workload created just before: retry
+    only that, briefly."""
+    path = path or scheduling_path(api, namespace, "podgroups")
 
     def attempt() -> dict[str, Any] | None:
         status, doc = api.request("POST", path, pg, ok=(200, 201, 403))

@@ -110,6 +110,7 @@ def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:
         ("scheduling.run.ai", "podgroups", "delete"),
         ("scheduling.run.ai", "podgroups/status", "patch"),
         ("scheduling.k8s.io", "podgroups/status", "patch"),
+        ("scheduling.k8s.io", "compositepodgroups/status", "patch"),
         ("scheduling.run.ai", "queues/status", "patch"),  # each queue's allocated and requested
     }
     assert grants - expected == set(), f"granted but never used: {sorted(grants - expected)}"
