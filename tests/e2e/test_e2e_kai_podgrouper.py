@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from controlplane.start import ControlPlane, PlaneUnavailable, free_port, kai_podgrouper_binary, wait_until
+from controlplane.start import ControlPlane, available_or_skip, free_port, kai_podgrouper_binary, wait_until
 from test_e2e_gangs import wait_all_bound
 from test_e2e_podgroups import PODGROUPS, WORKLOADS
 
@@ -138,14 +138,7 @@ def kai_podgrouper(cluster: Cluster) -> Iterator[ControlPlane]:
     """KAI's podgrouper watching gang-scheduler's pods, and the service restarted with --podgrouper false
     on the same port (kube-scheduler keeps calling it); both put back as they were afterwards."""
     plane = cluster.plane
-    try:
-        binary = kai_podgrouper_binary()
-    except PlaneUnavailable as exc:
-        import os
-
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and KAI's podgrouper is unavailable: {exc}", pytrace=False)
-        pytest.skip(f"KAI's podgrouper unavailable: {exc}")
+    binary = available_or_skip("KAI's podgrouper", kai_podgrouper_binary)
     port = int(cluster.service_url.rsplit(":", 1)[1])
     before = list(plane.service_args)
     plane.stop_service()

@@ -3,7 +3,7 @@
 # of its go.mod, at the versions its go.mod and go.sum pin), from the Go module proxy, once per machine
 # into the control-plane cache. Used for the Kubernetes control plane (kubernetes/: kube-apiserver,
 # kube-scheduler, kube-controller-manager of k8s.io/kubernetes, its staging modules replaced by their
-# releases) and for KAI's podgrouper (kai/). etcd comes from Debian (build.sh, the 1.20.2 build, installs
+# releases), for KAI's podgrouper (kai/) and for the Kubeflow training-operator (training-operator/). etcd comes from Debian (build.sh, the 1.20.2 build, installs
 # it; start.py runs that first when etcd is missing).
 # Usage: module-build.sh MODULE_DIR CACHE_DIR
 #   K8S_BUILD_PARALLEL=N caps the compiler's parallelism (go build -p N); unset, Go uses every core.

@@ -182,39 +182,60 @@ def upstream_crds() -> Path:
 
 
 KAI_MODULE = Path(__file__).with_name("kai")
+TRAINING_OPERATOR_MODULE = Path(__file__).with_name("training-operator")
+
+
+def _run_build(argv: list[str], what: str) -> None:
+    """Run a build script; PlaneUnavailable naming `what` with the script's last line when it fails."""
+    run = subprocess.run(argv, capture_output=True, text=True)
+    if run.returncode != 0:
+        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise PlaneUnavailable(f"{what} build failed (exit {run.returncode}): {tail[0]}")
+
+
+def _module_version(go_mod: Path, module: str) -> str:
+    """The version `go_mod` requires of `module` (its `require` line)."""
+    for line in go_mod.read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == module and words[1].startswith("v"):
+            return words[1]
+    raise PlaneUnavailable(f"{go_mod} requires no {module}")
+
+
+def module_tool(module_dir: Path, module: str, program: str, what: str) -> str:
+    """A program that a module directory of ours names in a `tool` line, at the release of `module` its
+    go.mod and go.sum pin, built once per machine by module-build.sh (into <dir>-<version> under the
+    cache root); PlaneUnavailable with the build's last line otherwise."""
+    version = _module_version(module_dir / "go.mod", module)
+    cache = cache_root() / f"{module_dir.name}-{version}"
+    binary = cache / "bin" / program
+    if not os.access(binary, os.X_OK):
+        _run_build(["bash", str(MODULE_BUILD), str(module_dir), str(cache)], f"{what} {version}")
+    if not os.access(binary, os.X_OK):
+        raise PlaneUnavailable(f"{what} {version} build finished but {binary} is missing")
+    return str(binary)
 
 
 def kai_podgrouper_binary() -> str:
-    """KAI Scheduler's podgrouper, the release kai/go.mod pins, built once per machine by module-build.sh
-    (into kai-<version> under the cache root); PlaneUnavailable with the build's last line otherwise."""
-    version = next(
-        words[1]
-        for words in (line.split() for line in (KAI_MODULE / "go.mod").read_text().splitlines())
-        if len(words) >= 2 and words[0] == "github.com/NVIDIA/KAI-scheduler" and words[1].startswith("v")
+    """KAI Scheduler's podgrouper, the release kai/go.mod pins."""
+    return module_tool(KAI_MODULE, "github.com/NVIDIA/KAI-scheduler", "podgrouper", "KAI podgrouper")
+
+
+def training_operator_binary() -> str:
+    """The Kubeflow training-operator (its PyTorchJob controller), as training-operator/go.mod pins it."""
+    return module_tool(
+        TRAINING_OPERATOR_MODULE,
+        "github.com/kubeflow/training-operator",
+        "training-operator.v1",
+        "Kubeflow training-operator",
     )
-    cache = cache_root() / f"kai-{version}"
-    binary = cache / "bin" / "podgrouper"
-    if os.access(binary, os.X_OK):
-        return str(binary)
-    run = subprocess.run(
-        ["bash", str(MODULE_BUILD), str(KAI_MODULE), str(cache)], capture_output=True, text=True
-    )
-    if run.returncode != 0 or not os.access(binary, os.X_OK):
-        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise PlaneUnavailable(f"KAI podgrouper {version} build failed (exit {run.returncode}): {tail[0]}")
-    return str(binary)
 
 
 def _build_from_modules(version: str) -> dict[str, str]:
     """module-build.sh: the release kubernetes/go.mod pins, built once per machine (it takes a lock)."""
-    run = subprocess.run(
-        ["bash", str(MODULE_BUILD), str(KUBERNETES_MODULE), str(cache_dir(version))],
-        capture_output=True,
-        text=True,
+    _run_build(
+        ["bash", str(MODULE_BUILD), str(KUBERNETES_MODULE), str(cache_dir(version))], f"Kubernetes {version}"
     )
-    if run.returncode != 0:
-        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise PlaneUnavailable(f"Kubernetes {version} build failed (exit {run.returncode}): {tail[0]}")
     got = _found(version)
     if not got:
         raise PlaneUnavailable(
@@ -234,10 +255,7 @@ def _build_120() -> dict[str, str]:
         got = _found(LEGACY_VERSION)
         if got:
             return got
-        run = subprocess.run(["bash", str(BUILD_SCRIPT), str(cache)], capture_output=True, text=True)
-        if run.returncode != 0:
-            tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise PlaneUnavailable(f"control plane build failed (exit {run.returncode}): {tail[0]}")
+        _run_build(["bash", str(BUILD_SCRIPT), str(cache)], f"Kubernetes {LEGACY_VERSION} control plane")
     got = _found(LEGACY_VERSION)
     if not got:
         raise PlaneUnavailable(f"control plane build finished but binaries are missing in {cache}/bin")
@@ -291,11 +309,10 @@ def _unpack_136(source: Path | None = None) -> dict[str, str]:
 
 def kubectl_version() -> str:
     """The Kubernetes version of the pinned kubectl: k8s.io/kubectl v0.X.Y in its go.mod is 1.X.Y."""
-    for line in (KUBECTL_MODULE / "go.mod").read_text().splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == "k8s.io/kubectl" and words[1].startswith("v0."):
-            return "1." + words[1].removeprefix("v0.")
-    raise PlaneUnavailable(f"{KUBECTL_MODULE / 'go.mod'} requires no k8s.io/kubectl v0.X.Y")
+    version = _module_version(KUBECTL_MODULE / "go.mod", "k8s.io/kubectl")
+    if not version.startswith("v0."):
+        raise PlaneUnavailable(f"{KUBECTL_MODULE / 'go.mod'} requires no k8s.io/kubectl v0.X.Y")
+    return "1." + version.removeprefix("v0.")
 
 
 def kubectl_binary() -> str:
@@ -314,27 +331,28 @@ def kubectl_binary() -> str:
     with lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         if not os.access(binary, os.X_OK):
-            run = subprocess.run(
-                ["bash", str(KUBECTL_BUILD_SCRIPT), str(cache)], capture_output=True, text=True
-            )
-            if run.returncode != 0:
-                tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise PlaneUnavailable(f"kubectl build failed (exit {run.returncode}): {tail[0]}")
+            _run_build(["bash", str(KUBECTL_BUILD_SCRIPT), str(cache)], "kubectl")
     if not os.access(binary, os.X_OK):
         raise PlaneUnavailable(f"kubectl build finished but {binary} is missing")
     return str(binary)
 
 
-def kubectl_or_skip() -> str:
-    """kubectl_binary() for a test: skip with the one-line reason, or fail under CI=true."""
+def available_or_skip(what: str, get: Any) -> Any:
+    """get() for a test, or skip it with the one-line reason why `what` cannot be had here; under
+    CI=true that fails the test instead (CI must build every part)."""
     import pytest
 
     try:
-        return kubectl_binary()
+        return get()
     except PlaneUnavailable as exc:
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and kubectl is unavailable: {exc}", pytrace=False)
-        pytest.skip(f"kubectl is unavailable: {exc}")
+            pytest.fail(f"CI=true and {what} is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"{what} is unavailable: {exc}")
+
+
+def kubectl_or_skip() -> str:
+    """kubectl_binary() for a test: skip with the one-line reason, or fail under CI=true."""
+    return str(available_or_skip("kubectl", kubectl_binary))
 
 
 class Api:
