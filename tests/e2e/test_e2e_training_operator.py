@@ -4,13 +4,12 @@ the operator makes the master and worker pods and their Services, the service's 
 KAI PodGroup `gang-extender podgroups -f` prints for the job, and the service binds the three pods whole.
 
 The operator runs as its Deployment would, but outside a pod: in its namespace (`MY_POD_NAMESPACE`) with
-its webhook Secret and its ValidatingWebhookConfiguration (names and rules as the module's
-manifests/base/webhook has them), where its certificate rotator fills both. Two things a kubelet and a
-Service would do are done here instead: the certificates the rotator writes into the Secret are put
-where its webhook server reads them (the Secret's volume, /tmp/k8s-webhook-server/serving-certs), and
-the configuration reaches the webhook server by URL on loopback. The rotator issues its certificate for
-the in-cluster Service name only, which the API server cannot match against 127.0.0.1, so the webhooks
-are registered with failurePolicy Ignore: the operator's own validation is not what this tests.
+its webhook Secret and its ValidatingWebhookConfiguration (as the module's manifests/base/webhook has
+them: its Service, paths, rules and failurePolicy Fail), where its certificate rotator fills both. What
+a kubelet and kube-proxy would do is done here instead: the certificates the rotator writes into the
+Secret are put where its webhook server reads them (the Secret's volume), and the Service's endpoint
+is this machine's address at the webhook server's port (route_service); the API server calls the
+operator's validation for every PyTorchJob and checks its certificate as in a cluster.
 """
 
 from __future__ import annotations
@@ -40,13 +39,14 @@ pytestmark = pytest.mark.k8s(
 TRAINING_OPERATOR = "training-operator"
 NAMESPACE = "kubeflow"  # its install's namespace (manifests/overlays/standalone)
 SECRET = "training-operator-webhook-cert"  # --webhook-secret-name's default
+SERVICE = "training-operator"  # --webhook-service-name's default: its certificate is for this Service
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"  # pkg/cert: the one the rotator fills
 CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # pkg/cert: where its webhook server reads them
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 
 
-def webhook_configuration(port: int) -> dict[str, Any]:
-    """The module's validating webhooks for the kinds it serves (manifests/base/webhook), by URL."""
+def webhook_configuration() -> dict[str, Any]:
+    """The module's validating webhooks for the kinds it serves (manifests/base/webhook)."""
     kinds = ("jaxjob", "paddlejob", "pytorchjob", "tfjob", "xgboostjob")
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -56,8 +56,14 @@ def webhook_configuration(port: int) -> dict[str, Any]:
             {
                 "name": f"validator.{kind}.training-operator.kubeflow.org",
                 "admissionReviewVersions": ["v1"],
-                "clientConfig": {"url": f"https://127.0.0.1:{port}/validate-kubeflow-org-v1-{kind}"},
-                "failurePolicy": "Ignore",
+                "clientConfig": {
+                    "service": {
+                        "name": SERVICE,
+                        "namespace": NAMESPACE,
+                        "path": f"/validate-kubeflow-org-v1-{kind}",
+                    }
+                },
+                "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "rules": [
                     {
@@ -88,7 +94,8 @@ def training_operator(cluster: Cluster) -> Iterator[None]:
     port = free_port()
     hooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     api.delete(f"{hooks}/{WEBHOOK_CONFIGURATION}")
-    api.create(hooks, webhook_configuration(port))
+    api.create(hooks, webhook_configuration())
+    plane.route_service(NAMESPACE, SERVICE, port)
     shutil.rmtree(CERT_DIR, ignore_errors=True)
     CERT_DIR.mkdir(parents=True)
     probe = free_port()
@@ -130,8 +137,8 @@ def training_operator(cluster: Cluster) -> Iterator[None]:
             raise AssertionError(f"{exc}\n{plane.log_tail(TRAINING_OPERATOR, 40)}") from None
         yield
     finally:
+        api.delete(f"{hooks}/{WEBHOOK_CONFIGURATION}")  # first: no PyTorchJob write may meet a dead webhook
         plane.kill(TRAINING_OPERATOR)
-        api.delete(f"{hooks}/{WEBHOOK_CONFIGURATION}")
         shutil.rmtree(CERT_DIR, ignore_errors=True)
 
 

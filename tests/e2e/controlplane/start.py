@@ -125,6 +125,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def machine_address() -> str:
+    """This machine's own non-loopback IPv4 address (of the interface its default route uses); no packet
+    is sent. PlaneUnavailable when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.255", 9))  # any routable address: the kernel picks the interface
+            address = str(s.getsockname()[0])
+        except OSError as exc:
+            raise PlaneUnavailable(f"this machine has no non-loopback IPv4 address: {exc}") from exc
+    if address.startswith("127.") or address == "0.0.0.0":
+        raise PlaneUnavailable("this machine has no non-loopback IPv4 address for a webhook endpoint")
+    return address
+
+
 def cache_root() -> Path:
     """The directory holding one `k8s-<version>` directory per version.
 
@@ -717,6 +731,9 @@ class ControlPlane:
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                # a webhook naming a Service is called at the Service's endpoint (route_service), with
+                # its certificate checked against the Service's DNS name, as in a cluster
+                "--enable-aggregator-routing=true",
                 *current,
                 "--v=1",
             ],
@@ -1123,6 +1140,31 @@ class ControlPlane:
             {"status": {"capacity": res, "allocatable": res, "conditions": [ready]}},
             kind="strategic",
         )
+
+    def route_service(self, namespace: str, name: str, port: int) -> None:
+        """A Service without a selector whose one endpoint is this machine's own address at `port`: a
+        webhook configuration naming the Service reaches a controller's webhook server running here, and
+        the API server checks the server's certificate for `<name>.<namespace>.svc`, as in a cluster
+        (the API server runs with --enable-aggregator-routing; an endpoint may not be loopback)."""
+        address = machine_address()
+        svc = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port}]},
+        }
+        endpoints = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": name, "namespace": namespace},
+            "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "webhook", "port": port}]}],
+        }
+        for path, obj in (
+            (f"/api/v1/namespaces/{namespace}/services", svc),
+            (f"/api/v1/namespaces/{namespace}/endpoints", endpoints),
+        ):
+            self.api.delete(f"{path}/{name}")
+            self.api.create(path, obj)
 
     def add_racks(self, *, blocks: int, racks_per_block: int, nodes_per_rack: int, **node: str) -> list[str]:
         """Nodes named b<i>-r<j>-n<k> labelled with their block, rack and hostname; returns their names."""
