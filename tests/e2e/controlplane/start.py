@@ -245,6 +245,14 @@ def training_operator_binary() -> str:
     )
 
 
+JOBSET_MODULE = Path(__file__).with_name("jobset")
+
+
+def jobset_controller_binary() -> str:
+    """The JobSet controller, the release jobset/go.mod pins."""
+    return module_tool(JOBSET_MODULE, "sigs.k8s.io/jobset", "jobset", "JobSet controller")
+
+
 def _build_from_modules(version: str) -> dict[str, str]:
     """module-build.sh: the release kubernetes/go.mod pins, built once per machine (it takes a lock)."""
     _run_build(

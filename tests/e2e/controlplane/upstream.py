@@ -39,11 +39,24 @@ import yaml
 
 
 @dataclass(frozen=True)
+class Webhooks:
+    """A controller's admission webhooks as its module's kustomize base has them: the manifest, the
+    JSON patches its kustomization applies to each configuration, and what its install's overlay adds
+    (a name prefix, the namespace)."""
+
+    manifest: str
+    patches: tuple[tuple[str, str], ...]  # (configuration kind, patch file)
+    name_prefix: str
+    namespace: str
+
+
+@dataclass(frozen=True)
 class UpstreamModule:
     path: str
     version: str
     go_sum: str  # the module's h1: hash, as a go.sum line names it
     crds: tuple[str, ...]  # files inside the module
+    webhooks: Webhooks | None = None
 
 
 KAI = UpstreamModule(
@@ -61,12 +74,27 @@ JOBSET = UpstreamModule(
     "v0.12.0",
     "h1:YYPuV0px8Ongq/RXmJg6V0w2UC67aiR+rCMD06vhQQQ=",
     ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
+    Webhooks(
+        "config/components/webhook/manifests.yaml",
+        (
+            ("MutatingWebhookConfiguration", "config/components/webhook/patches/mutating-patch.yaml"),
+            ("ValidatingWebhookConfiguration", "config/components/webhook/patches/validating-patch.yaml"),
+        ),
+        name_prefix="jobset-",  # config/default
+        namespace="jobset-system",
+    ),
 )
 TRAINING_OPERATOR = UpstreamModule(
     "github.com/kubeflow/training-operator",
     "v1.9.3",
     "h1:aaSHqskOtCY8Dn8sVd+l9p5XAczW6O0nYMPjVLAw/lc=",
     ("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",),
+    Webhooks(
+        "manifests/base/webhook/manifests.yaml",
+        (("ValidatingWebhookConfiguration", "manifests/base/webhook/patch.yaml"),),
+        name_prefix="",
+        namespace="kubeflow",  # manifests/overlays/standalone
+    ),
 )
 MODULES = (KAI, JOBSET, TRAINING_OPERATOR)
 
@@ -77,7 +105,7 @@ class UpstreamUnavailable(Exception):
 
 def table_digest(modules: tuple[UpstreamModule, ...] = MODULES) -> str:
     """Names the cache directory: it changes with the table and with the additions made to the files."""
-    text = json.dumps([[m.path, m.version, m.go_sum, list(m.crds)] for m in modules])
+    text = json.dumps([[m.path, m.version, m.go_sum, list(m.crds), repr(m.webhooks)] for m in modules])
     text += inspect.getsource(with_jobset_scheduling) + inspect.getsource(with_kai_seed_fields)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -226,10 +254,52 @@ def fetch(cache: Path, modules: tuple[UpstreamModule, ...] = MODULES) -> Path:
                     if module is KAI:
                         docs = [with_kai_seed_fields(d) for d in docs]
                     (out / source.name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
+                if module.webhooks is not None:
+                    hooks = out / "webhooks"
+                    hooks.mkdir(exist_ok=True)
+                    rendered = _render_webhooks(root, module.webhooks)
+                    (hooks / f"{module.path.rsplit('/', 1)[-1]}.yaml").write_text(
+                        yaml.safe_dump_all(rendered, sort_keys=False)
+                    )
             (out / ".complete").write_text(json.dumps([[m.path, m.version] for m in modules]) + "\n")
             shutil.rmtree(target, ignore_errors=True)
             out.rename(target)
     return target
+
+
+def _render_webhooks(root: Path, hooks: Webhooks) -> list[dict[str, Any]]:
+    """What `kubectl kustomize` of the controller's install renders for its webhook configurations: the
+    manifest, each configuration's JSON patches (`replace` operations, all these use), then the
+    overlay's name prefix and namespace on the configurations and the Service they name."""
+    docs = [d for d in yaml.safe_load_all((root / hooks.manifest).read_text()) if d]
+    for kind, rel in hooks.patches:
+        ops = yaml.safe_load((root / rel).read_text()) or []
+        for doc in docs:
+            if doc.get("kind") != kind:
+                continue
+            for op in ops:
+                if op.get("op") != "replace":
+                    raise UpstreamUnavailable(f"{rel}: JSON patch op {op.get('op')!r} is not handled here")
+                *parents, last = [t for t in op["path"].split("/") if t]
+                node: Any = doc
+                for token in parents:
+                    node = node[int(token)] if isinstance(node, list) else node[token]
+                node[int(last) if isinstance(node, list) else last] = op["value"]
+    for doc in docs:
+        doc["metadata"]["name"] = hooks.name_prefix + doc["metadata"]["name"]
+        for hook in doc.get("webhooks") or []:
+            service = (hook.get("clientConfig") or {}).get("service")
+            if service is not None:
+                service["name"] = hooks.name_prefix + service["name"]
+                service["namespace"] = hooks.namespace
+    return docs
+
+
+def webhook_configurations(directory: Path, module: UpstreamModule) -> list[dict[str, Any]]:
+    """The controller's webhook configurations (fetch's `webhooks/<module>.yaml`), as its install has
+    them; never applied with the CRDs: a webhook whose server is not running refuses writes."""
+    path = directory / "webhooks" / f"{module.path.rsplit('/', 1)[-1]}.yaml"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 KAI_PODGROUP_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.run.ai"
