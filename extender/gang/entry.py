@@ -58,6 +58,7 @@ class GangEntry:
     since: float | None = None
     """When the gang was first seen (a member filtered), until its quorum is bound: time to bind."""
     no_fit: tuple[tuple[int, ...], str] | None = None  # (signature, reason) of the last "does not fit"
+    no_fit_spec: GroupSpec | None = None  # the definition that did not fit (a changed one may)
     excluded: dict[PodKey, set[str]] = dataclasses.field(default_factory=dict)
     """Nodes kube-scheduler would not offer a member (its own filters: pod anti-affinity, ports...);
     later plans avoid them so replanning converges instead of cycling through the same node."""

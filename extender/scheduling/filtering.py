@@ -370,7 +370,7 @@ class Filtering:
                 started = self.gang_preemption.reclaim(call, members, leaves)
             if started is not None:
                 return started
-            ledger.remember_no_fit(group.key, signature, reason)
+            ledger.remember_no_fit(group.key, signature, reason, group)
             return FilterDecision(Verdict.NO_FIT, [], reason)
         ledger.plan(group, result.assignment, domain=result.domain)
         if preempted is not None:

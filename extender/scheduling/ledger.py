@@ -212,6 +212,18 @@ class GangLedger:
     def short_of_group_pods(self) -> list[PodKey]:
         return sorted(self.short_of_group)
 
+    def unfit_gangs(self) -> list[tuple[GroupKey, GroupSpec]]:
+        """Gangs without a plan whose definition was last found to fit nowhere, with that definition."""
+        return sorted(
+            (e.key, e.no_fit_spec) for e in self.gangs.values() if e.no_fit_spec is not None and not e.plan
+        )
+
+    def forget_no_fit(self, key: GroupKey) -> None:
+        e = self.gangs.get(key)
+        if e is not None:
+            e.no_fit, e.no_fit_spec = None, None
+            self.gen += 1
+
     def short_of_pods_gangs(self) -> list[tuple[GroupKey, GroupSpec]]:
         return sorted(self.short_of_pods.items())
 
@@ -330,10 +342,14 @@ class GangLedger:
             return None
         return e.no_fit[1]
 
-    def remember_no_fit(self, key: GroupKey, signature: tuple[int, ...], reason: str) -> None:
-        """The gang fits nowhere, preempts and reclaims nothing, as the cluster is at `signature`."""
+    def remember_no_fit(
+        self, key: GroupKey, signature: tuple[int, ...], reason: str, spec: GroupSpec | None = None
+    ) -> None:
+        """The gang, as `spec` defines it, fits nowhere, preempts and reclaims nothing, as the cluster
+        is at `signature`."""
         e = self._entry(key)
         e.no_fit = (signature, reason)
+        e.no_fit_spec = spec
         e.last_reason = reason
         self.gen += 1
 

@@ -49,6 +49,7 @@ class Telling:
         self.ledger = view.ledger
         self.told = ReasonsTold()
         self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
+        self._regroups_seen = -1  # grouping_gen at the last look for regrouped gangs that did not fit
 
     def tell_gang(self, gang: GroupKey, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
         """The gang's current reason, written where it is not said yet: the PodScheduled condition of
@@ -152,10 +153,10 @@ class Telling:
         object appeared since the last look."""
         mark = (self.store.pods_added, self.store.grouping_gen)
         ledger = self.ledger
+        effects: list[Effect] = self._regrouped_unfit()
         if mark == self._arrivals_seen or not ledger.awaiting_arrivals():
-            return []
+            return effects
         self._arrivals_seen = mark
-        effects: list[Effect] = []
         now = ledger.clock()
         for pk, since in ledger.short_of_cache_since():
             rec = self.store.pods.get(pk)
@@ -182,6 +183,21 @@ class Telling:
             self.ledger.pods_arrived(key)  # ready, or every member gone: nothing left to wait for
             if counts:
                 effects += self.nudge_turned_away(key, "quorum")
+        return effects
+
+    def _regrouped_unfit(self) -> list[Effect]:
+        """Nudge the turned-away members of a gang that fit nowhere once its definition changed (an
+        elastic minCount lowered in place, a constraint edited): kube-scheduler parked them as
+        unschedulable, and no event of its own retries them. Looked at when grouping objects changed."""
+        if self.store.grouping_gen == self._regroups_seen:
+            return []
+        self._regroups_seen = self.store.grouping_gen
+        effects: list[Effect] = []
+        for key, spec in self.ledger.unfit_gangs():
+            now_spec = self.view.spec_of(key, self.store.group_members(key))
+            if now_spec is not None and now_spec != spec:
+                self.ledger.forget_no_fit(key)
+                effects += self.nudge_turned_away(key, "regrouped")
         return effects
 
     def note_bind_error(self, key: PodKey, error: str) -> None:

@@ -8,6 +8,7 @@ whole or not at all, topology holds, pending pods carry our reason, group status
 
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 from pathlib import Path
@@ -88,8 +89,14 @@ def create_child_jobs(api: Api, jobset: dict[str, Any]) -> None:
     rjs = jobset["spec"]["replicatedJobs"]
     global_replicas = sum(int(rj.get("replicas", 1)) for rj in rjs)
     global_index = 0
+    group_of = {rj["name"]: rj.get("groupName") or "default" for rj in rjs}  # the CRD's default
+    group_replicas = collections.Counter()
+    for rj in rjs:
+        group_replicas[group_of[rj["name"]]] += int(rj.get("replicas", 1))
+    group_index = collections.Counter()
     for rj in rjs:
         replicas = int(rj.get("replicas", 1))
+        group = group_of[rj["name"]]
         for index in range(replicas):
             job_name = f"{js_name}-{rj['name']}-{index}"
             marks = {
@@ -102,8 +109,13 @@ def create_child_jobs(api: Api, jobset: dict[str, Any]) -> None:
                 keys.JOB_GLOBAL_INDEX: str(global_index),
                 keys.JOB_KEY: hashlib.sha1(f"{ns}/{job_name}".encode()).hexdigest(),
                 keys.RESTART_ATTEMPT: "0",
+                # JobSet's replicatedJob groups (v0.12.0): the group, its replicas, the Job's index in it
+                "jobset.sigs.k8s.io/group-name": group,
+                "jobset.sigs.k8s.io/group-replicas": str(group_replicas[group]),
+                "jobset.sigs.k8s.io/job-group-index": str(group_index[group]),
             }
             global_index += 1
+            group_index[group] += 1
             template = copy.deepcopy(rj["template"])
             job_meta = template.setdefault("metadata", {})
             pod_meta = template["spec"]["template"].setdefault("metadata", {})

@@ -116,11 +116,15 @@ def test_a_gang_job_waits_whole_then_binds_in_one_rack_when_its_min_count_is_low
         timeout_s=30,
         what="the Job controller to patch its PodGroup's minCount to 3",
     )
-    bound = wait_until(
-        lambda: (lambda got: got if len(got) >= 3 else None)(bound_nodes(pods(api, namespace))),
-        timeout_s=60,
-        what="the gang of three to bind",
-    )
+    try:
+        bound = wait_until(
+            lambda: (lambda got: got if len(got) >= 3 else None)(bound_nodes(pods(api, namespace))),
+            timeout_s=60,
+            what="the gang of three to bind",
+        )
+    except AssertionError as exc:
+        said = {p["metadata"]["name"]: pending_reasons(api, namespace, p)[-1:] for p in pods(api, namespace)}
+        raise AssertionError(f"{exc}; the pods say {said}") from None
     assert len({rack_of(api, n) for n in bound}) == 1, f"the gang spans racks: {bound}"
     assert len(bound_nodes(pods(api, namespace))) == 3, "the fourth pod fits no node of the gang's rack"
 

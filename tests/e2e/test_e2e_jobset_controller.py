@@ -24,7 +24,7 @@ import yaml
 from controlplane import upstream
 from controlplane.controllers import Install, ports, running
 from controlplane.start import available_or_skip, jobset_controller_binary, upstream_crds
-from test_e2e_gangs import RACK, bound_nodes, rack_of, seed, wait_all_bound, with_scheduler
+from test_e2e_gangs import RACK, SEEDS, bound_nodes, rack_of, seed, wait_all_bound, with_scheduler
 from test_e2e_podgroups import read_podgroup
 
 from extender.grouping import kai, podgroup_objects
@@ -78,7 +78,11 @@ def jobset_controller(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 def kai_topology_jobset(namespace: str) -> dict[str, Any]:
     """The KAI seed's JobSet (kai-jobset-topology.yaml) on the tier's Topology: levels named by their
     node labels (KAI v0.12.0's Topology has no alias), cpu only."""
-    jobset = seed("kai-jobset-topology.yaml")
+    jobset = next(
+        d
+        for d in yaml.safe_load_all((SEEDS / "kai-jobset-topology.yaml").read_text())
+        if d and d["kind"] == "JobSet"
+    )
     jobset["metadata"]["namespace"] = namespace
     ann = jobset["metadata"]["annotations"]
     ann[keys.TOPOLOGY], ann[keys.TOPOLOGY_REQUIRED] = "dc", BLOCK

@@ -140,3 +140,43 @@ async def test_each_segment_of_a_segmented_pytorchjob_lands_in_one_rack(make_ser
     assert len(racks["worker-0"]) == 1 and len(racks["worker-1"]) == 1
     assert racks["worker-0"] != racks["worker-1"]
     svc.check_invariants()
+
+
+async def test_a_gang_that_fit_nowhere_is_retried_when_its_min_count_is_lowered_in_place(make_service):
+    """A 1.37 PodGroup's gang.minCount is mutable (a Job's elastic minCount reaches it through the Job
+    controller): the members kube-scheduler parked as unschedulable are nudged when the smaller gang
+    may fit, since no event of kube-scheduler's own would retry them."""
+    from tests.builders import make_pod
+
+    pg = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
+        },
+    }
+    pods = [make_pod(f"train-{i}", cpu="8", scheduling_group="train") for i in range(4)]
+    svc = await make_service([*rack_cluster(racks=2, nodes_per_rack=3), pg, *pods])
+    for i in range(4):
+        doc = await svc.filter(f"train-{i}")
+        assert not doc["NodeNames"]
+    assert "fits 3 of 4" in next(iter(doc["FailedAndUnresolvableNodes"].values()))
+    await svc.expire(0)
+    assert not any(
+        "gang-extender.io/nudge" in (svc.pod(f"train-{i}")["metadata"].get("annotations") or {})
+        for i in range(4)
+    )
+    smaller = copy.deepcopy(pg)
+    smaller["spec"]["schedulingPolicy"]["gang"]["minCount"] = 3
+    svc.cluster.apply(smaller)
+    await svc.expire(0)
+    nudged = [
+        (svc.pod(f"train-{i}")["metadata"].get("annotations") or {}).get("gang-extender.io/nudge")
+        for i in range(4)
+    ]
+    assert all(n and n.startswith("default/train:regrouped@") for n in nudged), nudged
+    node, why = await svc.schedule("train-0")
+    assert node, why
+    svc.check_invariants()

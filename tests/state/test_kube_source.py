@@ -135,6 +135,8 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
     if workload_api:
         expected[("scheduling.k8s.io", "PodGroup")] = workload_api
         expected[("scheduling.k8s.io", "Workload")] = workload_api
+    if plane.version == "1.37.2":  # CompositePodGroup is v1alpha3 only (gate CompositePodGroup)
+        expected[("scheduling.k8s.io", "CompositePodGroup")] = "v1alpha3"
     assert served == expected, (
         "1.20 serves no scheduling.k8s.io PodGroup, the tier's 1.36 serves v1alpha2, 1.37 v1beta1; "
         "every upstream CRD the tier applies is served"

@@ -130,7 +130,7 @@ def machine_address() -> str:
     is sent. PlaneUnavailable when it has none."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            s.connect(("192.0.2.255", 9))  # any routable address: the kernel picks the interface
+            s.connect(("203.0.113.1", 9))  # a documentation address: the kernel picks the route's interface
             address = str(s.getsockname()[0])
         except OSError as exc:
             raise PlaneUnavailable(f"this machine has no non-loopback IPv4 address: {exc}") from exc
