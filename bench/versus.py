@@ -1,7 +1,12 @@
-"""Side by side on kube-scheduler 1.36.2: its own gang scheduling (no extender) against gang-extender.
+"""Side by side on kube-scheduler 1.36.2 (or 1.37.2: `--k8s 1.37.2`): its own gang scheduling (no
+extender) against gang-extender.
 
     python -m bench versus [--quick] [--nodes 1000] [--series 1] [--configs native,extender]
-        [--workloads rack8,rack64,race,stream,mixed] [--keep-dir]
+        [--workloads rack8,rack64,race,stream,mixed] [--keep-dir] [--k8s 1.36.2|1.37.2]
+
+On 1.37.2 the PodGroups are v1beta1 and the native peer's gates GenericWorkload and
+TopologyAwareWorkloadScheduling (1.37 merged GangScheduling and WorkloadAwarePreemption into
+GenericWorkload); the rest is as on 1.36.2.
 
 One loopback 1.36.2 control plane (tests/e2e/controlplane/start.py; no controller-manager) whose API
 server serves the Workload API with every gate the native peer uses (GenericWorkload, GangScheduling,
@@ -77,6 +82,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from controlplane.start import (  # noqa: E402  (the e2e tier is not a package)
     CURRENT_VERSION,
+    NEWEST_VERSION,
     SCHEDULER_NAME,
     TOKEN,
     ControlPlane,
@@ -95,8 +101,12 @@ NATIVE_GATES = ",".join(
         "WorkloadAwarePreemption",
     )
 )
+# 1.37 merged GangScheduling and WorkloadAwarePreemption into GenericWorkload (the old names are gone)
+NATIVE_GATES_137 = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+# version -> (the Workload API version its PodGroups are written in, the native peer's gates)
+VERSIONS = {CURRENT_VERSION: ("v1alpha2", NATIVE_GATES), NEWEST_VERSION: ("v1beta1", NATIVE_GATES_137)}
 GANG_LABEL = "bench-gang"
-PODGROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"
+PODGROUPS = "/apis/scheduling.k8s.io/{version}/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 PARTIAL_GRACE_S = 1.0  # members of one release reach the watch over a few hundred ms; longer is partial
 WORKLOADS = ("rack8", "rack64", "race", "stream", "mixed")
@@ -111,8 +121,10 @@ class Config:
 
 
 CONFIGS = {
-    "native": Config("native", "kube-scheduler 1.36 GangScheduling + TAS, no extender", NATIVE_GATES, False),
-    "extender": Config("extender", "kube-scheduler 1.36 + gang-extender", "", True),
+    "native": Config(
+        "native", "kube-scheduler's own gang scheduling + TAS, no extender", NATIVE_GATES, False
+    ),
+    "extender": Config("extender", "kube-scheduler + gang-extender", "", True),
 }
 
 
@@ -133,6 +145,7 @@ class Settings:
     settle_s: float = 60.0  # a batch workload's time limit once its pods are created
     keep_dir: bool = False
     scheduler_v: int = 1
+    k8s: str = CURRENT_VERSION  # the control plane: 1.36.2, or 1.37.2 (its native gang plugin merged)
 
 
 # ---------------------------------------------------------------------------------- observations
@@ -200,9 +213,9 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 # ---------------------------------------------------------------------------------- objects
 
 
-def podgroup_object(name: str, size: int) -> dict[str, Any]:
+def podgroup_object(name: str, size: int, version: str = "v1alpha2") -> dict[str, Any]:
     return {
-        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "apiVersion": f"scheduling.k8s.io/{version}",
         "kind": "PodGroup",
         "metadata": {"name": name},
         "spec": {
@@ -300,7 +313,10 @@ class Run:
 
     async def add_gang(self, name: str, size: int) -> Gang:
         gang = self.gangs[name] = Gang(name, size)
-        await self.versus.post(PODGROUPS.format(ns=self.namespace), podgroup_object(name, size))
+        version = self.versus.podgroup_version
+        await self.versus.post(
+            PODGROUPS.format(version=version, ns=self.namespace), podgroup_object(name, size, version)
+        )
         return gang
 
     async def create_pods(self, pods: list[dict[str, Any]]) -> None:
@@ -334,7 +350,8 @@ class Run:
         ) as resp:
             await resp.read()
         async with self.versus.session.delete(
-            server + PODGROUPS.format(ns=self.namespace) + f"/{name}", data=body
+            server + PODGROUPS.format(version=self.versus.podgroup_version, ns=self.namespace) + f"/{name}",
+            data=body,
         ) as resp:
             await resp.read()
 
@@ -372,6 +389,11 @@ class Versus:
     settings: Settings
     session: aiohttp.ClientSession
     bench: Bench
+
+    @property
+    def podgroup_version(self) -> str:
+        """The Workload API version the plane serves PodGroups in (v1alpha2 on 1.36, v1beta1 on 1.37)."""
+        return VERSIONS[self.plane.version][0]
 
     async def post(self, path: str, obj: dict[str, Any]) -> Any:
         return await self.bench.post(path, obj)
@@ -419,8 +441,9 @@ class Versus:
             f"--authorization-kubeconfig={self.plane.kubeconfig}",
             f"--v={self.settings.scheduler_v}",
         ]
-        if config.scheduler_gates:
-            argv.append(f"--feature-gates={config.scheduler_gates}")
+        gates = VERSIONS[self.plane.version][1] if config.scheduler_gates else ""
+        if gates:
+            argv.append(f"--feature-gates={gates}")
         proc = spawn(f"kube-scheduler-{tag}", argv, workdir=self.plane.workdir)
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -462,7 +485,8 @@ class Versus:
     async def clean(self, run: Run) -> None:
         body = orjson.dumps({"gracePeriodSeconds": 0})
         for path in (PODS, PODGROUPS):
-            async with self.session.delete(self.plane.server + path.format(ns=run.namespace), data=body) as r:
+            url = path.format(version=self.podgroup_version, ns=run.namespace)
+            async with self.session.delete(self.plane.server + url, data=body) as r:
                 await r.read()
         await run.stop()
 
@@ -791,6 +815,12 @@ def parse(argv: list[str] | None) -> Settings:
         help="the large gang arrives then (default: once the stream is steady, life + 5 s)",
     )
     parser.add_argument("--keep-dir", action="store_true", help="keep the work directory (logs, configs)")
+    parser.add_argument(
+        "--k8s",
+        default=CURRENT_VERSION,
+        choices=sorted(VERSIONS),
+        help=f"control plane (default {CURRENT_VERSION})",
+    )
     parser.add_argument("--scheduler-v", type=int, default=1, help="kube-scheduler's log verbosity (--v)")
     args = parser.parse_args(argv)
     configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
@@ -820,6 +850,7 @@ def parse(argv: list[str] | None) -> Settings:
         ),
         keep_dir=args.keep_dir,
         scheduler_v=args.scheduler_v,
+        k8s=args.k8s,
     )
 
 
@@ -827,9 +858,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse(argv)
     t0 = time.monotonic()
     try:
-        plane = ControlPlane(controller_manager=False, version=CURRENT_VERSION, feature_gates=NATIVE_GATES)
+        plane = ControlPlane(
+            controller_manager=False, version=settings.k8s, feature_gates=VERSIONS[settings.k8s][1]
+        )
     except PlaneUnavailable as exc:
-        print(f"control plane {CURRENT_VERSION} unavailable: {exc}", file=sys.stderr)
+        print(f"control plane {settings.k8s} unavailable: {exc}", file=sys.stderr)
         return 2
     rows: list[dict[str, Any]] = []
     try:
