@@ -377,8 +377,10 @@ class Bench:
         python = REPO / ".venv" / "bin" / "python"
         argv = [str(python if python.exists() else sys.executable), "-m", "extender", "serve"]
         argv += ["--kubeconfig", self.plane.kubeconfig, "--port", str(port), "--log-level", "WARNING"]
-        if self.settings.profile_dir and not null:  # written when SIGTERM ends the run
-            out = Path(self.settings.profile_dir) / f"service-{tag}.prof"
+        # versus builds its Bench without scheduler settings: nothing to profile there
+        profile_dir = getattr(self.settings, "profile_dir", "")
+        if profile_dir and not null:  # written when SIGTERM ends the run
+            out = Path(profile_dir) / f"service-{tag}.prof"
             argv = [argv[0], "-m", "cProfile", "-o", str(out), *argv[1:]]
         if null:
             token = self.workdir / "null-token"
