@@ -13,7 +13,9 @@ Precedence for a pod (first that applies wins):
    `spec.scheduling`, the group compiled from the JobSet (same name); otherwise GROUP_MISSING.
    Except the Job controller's default (1.37, WorkloadWithJob): a basic PodGroup it made for a Job
    that asked for nothing (no `spec.scheduling`, no delegation annotation) says no more than "pod by
-   pod", so the pod falls through to 3 and a KAI-annotated Job keeps its gang.
+   pod", so the pod falls through to 3 and a KAI-annotated Job keeps its gang. A PodGroup that names
+   a parent CompositePodGroup (1.37) makes the pod a member of the whole tree under its root, at the
+   leaf its PodGroup is (extender.grouping.composite).
 3. The top owner's kind: a JobSet with `spec.scheduling` -> its compiled group (GROUP_MISSING while
    suspended); a JobSet without it, a batch Job, a PyTorchJob -> KAI's derived group.
 4. Anything else (plain pods, unknown owners): a group of one.
