@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from extender.gang.entry import Phase
@@ -16,6 +17,10 @@ RUNNING = "Running"
 PENDING = "Pending"
 UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
 NODE_POOL = "default"  # KAI's name for the pool of a cluster that defines none
+# Orders status decisions: effects run as batches in tasks of their own, and a batch decided earlier
+# (a Pending behind its members' condition writes) may reach the writer after one decided later (the
+# release's Running); the writer keeps to the order they were decided in.
+_DECIDED = itertools.count()
 
 
 def group_status(store: ClusterStore, group: GroupSpec, phase: str, reason: str) -> Effect | None:
@@ -52,9 +57,8 @@ def group_status(store: ClusterStore, group: GroupSpec, phase: str, reason: str)
         status = {"conditions": [condition]}
     else:
         return None
-    return Effect(
-        "group-status", group.namespace, group.name, {"group": target[0], "kind": target[1], "status": status}
-    )
+    data = {"group": target[0], "kind": target[1], "status": status, "decided": next(_DECIDED)}
+    return Effect("group-status", group.namespace, group.name, data)
 
 
 def kai_status(store: ClusterStore, group: GroupSpec, phase: str, reason: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import signal
 import socket
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -614,13 +615,28 @@ def _take_preemption_metrics(app: web.Application) -> None:
         app[METRICS].preemption_victims.labels(kind).inc(n)
 
 
+_DECIDED_KEPT = 100_000  # groups whose last status decision is remembered (the least recent go first)
+
+
 async def _write_group_status(app: web.Application, e: Effect) -> None:
     """Write a group's status, newest last. Effects run as concurrent tasks, so two writes for one
     group (a tick's Pending, then the release's Running a few ms later) could land out of order and
     leave the older one standing: one writer per group writes, and takes over any status decided while
-    its PATCH was in flight."""
+    its PATCH was in flight; and a status that reaches it after one decided later (its batch's earlier
+    writes took longer) is dropped, so the group keeps the newest decision."""
     key = (e.data["group"], e.data["kind"], e.namespace, e.name)
     latest: dict[tuple[str, str, str, str], dict[str, Any]] = app[READY].setdefault("group_status", {})
+    # a status decided before one already taken (its batch was slower to get here) is stale: dropped
+    decided: OrderedDict[tuple[str, str, str, str], int] = app[READY].setdefault(
+        "group_status_decided", OrderedDict()
+    )
+    order = int(e.data.get("decided", -1))
+    if order < decided.get(key, -1):
+        return
+    decided[key] = order
+    decided.move_to_end(key)
+    while len(decided) > _DECIDED_KEPT:
+        decided.popitem(last=False)
     writing = key in latest
     latest[key] = e.data["status"]
     if writing:

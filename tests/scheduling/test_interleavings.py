@@ -23,7 +23,8 @@ pods turning Succeeded and later deleted; evicted and preempted pods that run ou
 gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob of 1000 replicas)
 whose Jobs are relabelled and whose replicatedJobs are scaled; one gang, at times, a 1.37
 scheduling.k8s.io PodGroup's (its pods name it by spec.schedulingGroup), whose priority differs from
-its pods' own and is the one that counts. Whatever the service or
+its pods' own and is the one that counts, and the subgroup gang at times a CompositePodGroup tree's (a
+root over one child PodGroup per subgroup, ranked at the root's priority). Whatever the service or
 kube-scheduler evicts, a controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
@@ -63,7 +64,8 @@ Replay one seed with its step log: INTERLEAVING_SEED=17 pytest tests/scheduling/
 (INTERLEAVING_SEEDS=N runs seeds 0..N-1, INTERLEAVING_STEPS the steps per seed,
 INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resource,unknown-resource
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
-priorities (every pod at priority 0), native (no 1.37 PodGroup), preempt, regroup, annex, succeed,
+priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
+tree), preempt, regroup, annex, succeed,
 delete-finished,
 stall-watch, grace (evictions delete at once) and jobsets (no large JobSet)).
 """
@@ -384,7 +386,40 @@ class Gang:
     queue: str = "default-queue"
     priority: int = 0
     native: bool = False  # a scheduling.k8s.io/v1beta1 PodGroup (1.37): its priority is its members'
+    tree: bool = False  # a 1.37 CompositePodGroup (its name) over one PodGroup per subgroup (theirs)
     pod_priority: int = 0  # a native gang's pods' own priority, which its PodGroup's overrides
+
+    def objects(self) -> list[dict]:
+        """Its group objects: one PodGroup, or a CompositePodGroup and its children."""
+        if not self.tree:
+            return [self.podgroup()]
+        assert self.subgroups is not None
+        count = self.min_subgroup or len(self.subgroups)
+        ref = {"workloadName": self.name, "templateName": self.name}
+        root = {
+            "apiVersion": "scheduling.k8s.io/v1alpha3",
+            "kind": "CompositePodGroup",
+            "metadata": {"name": self.name, "namespace": "default", "uid": f"{self.name}-cpg-uid"},
+            "spec": {
+                "workloadRef": ref,
+                "schedulingPolicy": {"gang": {"minGroupCount": count}},
+                "priority": self.priority,
+            },
+        }
+        children = [
+            {
+                "apiVersion": NATIVE_API,
+                "kind": "PodGroup",
+                "metadata": {"name": sub, "namespace": "default", "uid": f"{self.name}-{sub}-pg-uid"},
+                "spec": {
+                    "parentCompositePodGroupName": self.name,
+                    "workloadRef": {"workloadName": self.name, "templateName": sub},
+                    "schedulingPolicy": {"gang": {"minCount": need}},
+                },
+            }
+            for sub, need in self.subgroups.items()
+        ]
+        return [root, *children]
 
     def podgroup(self) -> dict:
         if self.native:
@@ -416,9 +451,9 @@ class Gang:
         return [(f"{self.name}-{s}{i}", s) for s, n in self.sub_sizes.items() for i in range(n)]
 
     def pod(self, name: str, subgroup: str | None, uid: str | None = None) -> dict:
-        if self.native:
+        if self.native or self.tree:
             pod = make_pod(name, cpu=self.cpu, labels={QUEUE_LABEL: self.queue}, uid=uid)
-            pod["spec"]["schedulingGroup"] = {"podGroupName": self.name}
+            pod["spec"]["schedulingGroup"] = {"podGroupName": subgroup if self.tree else self.name}
             if self.pod_priority:
                 pod["spec"]["priority"] = self.pod_priority
             return pod
@@ -428,9 +463,10 @@ class Gang:
             pod["spec"]["priority"] = self.priority
         return pod
 
-    def nativize(self, rng: random.Random) -> None:
-        """Make this gang a 1.37 PodGroup's, its pods' own priority set apart from the PodGroup's."""
-        self.native = True
+    def nativize(self, rng: random.Random, *, tree: bool = False) -> None:
+        """Make this gang a 1.37 PodGroup's (or, `tree`, a CompositePodGroup tree's, one child PodGroup
+        per subgroup), its pods' own priority set apart from the group's."""
+        self.native, self.tree = not tree, tree
         self.pod_priority = rng.choice((0, 2000)) if self.priority else rng.choice((1000, 2000))
 
 
@@ -489,16 +525,29 @@ def add_features(rng: random.Random, objects: list[dict], gangs: list[Gang], pla
                 and (obj["metadata"].get("annotations") or {}).get(GROUP_ANNOTATION) == "wide"
             ):
                 objects[i] = native.pod(obj["metadata"]["name"], None)
+    composite = by_name.get("subs")
+    if composite is not None and "composite" not in SKIP and rng.random() < 0.4:
+        composite.nativize(rng, tree=True)
+        objects[:] = [
+            o for o in objects if not (o["kind"] == "PodGroup" and o["metadata"]["name"] == "subs")
+        ] + composite.objects()
+        for i, obj in enumerate(objects):
+            if (
+                obj["kind"] == "Pod"
+                and (obj["metadata"].get("annotations") or {}).get(GROUP_ANNOTATION) == "subs"
+            ):
+                sub = (obj["metadata"].get("labels") or {}).get(SUBGROUP_LABEL)
+                objects[i] = composite.pod(obj["metadata"]["name"], sub)
     for obj in objects:
         name = obj["metadata"]["name"]
-        if obj["kind"] == "PodGroup" and obj["apiVersion"] == NATIVE_API:
+        if obj["apiVersion"].startswith("scheduling.k8s.io/"):
             continue
         if obj["kind"] == "PodGroup":
             obj["spec"]["queue"] = by_name[name].queue
         elif obj["kind"] == "Pod":
             gang = by_name.get((obj["metadata"].get("annotations") or {}).get(GROUP_ANNOTATION, ""))
-            if native is not None and native.native and obj["spec"].get("schedulingGroup"):
-                continue  # made by native.pod: its queue label and its own priority are set
+            if obj["spec"].get("schedulingGroup"):
+                continue  # made by Gang.pod for a 1.37 group: its queue label and its own priority are set
             if gang is not None and gang.priority:
                 obj["spec"]["priority"] = gang.priority
             elif gang is None and name in plain:
@@ -556,7 +605,7 @@ def make_world(rng: random.Random) -> tuple[list[dict], list[Gang], list[str]]:
         gangs.append(Gang("wide", cpu="4", size=3, min_member=3, rack=rng.random() < 0.3))
     plain = [f"plain-{i}" for i in range(rng.choice((2, 3)))]
     for g in gangs:
-        objects.append(g.podgroup())
+        objects += g.objects()
         objects += [g.pod(name, sub) for name, sub in g.slots()]
     objects += [make_pod(p, cpu=str(rng.choice((1, 2, 3)))) for p in plain]
     foo = make_pod("wants-foo", cpu="1")
@@ -722,6 +771,9 @@ class Driver:
         named = (pod["spec"].get("schedulingGroup") or {}).get("podGroupName")
         if named and GROUP_ANNOTATION not in (pod["metadata"].get("annotations") or {}):
             group = self.cluster.get("scheduling.k8s.io", "PodGroup", "default", named)
+            parent = (group or {}).get("spec", {}).get("parentCompositePodGroupName")
+            if parent:  # a tree ranks at its root's priority
+                group = self.cluster.get("scheduling.k8s.io", "CompositePodGroup", "default", parent)
             if group is not None:
                 return int(group["spec"].get("priority") or 0)
         return priority(pod)
@@ -1171,21 +1223,21 @@ class Driver:
         gang = next((g for g in self.gangs if g.name == target), None)
         annotations = pod["metadata"].setdefault("annotations", {})
         labels = pod["metadata"].setdefault("labels", {})
-        if gang is not None and gang.native:
-            annotations.pop(GROUP_ANNOTATION, None)
-            pod["spec"]["schedulingGroup"] = {"podGroupName": target}
-            labels[QUEUE_LABEL] = gang.queue
-        else:
-            annotations[GROUP_ANNOTATION] = target  # an ownerless pod's annotation comes first
         self.pod_gang.pop(name, None)
         self.pod_sub.pop(name, None)
         self.loose.discard(name)
         labels.pop(SUBGROUP_LABEL, None)
+        sub = self.feat.choice(sorted(gang.subgroups)) if gang is not None and gang.subgroups else None
+        if gang is not None and (gang.native or gang.tree):
+            annotations.pop(GROUP_ANNOTATION, None)
+            pod["spec"]["schedulingGroup"] = {"podGroupName": sub if gang.tree else target}
+            labels[QUEUE_LABEL] = gang.queue
+        else:
+            annotations[GROUP_ANNOTATION] = target  # an ownerless pod's annotation comes first
         if gang is None:
             self.loose.add(name)
             return
-        sub = self.feat.choice(sorted(gang.subgroups)) if gang.subgroups else None
-        if sub:
+        if sub and not gang.tree:
             labels[SUBGROUP_LABEL] = sub
         self.pod_gang[name], self.pod_sub[name] = gang.name, sub
         self.base.setdefault(name, name)

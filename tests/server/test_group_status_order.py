@@ -47,3 +47,23 @@ async def test_a_status_decided_while_one_is_in_flight_is_written_after_it() -> 
     # and a later write for the group starts afresh
     await _run_effects(app, [status("Pending")])
     assert source.written[-1] == "Pending"
+
+
+async def test_a_status_that_arrives_after_a_later_decision_is_dropped() -> None:
+    """A tick's Pending waits behind its members' condition writes and reaches the writer after the
+    release's Running, decided later: the group keeps Running (the order of decision, not of arrival)."""
+    source = SlowStatus()
+    source.gate.set()
+    app = build_app(default_settings(), source=source)
+
+    def decided(phase: str, order: int) -> Effect:
+        e = status(phase)
+        e.data["decided"] = order
+        return e
+
+    await _run_effects(app, [decided("Pending", 1)])
+    await _run_effects(app, [decided("Running", 3)])
+    await _run_effects(app, [decided("Pending", 2)])  # decided before the Running, arriving after it
+    assert source.written == ["Pending", "Running"]
+    await _run_effects(app, [decided("Pending", 4)])  # a newer decision is written
+    assert source.written[-1] == "Pending"
