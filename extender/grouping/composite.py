@@ -19,6 +19,7 @@ the rules of KEP-6012 and the 1.37 types:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from extender.grouping.base import GroupingError, ObjectLookup
@@ -113,76 +114,92 @@ def _is_all(spec: dict[str, Any]) -> bool:
     return isinstance(mode, dict) and "all" in mode
 
 
-def tree_group(root: dict[str, Any], lookup: ObjectLookup) -> GroupSpec:
-    """The gang of the tree under the root CompositePodGroup `root`. Raises GroupingError when the
-    tree is one kube-scheduler would mark Invalid, TreeIncomplete while a composite has fewer child
-    groups than its minGroupCount (or none)."""
+@dataclasses.dataclass(frozen=True)
+class TreeNode:
+    """A group below the root: a CompositePodGroup (`composite`) or a leaf PodGroup."""
+
+    parent: str  # the CompositePodGroup it names as its parent
+    obj: dict[str, Any]
+    composite: bool
+    depth: int  # the root's children are at 1
+
+
+def tree_nodes(root: dict[str, Any], lookup: ObjectLookup) -> list[TreeNode]:
+    """The groups under the root CompositePodGroup `root`, breadth first (parents before children),
+    each parent's by name. Listed one level past the deepest the API allows, so `tree_group` can
+    refuse a tree that goes deeper; the one walk of the tree a derivation makes."""
+    ns = str(meta(root).get("namespace") or "default")
+    out: list[TreeNode] = []
+    parents = [str(meta(root).get("name", ""))]
+    for depth in range(1, MAX_TREE_DEPTH + 1):
+        below: list[str] = []
+        for parent in parents:
+            kids = [
+                *((o, True) for o in lookup.children(*K8S_COMPOSITE, ns, parent)),
+                *((o, False) for o in lookup.children(*K8S_PODGROUP, ns, parent)),
+            ]
+            for obj, is_composite in sorted(kids, key=lambda k: str(meta(k[0]).get("name", ""))):
+                out.append(TreeNode(parent, obj, is_composite, depth))
+                if is_composite:
+                    below.append(str(meta(obj).get("name", "")))
+        parents = below
+    return out
+
+
+def tree_group(root: dict[str, Any], nodes: list[TreeNode]) -> GroupSpec:
+    """The gang of the tree under the root CompositePodGroup `root`, whose groups are `nodes` (from
+    `tree_nodes`). Raises GroupingError when the tree is one kube-scheduler would mark Invalid,
+    TreeIncomplete while a composite has fewer child groups than its minGroupCount (or none)."""
     ns = str(meta(root).get("namespace") or "default")
     root_name = str(meta(root).get("name", ""))
     what = f"CompositePodGroup {ns}/{root_name}"
     spec = root.get("spec") if isinstance(root.get("spec"), dict) else {}
     root_policy, root_count = _policy(spec, what)
+    kids_of: dict[str, list[TreeNode]] = {}
+    for node in nodes:
+        kids_of.setdefault(node.parent, []).append(node)
     workloads = {_workload(root)}
     subgroups: list[SubGroup] = []
     names = {root_name}
     any_all = _is_all(spec)
-    # breadth first from the root: parents come before their children
-    level: list[tuple[str, dict[str, Any] | None, int]] = [(root_name, None, 0)]
-    level_specs: dict[str, dict[str, Any]] = {}  # composite below the root -> its spec
-    while level:
-        below: list[tuple[str, dict[str, Any] | None, int]] = []
-        for parent, _, depth in level:
-            kids = [
-                *((o, True) for o in lookup.children(*K8S_COMPOSITE, ns, parent)),
-                *((o, False) for o in lookup.children(*K8S_PODGROUP, ns, parent)),
-            ]
-            node_spec = spec if parent == root_name else (level_specs.get(parent) or {})
-            policy_here, count_here = _policy(node_spec, f"CompositePodGroup {ns}/{parent}")
-            wanted = count_here if policy_here == "gang" and count_here else 1
-            if len(kids) < wanted:
-                raise TreeIncomplete(
-                    f"waiting for child groups of CompositePodGroup {ns}/{parent}: {len(kids)} exist, "
-                    f"minGroupCount {wanted}"
+    # composites whose children come next, parents first: appended to while it is walked
+    pending: list[tuple[str, str, int | None]] = [(root_name, root_policy, root_count)]
+    for parent, policy_here, count_here in pending:
+        kids = kids_of.get(parent, [])
+        wanted = count_here if policy_here == "gang" and count_here else 1
+        if len(kids) < wanted:
+            raise TreeIncomplete(
+                f"waiting for child groups of CompositePodGroup {ns}/{parent}: {len(kids)} exist, "
+                f"minGroupCount {wanted}"
+            )
+        for node in kids:
+            name = str(meta(node.obj).get("name", ""))
+            kind = "CompositePodGroup" if node.composite else "PodGroup"
+            if node.depth >= MAX_TREE_DEPTH:
+                raise GroupingError(
+                    f"{what}", f"{kind} {ns}/{name} is deeper than a tree of depth at most {MAX_TREE_DEPTH}"
                 )
-            for obj, composite in sorted(kids, key=lambda k: str(meta(k[0]).get("name", ""))):
-                name = str(meta(obj).get("name", ""))
-                kind = "CompositePodGroup" if composite else "PodGroup"
-                if depth + 1 >= MAX_TREE_DEPTH:
-                    raise GroupingError(
-                        f"{what}",
-                        f"{kind} {ns}/{name} is deeper than a tree of depth at most {MAX_TREE_DEPTH}",
-                    )
-                if name in names:
-                    raise GroupingError(
-                        f"{what}", f"the tree names {name!r} twice; its groups need distinct names"
-                    )
-                names.add(name)
-                workloads.add(_workload(obj))
-                child_spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-                policy, count = _policy(child_spec, f"{kind} {ns}/{name}")
-                any_all = any_all or _is_all(child_spec)
-                up = None if parent == root_name else parent
-                if composite:
-                    level_specs[name] = child_spec
-                    subgroups.append(
-                        SubGroup(
-                            name,
-                            parent=up,
-                            min_subgroup=count if policy == "gang" else 1,
-                            topology=_topology(child_spec),
-                        )
-                    )
-                    below.append((name, obj, depth + 1))
-                else:
-                    subgroups.append(
-                        SubGroup(
-                            name,
-                            parent=up,
-                            min_member=count if policy == "gang" else 1,
-                            topology=_topology(child_spec),
-                        )
-                    )
-        level = below
+            if name in names:
+                raise GroupingError(
+                    f"{what}", f"the tree names {name!r} twice; its groups need distinct names"
+                )
+            names.add(name)
+            workloads.add(_workload(node.obj))
+            child_spec = node.obj.get("spec") if isinstance(node.obj.get("spec"), dict) else {}
+            policy, count = _policy(child_spec, f"{kind} {ns}/{name}")
+            any_all = any_all or _is_all(child_spec)
+            quorum = count if policy == "gang" else 1
+            subgroups.append(
+                SubGroup(
+                    name,
+                    parent=None if parent == root_name else parent,
+                    min_member=None if node.composite else quorum,
+                    min_subgroup=quorum if node.composite else None,
+                    topology=_topology(child_spec),
+                )
+            )
+            if node.composite:
+                pending.append((name, policy, count))
     if len(workloads) > 1:
         shown = ", ".join(sorted(str(w) for w in workloads))
         raise GroupingError(f"{what}", f"the tree's groups reference more than one Workload ({shown})")

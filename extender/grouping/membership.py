@@ -200,31 +200,29 @@ def _composite_member(podgroup: dict[str, Any], ns: str, lookup: ObjectLookup) -
             state=MembershipState.GROUP_MISSING,
             message=f"waiting for CompositePodGroup {ns}/{missing.name} (scheduling.k8s.io) to exist",
         )
-    nodes = _tree_versions(root, ns, lookup)
+    nodes = composite.tree_nodes(root, lookup)
     try:
-        group = _versioned("composite", root, nodes, lambda: composite.tree_group(root, lookup), lookup)
+        group = _versioned(
+            "composite",
+            root,
+            _tree_versions(nodes, lookup),
+            lambda: composite.tree_group(root, nodes),
+            lookup,
+        )
     except composite.TreeIncomplete as incomplete:
         return Membership(state=MembershipState.GROUP_MISSING, message=str(incomplete))
     return Membership(state=MembershipState.MEMBER, group=group, subgroup=str(meta(podgroup).get("name", "")))
 
 
-def _tree_versions(root: dict[str, Any], ns: str, lookup: ObjectLookup) -> tuple[Any, ...] | None:
-    """What identifies the tree below `root` beyond the root itself: each node's name and version (so
-    a node added, gone or edited builds it again); None when the lookup has no versions."""
+def _tree_versions(nodes: list[composite.TreeNode], lookup: ObjectLookup) -> tuple[Any, ...] | None:
+    """What identifies the tree beyond its root: each node's name and version (so a node added, gone
+    or edited builds it again); None when the lookup has no versions."""
     out: list[Any] = []
-    parents = [str(meta(root).get("name", ""))]
-    for _ in range(composite.MAX_TREE_DEPTH):
-        below = []
-        for parent in parents:
-            for kind in (composite.K8S_COMPOSITE, K8S_PODGROUP):
-                for obj in lookup.children(*kind, ns, parent):
-                    version = version_of(lookup, obj)
-                    if version is None:
-                        return None
-                    out.append((kind[1], meta(obj).get("name"), version))
-                    if kind == composite.K8S_COMPOSITE:
-                        below.append(str(meta(obj).get("name", "")))
-        parents = below
+    for node in nodes:
+        version = version_of(lookup, node.obj)
+        if version is None:
+            return None
+        out.append((node.composite, meta(node.obj).get("name"), version))
     return tuple(out)
 
 
