@@ -3,8 +3,9 @@
 # of its go.mod, at the versions its go.mod and go.sum pin), from the Go module proxy, once per machine
 # into the control-plane cache. Used for the Kubernetes control plane (kubernetes/: kube-apiserver,
 # kube-scheduler, kube-controller-manager of k8s.io/kubernetes, its staging modules replaced by their
-# releases), for KAI's podgrouper (kai/) and for the Kubeflow training-operator (training-operator/). etcd comes from Debian (build.sh, the 1.20.2 build, installs
-# it; start.py runs that first when etcd is missing).
+# releases), for KAI's podgrouper (kai/), the Kubeflow training-operator (training-operator/), the JobSet
+# controller (jobset/), kwok (kwok/) and etcd 3.6 (etcd/, the store of the 1.36.2 and 1.37.2 planes; 1.20.2
+# runs on Debian's etcd 3.4, which build.sh installs).
 # Usage: module-build.sh MODULE_DIR CACHE_DIR
 #   K8S_BUILD_PARALLEL=N caps the compiler's parallelism (go build -p N); unset, Go uses every core.
 # Prints one line with the seconds the build took; exits 0 at once when every program is there.
@@ -15,7 +16,14 @@ BIN="$CACHE/bin"
 TOOLS=$(awk '$1 == "tool" && $2 != "(" { print $2 } /^tool \($/ { t = 1; next } t && /^\)/ { t = 0 } t { print $1 }' \
   "$MOD/go.mod")
 [ -n "$TOOLS" ] || { echo "no tool lines in $MOD/go.mod" >&2; exit 1; }
-built() { for t in $TOOLS; do [ -x "$BIN/$(basename "$t")" ] || return 1; done; }
+# A program is named after its package's last path element, or as a `// program <tool> <name>` line of the
+# go.mod says (a module-root main such as go.etcd.io/etcd/server/v3 would otherwise be called v3).
+program() {
+  local named
+  named=$(awk -v t="$1" '$1 == "//" && $2 == "program" && $3 == t { print $4; exit }' "$MOD/go.mod")
+  echo "${named:-$(basename "$1")}"
+}
+built() { for t in $TOOLS; do [ -x "$BIN/$(program "$t")" ] || return 1; done; }
 if built; then echo "already built in $BIN"; exit 0; fi
 GO=$(command -v go || true); [ -n "$GO" ] || GO=/usr/local/go/bin/go
 [ -x "$GO" ] || { echo "building $MOD needs Go on PATH (or /usr/local/go/bin/go)" >&2; exit 3; }
@@ -43,10 +51,10 @@ if [ -n "$K8S" ]; then
 fi
 PARALLEL=()
 [ -n "${K8S_BUILD_PARALLEL:-}" ] && PARALLEL=(-p "$K8S_BUILD_PARALLEL")
-echo "building $(echo $TOOLS | xargs -n1 basename | tr '\n' ' ')with $("$GO" version)"
+echo "building $(for t in $TOOLS; do printf '%s ' "$(program "$t")"; done)with $("$GO" version)"
 start=$(date +%s)
 for t in $TOOLS; do
-  name=$(basename "$t")
+  name=$(program "$t")
   (cd "$MOD" && "$GO" build "${PARALLEL[@]}" -trimpath -ldflags "$LDFLAGS" -o "$WORK/out/$name" "$t") \
     >>"$WORK/build.log" 2>&1 || { echo "building $name failed:" >&2; tail -20 "$WORK/build.log" >&2; exit 1; }
   if [ -n "$K8S" ]; then

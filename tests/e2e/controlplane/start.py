@@ -161,7 +161,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def _found(version: str) -> dict[str, str] | None:
-    etcd = shutil.which("etcd")
+    """The binaries of `version` when all are there: 1.20.2 runs on Debian's etcd 3.4 (build.sh installs
+    it), the newer planes on the etcd release etcd/go.mod pins (built here once per machine)."""
+    etcd = shutil.which("etcd") if version == LEGACY_VERSION else _built_etcd()
     paths = {n: str(cache_dir(version) / "bin" / n) for n in SERVER_BINARIES}
     if etcd and all(os.access(p, os.X_OK) for p in paths.values()):
         return {"etcd": etcd, **paths}
@@ -170,7 +172,8 @@ def _found(version: str) -> dict[str, str] | None:
 
 def binaries(version: str = LEGACY_VERSION) -> dict[str, str]:
     """Paths of etcd and the three server binaries of `version`, made ready once per machine
-    (1.20.2 built, which also installs Debian's etcd; 1.36.2 unpacked), or PlaneUnavailable."""
+    (1.20.2 built, which also installs Debian's etcd; 1.36.2 unpacked; 1.37.2 built from its module; the
+    etcd of both built from its module), or PlaneUnavailable."""
     if version not in VERSIONS:
         raise PlaneUnavailable(f"unknown control-plane version {version} (known: {', '.join(VERSIONS)})")
     got = _found(version)
@@ -178,8 +181,7 @@ def binaries(version: str = LEGACY_VERSION) -> dict[str, str]:
         return got
     if version == LEGACY_VERSION:
         return _build_120()
-    if not shutil.which("etcd"):
-        _build_120()  # the 1.20.2 install step is the one that installs Debian's etcd-server
+    etcd_binary()
     if version == NEWEST_VERSION:
         return _build_from_modules(version)
     return _unpack_136()
@@ -251,6 +253,28 @@ JOBSET_MODULE = Path(__file__).with_name("jobset")
 def jobset_controller_binary() -> str:
     """The JobSet controller, the release jobset/go.mod pins."""
     return module_tool(JOBSET_MODULE, "sigs.k8s.io/jobset", "jobset", "JobSet controller")
+
+
+ETCD_MODULE = Path(__file__).with_name("etcd")
+ETCD = "go.etcd.io/etcd/server/v3"
+
+
+def etcd_binary() -> str:
+    """etcd of the release etcd/go.mod pins, the store of the 1.36.2 and 1.37.2 planes."""
+    return module_tool(ETCD_MODULE, ETCD, "etcd", "etcd")
+
+
+def _built_etcd() -> str | None:
+    binary = cache_root() / f"etcd-{_module_version(ETCD_MODULE / 'go.mod', ETCD)}" / "bin" / "etcd"
+    return str(binary) if os.access(binary, os.X_OK) else None
+
+
+KWOK_MODULE = Path(__file__).with_name("kwok")
+
+
+def kwok_binary() -> str:
+    """kwok, the release kwok/go.mod pins: the kubelets of the tier's kwok nodes (controlplane/kwok.py)."""
+    return module_tool(KWOK_MODULE, "sigs.k8s.io/kwok", "kwok", "kwok")
 
 
 def _build_from_modules(version: str) -> dict[str, str]:
@@ -1126,13 +1150,21 @@ class ControlPlane:
             wait_until(established, timeout_s=30, what=f"CRD {name} Established")
 
     def add_node(
-        self, name: str, *, labels: dict[str, str], cpu: str = "8", memory: str = "32Gi", pods: str = "110"
+        self,
+        name: str,
+        *,
+        labels: dict[str, str],
+        cpu: str = "8",
+        memory: str = "32Gi",
+        pods: str = "110",
+        taints: tuple[dict[str, str], ...] = (),
     ) -> None:
         """A fake Node, Ready, with allocatable set through /status (no kubelet ever heartbeats it)."""
         meta = {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}
-        self.api.create(
-            "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta}, exist_ok=True
-        )
+        node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+        if taints:
+            node["spec"] = {"taints": list(taints)}
+        self.api.create("/api/v1/nodes", node, exist_ok=True)
         res = {"cpu": cpu, "memory": memory, "pods": pods}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         ready = {
