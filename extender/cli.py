@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -170,6 +171,22 @@ SERVE_FLAGS = (
         "S",
     ),
     Flag(
+        "leader-lease",
+        str,
+        "NAMESPACE/NAME of this replica's kube-scheduler's leader-election Lease: write nothing on our own "
+        "(PodGroups, status, events, nudges, evictions) unless it holds it (default: the only replica, act)",
+        "cluster.leader_lease",
+        "NS/NAME",
+    ),
+    Flag(
+        "leader-identity",
+        str,
+        "the name this replica's kube-scheduler leads under, its pod's name (default $POD_NAME, else the "
+        "hostname)",
+        "cluster.leader_identity",
+        "NAME",
+    ),
+    Flag(
         "default-queue",
         str,
         "the KAI queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label); "
@@ -249,6 +266,17 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     c = settings.cluster
     if not errors and not (c.cluster_file or c.kubeconfig or c.in_cluster):
         errors.append("serve needs a cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")
+    if not errors and c.leader_lease and c.cluster_file:
+        errors.append(
+            "--leader-lease follows kube-scheduler's Lease on a live cluster (--kubeconfig or --in-cluster); "
+            "an embedded --cluster has no Lease, so the service would never write: drop --leader-lease"
+        )
+    # the name this replica's kube-scheduler leads under: its pod's (both containers share the hostname)
+    identity = c.leader_identity or os.environ.get("POD_NAME", "") or socket.gethostname()
+    if not errors and c.leader_lease and "_" in identity:
+        errors.append(f"the hostname {identity!r} is no pod name: give --leader-identity (the pod's name)")
+    settings = dataclasses.replace(settings, cluster=dataclasses.replace(c, leader_identity=identity))
+    c = settings.cluster
     source = None
     if not errors and c.cluster_file:
         from extender.state.embedded import ClusterFileError, EmbeddedCluster
@@ -277,11 +305,13 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         return _fail(errors)
     _setup_logging(settings.log_level, settings.log_format)
     if source is None:
-        from extender.state.kube import KubeClusterSource
+        from extender.state.kube import DEFAULT_KINDS, KubeClusterSource, KubeSettings, lease_kind
 
+        lease_ns, _, lease_name = c.leader_lease.partition("/")
         source = KubeClusterSource(
             None if c.in_cluster else c.kubeconfig,
-            settings=settings,
+            settings=KubeSettings(user_agent=f"gang-extender/{__version__} ({identity})"),
+            kinds=DEFAULT_KINDS + ((lease_kind(lease_ns, lease_name),) if c.leader_lease else ()),
             client_config=client_config,
             bind_fence_s=c.bind_fence_s,
         )

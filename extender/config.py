@@ -94,6 +94,13 @@ class ClusterSettings:
     podgrouper: bool = True
     """Create and keep a `scheduling.run.ai/v2alpha2` PodGroup for every gang derived from a Job, JobSet
     or PyTorchJob (KAI's podgrouper role), owned by the workload. Off where KAI's own podgrouper runs."""
+    leader_lease: str = ""
+    """NAMESPACE/NAME of this replica's kube-scheduler's leader-election Lease (its leaderElection
+    resourceNamespace and resourceName): the service writes nothing on its own (PodGroups, status,
+    events, nudges, evictions) unless that kube-scheduler holds it. Empty: the only replica, it acts."""
+    leader_identity: str = ""
+    """The name this replica's kube-scheduler leads under, before its `_<uuid>`: its pod's name (the
+    hostname both containers share). Empty: $POD_NAME (the downward API), else the hostname."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +177,18 @@ def validate(settings: Settings) -> list[str]:
         errors.append(f"--stale-gang-grace-s must be 0 (off) or positive, got {g.stale_grace_s}")
     if not g.default_queue.strip():
         errors.append("--default-queue must name a queue, got an empty name")
+    if c.leader_lease:
+        namespace, sep, name = c.leader_lease.partition("/")
+        if not (sep and namespace and name) or "/" in name:
+            errors.append(
+                f"--leader-lease wants NAMESPACE/NAME of kube-scheduler's leader-election Lease (e.g. "
+                f"kube-system/gang-scheduler), got {c.leader_lease!r}"
+            )
+    if "_" in c.leader_identity:
+        errors.append(
+            f"--leader-identity is the pod's name, which kube-scheduler leads under as <name>_<uuid>; it "
+            f"has no '_', got {c.leader_identity!r}"
+        )
     sources = sum(bool(x) for x in (c.cluster_file, c.kubeconfig, c.in_cluster))
     if sources > 1:
         errors.append("choose one cluster source: --cluster FILE, --kubeconfig PATH or --in-cluster")

@@ -37,7 +37,7 @@ from extender.gang.entry import Phase
 from extender.model.group import MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
-from extender.scheduling import planning, preemption, queues
+from extender.scheduling import leadership, planning, preemption, queues
 from extender.scheduling.admission import Admission
 from extender.scheduling.binding import Binding
 from extender.scheduling.debug import Debug
@@ -89,8 +89,10 @@ class Scheduler:
         bind_fence_s: float = 0.0,
         podgrouper: Podgrouper | None = None,
         disruption: GangDisruption | None = None,
+        leader: leadership.LeaderLease | None = None,
     ) -> None:
         self.store = store
+        self.leader = leader
         self.ledger = ledger
         self.reason_nodes = reason_nodes
         self.view = View(store, ledger, native_gang_scheduling=native_gang_scheduling)
@@ -206,24 +208,38 @@ class Scheduler:
         return self.binding.take_bind_times()
 
     # ================================================================= the ticker
-    def tick(self, *, synced: bool) -> TickOutcome:
+    def role(self, now_s: float) -> tuple[leadership.Role, str]:
+        """Whether this replica acts on the cluster, and why (leadership.py), at wall-clock `now_s`."""
+        lease = self.leader
+        obj = self.store.get(*leadership.LEASE_KIND, lease.namespace, lease.name) if lease else None
+        return leadership.role(lease, obj, now_s)
+
+    def tick(self, *, synced: bool, acting: bool = True) -> TickOutcome:
         """One pass of everything that happens with time rather than on a call, in the order each
         step needs: gang barriers whose wait or hold ended, and those the watch completed; the
         nudges (once after the first sync, backoffs over, quorums arrived); the PodGroups the
         podgrouper keeps; preemptions whose hold ended or whose victims are gone; then, on a synced
         cache only (a partial one would see gangs broken and queues empty that are not), whole-gang
         disruption, Queue status, queue holds over and reclaim; the reasons pods are told; last, the
-        answers of plans dropped on the way."""
+        answers of plans dropped on the way.
+
+        Not `acting` (a follower: another replica's kube-scheduler holds the Lease), it writes nothing:
+        what would write (the podgrouper's PodGroups, evictions of every kind, Queue status) is not
+        decided, and the rest's writes are dropped; barrier expiries and dropped plans are still
+        answered. Becoming the leader, it starts as a started process does (the start-up nudge), and
+        what it writes it decides from the cache, never from what it did before."""
         out = TickOutcome()
+        if not acting:
+            self._startup_nudged = False
         for expiry, effects in self.binding.expire():
             out.expiries.append(expiry)
             out.effects += effects
         out.releases = self.binding.completed_releases()
-        if synced and not self._startup_nudged:
+        if synced and acting and not self._startup_nudged:
             self._startup_nudged = True
             out.effects += self.telling.startup_nudges()
         out.effects += self.telling.backoffs_over()
-        if self.podgrouper is not None and synced:
+        if self.podgrouper is not None and synced and acting:
             out.effects += self.podgrouper.plan()
             for gang in self.podgrouper.take_arrived():
                 owed = status_now(self.store, self.ledger, gang)
@@ -231,7 +247,7 @@ class Scheduler:
                     out.effects.append(owed)
         out.effects += self.telling.quorum_arrived()
         out.effects += self.gang_preemption.tick()
-        if synced:
+        if synced and acting:
             if self.disruption is not None:
                 try:
                     out.evictions = self.disruption.decide()
@@ -249,6 +265,8 @@ class Scheduler:
             out.effects += self.gang_preemption.reclaims_tick()
         out.effects += self.telling.fresh_reasons()
         out.answers = self.ledger.take_answers()
+        if not acting:
+            out.effects = []
         return out
 
     # ================================================================= what pods and groups are told

@@ -32,6 +32,7 @@ from extender.config import ServerSettings, Settings
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.resources import QuantityError
 from extender.placement import api as placement
+from extender.scheduling import leadership
 from extender.scheduling.decisions import (
     BindDecision,
     BindVerdict,
@@ -543,10 +544,25 @@ def _spawn_effects(app: web.Application, effects: list[Effect]) -> None:
         _track(app, asyncio.get_running_loop().create_task(_run_effects(app, effects)))
 
 
+def _acting(app: web.Application) -> bool:
+    """Whether this replica writes on its own now; logs and reports the moment that changes."""
+    role, why = app[SCHEDULER].role(time.time())
+    last = app[READY].get("role")
+    if role is not last:
+        app[READY]["role"] = role
+        app[METRICS].leader.set(1 if role.acts else 0)
+        # a transition is news (warning); the first word at start-up is not
+        level = logging.WARNING if last is not None else logging.INFO
+        log.log(level, "%s: %s", "acting on the cluster" if role.acts else "writing nothing", why)
+    return role.acts
+
+
 async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
     source = app[SOURCE]
     store = app[STORE]
     for e in effects:
+        if not _acting(app):
+            return  # the Lease moved while these waited: the new leader decides its own writes
         try:
             if e.kind == "nudge":
                 # a value never written before: an unchanged annotation is no update, and no update
@@ -668,6 +684,8 @@ async def _evict(app: web.Application, e: Effect) -> None:
         "message": reason,
     }
     await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=condition)  # type: ignore[attr-defined]
+    if not _acting(app):
+        return  # the Lease moved meanwhile: the new leader, reading the condition, finishes it
     await source.emit_event(  # type: ignore[attr-defined]
         namespace=e.namespace,
         name=e.name,
@@ -677,6 +695,8 @@ async def _evict(app: web.Application, e: Effect) -> None:
         message=reason,
         event_type="Warning",
     )
+    if not _acting(app):
+        return
     if await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason):  # type: ignore[attr-defined]
         app[METRICS].evicted_pods.inc()
 
@@ -705,7 +725,7 @@ def _tick(app: web.Application) -> None:
     barrier itself finds overdue or whose start-up fence is over."""
     barrier: Barrier = app[BARRIER]  # type: ignore[assignment]
     scheduler = app[SCHEDULER]
-    outcome = scheduler.tick(synced=app[SOURCE].is_synced())  # type: ignore[attr-defined]
+    outcome = scheduler.tick(synced=app[SOURCE].is_synced(), acting=_acting(app))  # type: ignore[attr-defined]
     for expiry in outcome.expiries:
         if expiry.dropped:
             app[METRICS].gang_timeouts.inc()
@@ -812,6 +832,11 @@ def fatal_reason(app: web.Application) -> str | None:
     return app[READY].get("fatal")
 
 
+def _leader_lease(settings: Settings) -> leadership.LeaderLease | None:
+    c = settings.cluster
+    return leadership.LeaderLease.parse(c.leader_lease, c.leader_identity) if c.leader_lease else None
+
+
 def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.monotonic) -> web.Application:
     app = web.Application(client_max_size=settings.server.max_body_bytes, middlewares=[_probe_only])
     app[PROBE_PORT] = 0
@@ -843,6 +868,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         bind_fence_s=source.bind_fence_s,
         podgrouper=podgrouper,
         disruption=disruption,
+        leader=_leader_lease(settings),
     )
     barrier = Barrier()
     app[SCHEDULER] = scheduler

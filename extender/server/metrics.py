@@ -122,6 +122,12 @@ class Metrics:
             "Objects from the API server the cache could not apply (skipped, logged)",
             registry=r,
         )
+        self.leader = Gauge(
+            "gang_extender_leader",
+            "1 while this replica acts on the cluster (its kube-scheduler holds the Lease, or it is the only "
+            "replica), 0 while it follows and writes nothing",
+            registry=r,
+        )
         self.sizes = Gauge("gang_extender_cache_objects", "Objects held in the caches", ["cache"], registry=r)
         self.time_to_bind = Histogram(
             "gang_extender_gang_time_to_bind_seconds",

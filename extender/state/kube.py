@@ -145,6 +145,9 @@ class KubeSettings:
     """At most one Event per object and reason in this window; a gang's life emits few, repeats are noise."""
     component: str = "gang-scheduler"
     """Event source, shown by `kubectl describe`."""
+    user_agent: str = "gang-extender"
+    """Sent with every request: the audit log tells the replicas apart by it (the CLI adds the version
+    and the replica's --leader-identity)."""
     status_field_recheck_s: float = 600.0
     """A status field the API server pruned from a write of ours (its CRD does not define it) is left out
     of writes for this long, then tried once more: a CRD changed back to defining it is written again."""
@@ -159,6 +162,21 @@ class WatchedKind:
     plural: str
     kind: str
     namespaced: bool = True
+    namespace: str | None = None  # one namespace's objects only (None: every namespace's)
+    field_selector: str = ""  # e.g. metadata.name=X: one object, which RBAC can grant by resourceNames
+
+
+def lease_kind(namespace: str, name: str) -> WatchedKind:
+    """The one Lease of this replica's kube-scheduler (its leader election): watched alone, so the
+    service needs no more than get, list and watch on that Lease by name."""
+    return WatchedKind(
+        "coordination.k8s.io",
+        ("v1",),
+        "leases",
+        "Lease",
+        namespace=namespace,
+        field_selector=f"metadata.name={name}",
+    )
 
 
 DEFAULT_KINDS: tuple[WatchedKind, ...] = (
@@ -209,6 +227,8 @@ class ServedKind:
     plural: str
     kind: str
     namespaced: bool
+    namespace: str | None = None
+    field_selector: str = ""
 
     @property
     def api_version(self) -> str:
@@ -216,8 +236,14 @@ class ServedKind:
 
     @property
     def collection_path(self) -> str:
+        """Where this source lists and watches the kind (one namespace's, when it watches one)."""
         prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespace is not None:
+            return f"{prefix}/namespaces/{self.namespace}/{self.plural}"
         return f"{prefix}/{self.plural}"
+
+    def selecting(self, query: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [*query, ("fieldSelector", self.field_selector)] if self.field_selector else query
 
     def object_path(self, *, namespace: str | None, name: str) -> str:
         prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
@@ -252,9 +278,10 @@ class _Connection:
     cfg: Any  # kubernetes_asyncio Configuration
     session: aiohttp.ClientSession
     host: str
+    user_agent: str = "gang-extender"
 
     @classmethod
-    def open(cls, cfg: Any) -> _Connection:
+    def open(cls, cfg: Any, user_agent: str = "gang-extender") -> _Connection:
         ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
         if cfg.cert_file:
             ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
@@ -267,10 +294,10 @@ class _Connection:
             # a watch event carries a whole object; etcd's default request limit is 1.5 MiB
             read_bufsize=2**21,
         )
-        return cls(cfg=cfg, session=session, host=str(cfg.host).rstrip("/"))
+        return cls(cfg=cfg, session=session, host=str(cfg.host).rstrip("/"), user_agent=user_agent)
 
     async def headers(self, content_type: str) -> dict[str, str]:
-        headers = {"Content-Type": content_type, "Accept": _JSON, "User-Agent": "gang-extender"}
+        headers = {"Content-Type": content_type, "Accept": _JSON, "User-Agent": self.user_agent}
         token = await self.cfg.get_api_key_with_prefix("BearerToken")  # refreshes rotated tokens
         if token:
             headers["Authorization"] = token
@@ -433,7 +460,7 @@ class KubeClusterSource:
                         )
                     else:
                         k8s_config.load_incluster_config(client_configuration=cfg)
-                self._api = _Connection.open(cfg)
+                self._api = _Connection.open(cfg, self._settings.user_agent)
             return self._api
 
     async def close(self) -> None:
@@ -569,7 +596,9 @@ class KubeClusterSource:
                     or _UNSERVED_MEANS.get(wk.group, "its objects are not read"),
                 )
                 continue
-            served[(wk.group, wk.kind)] = ServedKind(wk.group, chosen, wk.plural, wk.kind, wk.namespaced)
+            served[(wk.group, wk.kind)] = ServedKind(
+                wk.group, chosen, wk.plural, wk.kind, wk.namespaced, wk.namespace, wk.field_selector
+            )
         return served
 
     async def _resources(self, group_version: str) -> set[str]:
@@ -706,7 +735,7 @@ class KubeClusterSource:
         query = [("limit", str(self._settings.list_page_size))]
         if cont:
             query.append(("continue", cont))
-        return await self._request("GET", served.collection_path, query=query)
+        return await self._request("GET", served.collection_path, query=served.selecting(query))
 
     def _apply(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any], served: ServedKind) -> bool:
         return self.skipped.apply(op, obj, served.kind)
@@ -744,7 +773,7 @@ class KubeClusterSource:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=s.request_timeout_s, sock_read=s.watch_timeout_s + 30
         )
-        resp = await self._send("GET", served.collection_path, query=query, timeout=timeout)
+        resp = await self._send("GET", served.collection_path, query=served.selecting(query), timeout=timeout)
         try:
             if resp.status == 410:
                 raise _Gone()

@@ -86,6 +86,18 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
         ),
         pytest.param(["serve"], {}, ["serve needs a cluster source"], id="serve without a cluster source"),
         pytest.param(
+            ["serve", "--kubeconfig", "k", "--leader-lease", "gang-scheduler", "--leader-identity", "p_1"],
+            {},
+            ["--leader-lease wants NAMESPACE/NAME", "--leader-identity is the pod's name"],
+            id="a leader lease without its namespace, an identity that is no pod name",
+        ),
+        pytest.param(
+            ["serve", "--cluster", "x.yaml", "--leader-lease", "kube-system/gang-scheduler"],
+            {},
+            ["an embedded --cluster has no Lease, so the service would never write: drop --leader-lease"],
+            id="a leader lease on an embedded cluster",
+        ),
+        pytest.param(
             ["serve", "--cluster", "/nonexistent/cluster.yaml"],
             {},
             ["/nonexistent/cluster.yaml: cannot read"],

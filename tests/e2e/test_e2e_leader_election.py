@@ -6,10 +6,11 @@ gangs whole through its own sidecar, whose cache was already built by list+watch
 from __future__ import annotations
 
 import signal
+import time
 import urllib.request
 from typing import TYPE_CHECKING
 
-from controlplane.start import INSTALL_NAMESPACE, free_port, wait_until
+from controlplane.start import INSTALL_NAMESPACE, can_name_hosts, free_port, wait_until
 from test_e2e_gangs import batch_job, bound_nodes, wait_all_bound
 
 from extender.model import labels as keys
@@ -44,6 +45,7 @@ def test_only_the_leader_calls_its_sidecar_and_the_other_replica_takes_over(
         assert len(bound_nodes(wait_all_bound(api, namespace, 2, f"job-name={name}"))) == 2
 
     leader = holder()
+    offset = plane.audit_offset()
     probe = f"http://127.0.0.1:{free_port()}"
     args = ["--probe-host", "127.0.0.1", "--probe-port", probe.rsplit(":", 1)[1]]
     url_b = plane.start_service(name=SERVICE_B, extra_args=args, readyz_url=probe)
@@ -53,10 +55,20 @@ def test_only_the_leader_calls_its_sidecar_and_the_other_replica_takes_over(
         gang("first")
         assert holder() == leader, "the second replica took the lease from a live leader"
         assert verb_calls(probe) == 0, "a follower's kube-scheduler called its sidecar"
+        if can_name_hosts():  # each replica's service follows its own kube-scheduler's lease
+            assert leader.startswith("replica-a_"), leader
+            # the leader's service wrote the gang's PodGroup and status; the follower's wrote nothing
+            assert plane.writes_since(offset, "(replica-a)"), "the leader's service wrote nothing"
+            assert plane.writes_since(offset, "(replica-b)") == [], "a follower's service wrote"
 
+        killed = time.monotonic()
         plane.kill("kube-scheduler")  # SIGKILL: the lease is not released, it expires
         replica_b = wait_until(lambda: (h := holder()) != leader and h, timeout_s=60, what="a new leader")
         gang("second")
+        # the failover: from the leader's loss to the first gang bound through the new one
+        print(
+            f"failover: first gang bound by the new leader {time.monotonic() - killed:.1f} s after the kill"
+        )
         assert verb_calls(probe) > 0, "the new leader's gang went through its own sidecar"
     finally:
         if SCHEDULER_B in plane.procs:

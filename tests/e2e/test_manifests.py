@@ -120,7 +120,11 @@ def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:
 def test_the_scheduler_may_hold_its_own_lease() -> None:
     cfg = yaml.safe_load((MANIFESTS / "scheduler-config.yaml").read_text())
     lease = cfg["leaderElection"]["resourceName"]
-    role = next(d for d in load_all("rbac.yaml") if d["kind"] == "Role" and "lease" in d["metadata"]["name"])
+    role = next(
+        d
+        for d in load_all("rbac.yaml")
+        if d["kind"] == "Role" and d["metadata"]["name"] == "gang-scheduler-lease"
+    )
     namespace = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["namespace"]
     assert namespace == cfg["leaderElection"]["resourceNamespace"]
     named = [r for r in role["rules"] if r.get("resourceNames")]
@@ -140,6 +144,41 @@ def test_the_scheduler_may_hold_its_own_lease() -> None:
     assert binding["subjects"][0]["name"] == "gang-scheduler"
 
 
+def test_the_extender_follows_the_schedulers_lease_and_may_only_read_it() -> None:
+    cfg = yaml.safe_load((MANIFESTS / "scheduler-config.yaml").read_text())
+    election = cfg["leaderElection"]
+    role = next(
+        d
+        for d in load_all("rbac.yaml")
+        if d["kind"] == "Role" and d["metadata"]["name"] == "gang-extender-lease"
+    )
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [election["resourceName"]],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    pod = next(d for d in load_all("deployment.yaml") if d["kind"] == "Deployment")["spec"]["template"][
+        "spec"
+    ]
+    extender = next(c for c in pod["containers"] if c["name"] == "gang-extender")
+    args = extender["args"]
+    assert (
+        args[args.index("--leader-lease") + 1]
+        == f"{election['resourceNamespace']}/{election['resourceName']}"
+    )
+    assert args[args.index("--leader-identity") + 1] == "$(POD_NAME)"
+    assert extender["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    ]
+    # a dead extender on the leader restarts its kube-scheduler, which hands the lease over
+    scheduler = next(c for c in pod["containers"] if c["name"] == "kube-scheduler")
+    probe_port = int(args[args.index("--probe-port") + 1])
+    assert scheduler["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": probe_port}
+
+
 def test_the_scheduler_and_the_extender_have_separate_identities() -> None:
     """kube-scheduler may delete pods (preemption); the extender, with a token of its own, may not."""
     rbac = load_all("rbac.yaml")
@@ -155,7 +194,7 @@ def test_the_scheduler_and_the_extender_have_separate_identities() -> None:
             "extension-apiserver-authentication-reader",
             "gang-scheduler-lease",
         },
-        "gang-extender": {"gang-extender"},
+        "gang-extender": {"gang-extender", "gang-extender-lease"},
     }
     token = next(d for d in rbac if d["kind"] == "Secret")
     assert token["type"] == "kubernetes.io/service-account-token"
@@ -185,7 +224,10 @@ def test_probes_reach_the_containers_on_the_pod_ip_and_the_verbs_stay_on_loopbac
         for probe in ("livenessProbe", "readinessProbe"):
             get = c[probe]["httpGet"]
             assert "host" not in get, f"{c['name']} {probe} sets host {get['host']}"
-            assert get["port"] in ports, f"{c['name']} {probe} names no container port"
+            pod_ports = {p["containerPort"] for other in pod["containers"] for p in other.get("ports", [])}
+            assert get["port"] in ports or get["port"] in pod_ports, (
+                f"{c['name']} {probe} names no port of the pod"
+            )
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert "memory" in c["resources"]["limits"]
@@ -211,9 +253,10 @@ def test_kustomize_base_renders_the_whole_install_and_no_crd() -> None:
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(
         ["ServiceAccount"] * 2
-        + ["Secret", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "ClusterRole", "Role"]
+        + ["Secret", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "ClusterRole"]
+        + ["Role"] * 2
         + ["ClusterRoleBinding"] * 3
-        + ["RoleBinding"] * 2
+        + ["RoleBinding"] * 3
     )
     namespaced = [o for o in objs if not o["kind"].startswith("Cluster")]
     assert {o["metadata"]["namespace"] for o in namespaced} == {"kube-system"}

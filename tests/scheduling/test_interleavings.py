@@ -24,10 +24,14 @@ gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob
 whose Jobs are relabelled and whose replicatedJobs are scaled; one gang, at times, a 1.37
 scheduling.k8s.io PodGroup's (its pods name it by spec.schedulingGroup), whose priority differs from
 its pods' own and is the one that counts, and the subgroup gang at times a CompositePodGroup tree's (a
-root over one child PodGroup per subgroup, ranked at the root's priority). Whatever the service or
-kube-scheduler evicts, a controller recreates a while later, once the name is free.
+root over one child PodGroup per subgroup, ranked at the root's priority); and at times the service
+follows its kube-scheduler's leader-election Lease, which moves to another replica and back (while it
+is away, kube-scheduler calls this sidecar no more). Whatever the service or kube-scheduler evicts, a
+controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
+- a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
+  status, event, nudge, condition or eviction reaches the API while it follows);
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
   store's free capacity of every live node is >= 0), and a rack gang's bound members share a rack;
 - no reservation is left behind (each one is a pod in the store, planned in GET /debug/gangs or
@@ -67,7 +71,7 @@ leaves those kinds of step out: the newer ones are queues (no Queue objects at a
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
 tree), preempt, regroup, annex, succeed,
 delete-finished,
-stall-watch, grace (evictions delete at once) and jobsets (no large JobSet)).
+stall-watch, grace (evictions delete at once), jobsets (no large JobSet) and lease (the only replica)).
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ import asyncio
 import collections
 import copy
 import dataclasses
+import datetime
 import gc
 import os
 import random
@@ -274,6 +279,33 @@ class Faults:
         return fail, delay
 
 
+# The service's own writes, which only a replica whose kube-scheduler leads may make (binds are
+# kube-scheduler's calls, made through whichever replica it calls).
+_OWN_WRITES = (
+    "nudge_pod",
+    "set_pod_condition",
+    "emit_event",
+    "patch_group_status",
+    "create_object",
+    "patch_object",
+    "delete_object",
+    "evict_pod",
+)
+LEASE_REF = "kube-system/gang-scheduler"
+LEASE_OURS, LEASE_THEIRS = "replica-a_1f0c", "replica-b_7e21"
+
+
+def lease_object(holder: str) -> dict[str, Any]:
+    """kube-scheduler's Lease, renewed now (the service reads it against the wall clock) for an hour."""
+    renewed = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "gang-scheduler", "namespace": "kube-system"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600, "renewTime": renewed},
+    }
+
+
 class FlakyCluster(EmbeddedCluster):
     """The embedded API server, whose binds fail or take a while as a busy or failing one's do.
 
@@ -298,6 +330,16 @@ class FlakyCluster(EmbeddedCluster):
         self.on_evict: Callable[[dict, str, str], None] | None = None  # the driver hears of each eviction
         self.graceful: Callable[[dict], bool] | None = None  # the driver: runs out a grace period?
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
+        self.on_write: Callable[[str], None] = lambda what: None  # the driver hears of each own write
+        for method in _OWN_WRITES:
+            setattr(self, method, self._heard(method, getattr(self, method)))
+
+    def _heard(self, method: str, write: Callable[..., Any]) -> Callable[..., Any]:
+        async def heard(**call: Any) -> Any:
+            self.on_write(f"{method} {call.get('namespace', '')}/{call.get('name', '')}")
+            return await write(**call)
+
+        return heard
 
     async def nudge_pod(self, *, namespace: str, name: str, value: str) -> None:
         self.nudged.add(name)
@@ -699,6 +741,14 @@ class Driver:
         self.terminating: dict[str, str] = {}  # evicted pod -> its uid, while its grace period runs
         if "jobsets" not in SKIP and self.grace_rng.random() < 0.4:
             self.objects += large_jobset(self.grace_rng)
+        # leader-aware writes, a stream of their own: at times the service follows its kube-scheduler's
+        # Lease, which moves to another replica and back (its kube-scheduler then calls it no more)
+        self.lease_rng = random.Random(seed * 15485863 + 5)
+        self.leased = "lease" not in SKIP and self.lease_rng.random() < 0.35
+        self.following = False
+        self.follower_writes: list[str] = []
+        if self.leased:
+            self.objects.append(lease_object(LEASE_OURS))
 
     # ------------------------------------------------------------------ service
     async def start(self, cluster: FlakyCluster) -> None:
@@ -709,8 +759,12 @@ class Driver:
             self.starting = False
 
     async def _start(self, cluster: FlakyCluster) -> None:
-        settings = default_settings(gang_wait_s=GANG_WAIT_S, cluster_http_timeout_s=HTTP_TIMEOUT_S)
+        leader = (
+            {"cluster_leader_lease": LEASE_REF, "cluster_leader_identity": "replica-a"} if self.leased else {}
+        )
+        settings = default_settings(gang_wait_s=GANG_WAIT_S, cluster_http_timeout_s=HTTP_TIMEOUT_S, **leader)
         app = build_app(settings, source=cluster, clock=self.clock)
+        cluster.on_write = self.note_write
         client = TestClient(TestServer(app))
         await client.start_server()
         self.clients.append(client)
@@ -1481,6 +1535,9 @@ class Driver:
 
     async def check(self, *, final: bool = False) -> None:
         svc, store = self.svc, self.svc.store
+        # a follower writes nothing on its own: no PodGroup, status, event, nudge, condition or eviction
+        if self.follower_writes:
+            self.fail(f"the service wrote while its kube-scheduler did not lead: {self.follower_writes[:5]}")
         nodes, pods, bound = self.nodes(), self.pods(), self.bound()
         if self.broken_reclaims:
             self.fail(self.broken_reclaims[0])
@@ -1532,7 +1589,8 @@ class Driver:
                 for n in bound
                 if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n])
             ]
-            if g.name in hit and running and g.name not in self.api.gang_inflight:
+            # a follower's evictions stop with the Lease: the leading replica finishes them
+            if g.name in hit and running and g.name not in self.api.gang_inflight and not self.following:
                 why = self.gang_state(g, bound)
                 if why:
                     by = sorted({f"{n} by {who}" for n, gang, who in self.evicted if gang == g.name})
@@ -1722,12 +1780,17 @@ class Driver:
             ("delete-finished", 2),
             ("grace-ends", 3),
             ("jobset-edit", 2),
+            ("lease-moves", 3 if self.leased else 0),
         ]
-        steps = [(k, w) for k, w in steps if k not in SKIP]
+        steps = [(k, w) for k, w in steps if k not in SKIP and w]
         kinds, weights = zip(*steps, strict=True)
         for self.step in range(1, STEPS + 1):
             kind = self.rng.choices(kinds, weights)[0]
-            if kind == "schedule":
+            if self.following and kind in ("schedule", "unknown-resource", "preempt"):
+                kind = "clock"  # the other replica's kube-scheduler leads: ours calls its sidecar no more
+            if kind == "lease-moves":
+                await self.move_lease()
+            elif kind == "schedule":
                 pending = self.pending()
                 if pending:
                     picked = self.rng.sample(pending, min(len(pending), self.rng.randint(1, 5)))
@@ -1787,7 +1850,23 @@ class Driver:
             await self.spin()
             await self.drain()
             await self.check()
+        if self.following:
+            await self.move_lease()  # ours leads again for the end: every pending pod is scheduled
+            await self.check()
         await self.settle()
+
+    async def move_lease(self) -> None:
+        """The Lease moves: to the other replica's kube-scheduler, or back to ours."""
+        self.following = not self.following
+        holder = LEASE_THEIRS if self.following else LEASE_OURS
+        self.log(f"the Lease moves to {holder}")
+        self.apply(lease_object(holder))
+        await self.svc.expire(0)
+
+    def note_write(self, what: str) -> None:
+        """The embedded API server heard a write of the service's own (not a bind: kube-scheduler's)."""
+        if self.following:
+            self.follower_writes.append(f"step {self.step}: {what}")
 
     async def run_kill_mid_release(self) -> None:
         """The process is killed with every release's and plain pod's binding waiting at a slow API

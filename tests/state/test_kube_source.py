@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from extender.state.kube import KubeClusterSource, KubeSettings, _Cursor, _Gone
+from extender.state.kube import DEFAULT_KINDS, KubeClusterSource, KubeSettings, _Cursor, _Gone, lease_kind
 from extender.state.source import BindError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
@@ -164,6 +164,38 @@ async def test_watch_feeds_creates_updates_and_deletes(plane: ControlPlane, name
         )
         plane.api.delete(f"/api/v1/namespaces/{namespace}/pods/after")
         await store.wait_for(lambda op: op[:3] == ("remove", "Pod", "after"))
+
+
+def lease(namespace: str, name: str, holder: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+    }
+
+
+async def test_the_leader_lease_is_watched_alone_by_name(plane: ControlPlane, namespace: str) -> None:
+    """--leader-lease: the one Lease, in its namespace, by a metadata.name field selector (what RBAC
+    grants by resourceNames); a Lease beside it, or of that name elsewhere, is never read."""
+    leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+    plane.api.create(leases.format(ns=namespace), lease(namespace, "gang-scheduler", "a_1"))
+    plane.api.create(leases.format(ns=namespace), lease(namespace, "other", "x_1"))
+    kinds = (*DEFAULT_KINDS, lease_kind(namespace, "gang-scheduler"))
+    async with running(plane, kinds=kinds) as (source, store):
+        await started(source)
+        listed = next(op for op in store.ops if op[0] == "listed" and op[1] == "Lease")
+        assert listed[3] == [f"{namespace}/gang-scheduler"]
+        plane.api.patch(f"{leases.format(ns=namespace)}/gang-scheduler", {"spec": {"holderIdentity": "b_2"}})
+        plane.api.patch(f"{leases.format(ns=namespace)}/other", {"spec": {"holderIdentity": "y_2"}})
+        moved = await store.wait_for(
+            lambda op: (
+                op[:3] == ("upsert", "Lease", "gang-scheduler") and op[3]["spec"]["holderIdentity"] == "b_2"
+            )
+        )
+        assert moved[3]["metadata"]["namespace"] == namespace
+        await asyncio.sleep(0.5)  # the other Lease's edit, had it been watched, would be here by now
+        assert not [op for op in store.ops if op[1] == "Lease" and op[2] == "other"]
 
 
 async def test_relists_when_the_watched_version_is_gone(plane: ControlPlane) -> None:

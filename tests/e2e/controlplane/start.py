@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,22 @@ KUBERNETES_MODULE = Path(__file__).with_name("kubernetes")
 
 class PlaneUnavailable(Exception):
     """The control plane cannot run here; the message is the one-line reason."""
+
+
+# The replicas of the shipped pod the tier runs: a service and a kube-scheduler of one identity are one
+# pod's two containers (the kube-scheduler in a UTS namespace whose hostname is the identity).
+REPLICAS = {
+    "service": "replica-a",
+    "kube-scheduler": "replica-a",
+    "service-b": "replica-b",
+    "kube-scheduler-b": "replica-b",
+}
+SHIPPED_LEASE = "gang-scheduler"  # the shipped configuration's leaderElection.resourceName
+
+
+def can_name_hosts() -> bool:
+    """Whether this machine lets the tier give a kube-scheduler a hostname of its own (root, unshare)."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
 def free_port() -> int:
@@ -898,23 +914,36 @@ class ControlPlane:
                 out.append(f"{event.get('requestReceivedTimestamp')} {code} {body}")
         return out
 
+    def audit_events_since(self, offset: int) -> Iterator[dict[str, Any]]:
+        """The audit log's events from `offset` on (a line still being written is left out)."""
+        if not self.audit_log.exists():
+            return
+        with open(self.audit_log, "rb") as log:
+            log.seek(offset)
+            lines = log.read().splitlines()
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                yield json.loads(line)
+
+    def writes_since(self, offset: int, user_agent: str) -> list[str]:
+        """Every write (create, update, patch, delete) since `offset` of the audit log by a client whose
+        User-Agent contains `user_agent`, as "verb uri" lines: which replica wrote what."""
+        return [
+            f"{event['verb']} {event.get('requestURI')}"
+            for event in self.audit_events_since(offset)
+            if event.get("stage") == "ResponseComplete"
+            and user_agent in str(event.get("userAgent", ""))
+            and event.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
+        ]
+
     def forbidden_since(
         self, offset: int, *, accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT)
     ) -> list[str]:
         """Every request the authorizer refused (HTTP 403, decision forbid) one of the install's `accounts`
         since `offset` of the audit log, as "user verb uri: message" lines."""
         users = {f"system:serviceaccount:{INSTALL_NAMESPACE}:{a}" for a in accounts}
-        if not self.audit_log.exists():
-            return []
-        with open(self.audit_log, "rb") as log:
-            log.seek(offset)
-            lines = log.read().splitlines()
         refused = []
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the line being written
+        for event in self.audit_events_since(offset):
             status = event.get("responseStatus") or {}
             user = (event.get("user") or {}).get("username", "?")
             # RBAC's refusals only: a 403 from admission (a namespace being deleted refuses new events)
@@ -964,6 +993,10 @@ class ControlPlane:
             str(port),
             *extra_args,
         ]
+        identity = REPLICAS.get(name)
+        if identity and can_name_hosts() and "--leader-lease" not in argv:
+            # as in the shipped pod: it acts only while its own kube-scheduler (hostname = identity) leads
+            argv += ["--leader-lease", f"{INSTALL_NAMESPACE}/{SHIPPED_LEASE}", "--leader-identity", identity]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if shared:
             self.service_args = list(extra_args)
@@ -1040,17 +1073,19 @@ class ControlPlane:
             ]
             if self.scheduler_gates:
                 per_version.append(f"--feature-gates={self.scheduler_gates}")
-        self._spawn(
-            name,
-            [
-                self.bins["kube-scheduler"],
-                f"--config={path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                *per_version,
-                "--v=2",
-            ],
-        )
+        argv = [
+            self.bins["kube-scheduler"],
+            f"--config={path}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            *per_version,
+            "--v=2",
+        ]
+        identity = REPLICAS.get(name)
+        if identity and can_name_hosts():
+            # a hostname of its own, as a pod's: it leads as <identity>_<uuid>, and its sidecar knows it
+            argv = ["unshare", "--uts", "--fork", "sh", "-c", 'hostname "$0" && exec "$@"', identity, *argv]
+        self._spawn(name, argv)
 
         election = cfg.get("leaderElection") or {}
         if not election.get("leaderElect", True):
