@@ -507,7 +507,6 @@ async def handle_metrics(request: web.Request) -> web.Response:
         reservations=len(store.reservations),
         gangs=len(request.app[SCHEDULER].ledger.gang_keys()),
     )
-    m.bad_objects.set(getattr(request.app[SOURCE], "bad_objects", 0))
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
     _take_preemption_metrics(request.app)
     m.set_queues(request.app[SCHEDULER].describe_queues()["queues"])

@@ -23,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from extender import __version__
+
 # Filter at 5k nodes is ~1 ms, at 15k ~3 ms; a gang bind waits up to the gang wait (seconds).
 _BUCKETS_S = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # A gang waits for its pods (a Job's controller creating them), for room, and for its backoffs:
@@ -32,8 +34,8 @@ _BIND_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3
 
 class SourceCounts(Collector):
     """The cluster source's counters, read at each scrape: `write_errors` ((write, status class) ->
-    count) and `watch_restarts` (kind -> count). A source without them (the embedded cluster) shows
-    none."""
+    count), `watch_restarts` (kind -> count) and `bad_objects` (objects skipped). A source without
+    them shows none (zero skipped)."""
 
     def __init__(self, source: Any) -> None:
         self.source = source
@@ -57,6 +59,12 @@ class SourceCounts(Collector):
         for kind, n in sorted(by_kind.items()):
             restarts.add_metric([kind], n)
         yield restarts
+        skipped = CounterMetricFamily(
+            "gang_extender_bad_objects_skipped",
+            "Objects from the API server the cache could not apply (each skipped and logged)",
+        )
+        skipped.add_metric([], int(getattr(self.source, "bad_objects", 0) or 0))
+        yield skipped
 
 
 class Metrics:
@@ -117,11 +125,10 @@ class Metrics:
             buckets=_BUCKETS_S,
             registry=r,
         )
-        self.bad_objects = Gauge(
-            "gang_extender_bad_objects_skipped",
-            "Objects from the API server the cache could not apply (skipped, logged)",
-            registry=r,
+        self.build_info = Gauge(
+            "gang_extender_build_info", "1, labelled with the running release", ["version"], registry=r
         )
+        self.build_info.labels(__version__).set(1)
         self.leader = Gauge(
             "gang_extender_leader",
             "1 while this replica acts on the cluster (its kube-scheduler holds the Lease, or it is the only "

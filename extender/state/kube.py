@@ -143,8 +143,9 @@ class KubeSettings:
     """Cap on the delay between tries of a write that keeps trying for its caller's budget."""
     event_interval_s: float = 30.0
     """At most one Event per object and reason in this window; a gang's life emits few, repeats are noise."""
-    component: str = "gang-scheduler"
-    """Event source, shown by `kubectl describe`."""
+    component: str = "gang-extender"
+    """Event source, shown by `kubectl describe`: not kube-scheduler's (gang-scheduler), so an operator
+    tells the extender's events from the scheduler's."""
     user_agent: str = "gang-extender"
     """Sent with every request: the audit log tells the replicas apart by it (the CLI adds the version
     and the replica's --leader-identity)."""

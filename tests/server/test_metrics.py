@@ -8,6 +8,7 @@ import collections
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from extender import __version__
 from extender.config import default_settings
 from extender.server.app import build_app
 from extender.server.metrics import Metrics
@@ -78,6 +79,14 @@ async def test_metrics_name_the_gangs_and_the_process_and_move_with_them():
             == 1
         )
         assert counted[("gang_extender_watch_restarts_total", (("kind", "PodGroup.scheduling.run.ai"),))] == 3
+        # skipped objects are counted (a counter: it only grows), the release and the role are shown
+        assert counted[("gang_extender_bad_objects_skipped_total", ())] == 0
+        cluster.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bad"}, "status": "no"})
+        assert (
+            (await scrape(svc))[("gang_extender_bad_objects_skipped_total", ())] == cluster.bad_objects == 1
+        )
+        assert counted[("gang_extender_build_info", (("version", __version__),))] == 1
+        assert counted[("gang_extender_leader", ())] == 1  # the only replica acts
     finally:
         await client.close()
 

@@ -280,7 +280,7 @@ async def test_events_are_created_and_rate_limited_per_object_and_reason(
         ("GangWaiting", "gang waits for 3 of 4 pods"),
     ]
     assert {e["involvedObject"]["uid"] for e in events} == {pod["metadata"]["uid"]}
-    assert {e["source"]["component"] for e in events} == {"gang-scheduler"}
+    assert {e["source"]["component"] for e in events} == {"gang-extender"}
 
 
 async def test_nudge_and_group_status_patches(plane: ControlPlane, namespace: str) -> None:
