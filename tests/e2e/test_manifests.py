@@ -112,6 +112,10 @@ def test_rbac_grants_the_extender_exactly_what_it_uses() -> None:
         ("scheduling.k8s.io", "podgroups/status", "patch"),
         ("scheduling.k8s.io", "compositepodgroups/status", "patch"),
         ("scheduling.run.ai", "queues/status", "patch"),  # each queue's allocated and requested
+        # its PodGroups' blockOwnerDeletion, under OwnerReferencesPermissionEnforcement (the tier runs it)
+        ("batch", "jobs/finalizers", "update"),
+        ("jobset.x-k8s.io", "jobsets/finalizers", "update"),
+        ("kubeflow.org", "pytorchjobs/finalizers", "update"),
     }
     assert grants - expected == set(), f"granted but never used: {sorted(grants - expected)}"
     assert expected - grants == set(), f"used but not granted: {sorted(expected - grants)}"

@@ -779,6 +779,9 @@ class ControlPlane:
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                # as hardened clusters run it: an ownerReference with blockOwnerDeletion (the service's
+                # PodGroups) needs update on the owner's finalizers
+                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
                 # a webhook naming a Service is called at the Service's endpoint (route_service), with
                 # its certificate checked against the Service's DNS name, as in a cluster
                 "--enable-aggregator-routing=true",
@@ -940,7 +943,8 @@ class ControlPlane:
         self, offset: int, *, accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT)
     ) -> list[str]:
         """Every request the authorizer refused (HTTP 403, decision forbid) one of the install's `accounts`
-        since `offset` of the audit log, as "user verb uri: message" lines."""
+        since `offset` of the audit log, as "user verb uri: message" lines; and those that
+        OwnerReferencesPermissionEnforcement refused for want of RBAC on an owner's finalizers."""
         users = {f"system:serviceaccount:{INSTALL_NAMESPACE}:{a}" for a in accounts}
         refused = []
         for event in self.audit_events_since(offset):
@@ -949,9 +953,10 @@ class ControlPlane:
             # RBAC's refusals only: a 403 from admission (a namespace being deleted refuses new events)
             # is authorized and says so
             decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
+            owners = "cannot set blockOwnerDeletion" in str(status.get("message", ""))
             if (
                 status.get("code") == 403
-                and decision == "forbid"
+                and (decision == "forbid" or owners)
                 and user in users
                 and not self._authorizer_warming(event)
             ):
