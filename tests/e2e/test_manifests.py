@@ -169,14 +169,14 @@ def test_the_extender_follows_the_schedulers_lease_and_may_only_read_it() -> Non
     ]
     extender = next(c for c in pod["containers"] if c["name"] == "gang-extender")
     args = extender["args"]
-    assert (
-        args[args.index("--leader-lease") + 1]
-        == f"{election['resourceNamespace']}/{election['resourceName']}"
-    )
+    assert args[args.index("--leader-lease") + 1] == f"$(POD_NAMESPACE)/{election['resourceName']}"
     assert args[args.index("--leader-identity") + 1] == "$(POD_NAME)"
     assert extender["env"] == [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    namespace = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["namespace"]
+    assert election["resourceNamespace"] == namespace  # the pod's, which $(POD_NAMESPACE) names
     # a dead extender on the leader restarts its kube-scheduler, which hands the lease over
     scheduler = next(c for c in pod["containers"] if c["name"] == "kube-scheduler")
     probe_port = int(args[args.index("--probe-port") + 1])
