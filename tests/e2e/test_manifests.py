@@ -295,3 +295,35 @@ def test_gpu_overlay_changes_only_images_placement_gpu_scoring_and_adds_a_topolo
     }
     assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
     assert pod["serviceAccountName"] == "gang-scheduler", "the base's pod is kept, patched"
+
+
+def test_namespace_overlay_moves_the_whole_install_and_keeps_what_kube_system_must_hold() -> None:
+    """A plain `namespace:` overlay leaves subjects, the lease and the auth-reader binding behind; the
+    shipped namespace overlay moves each, and changes nothing else of the configuration."""
+    target = "gang-system"
+    objs = kustomize(MANIFESTS.parent / "overlays" / "namespace")
+    base = kustomize(MANIFESTS.parent)
+    assert sorted(o["kind"] for o in objs) == sorted(
+        [o["kind"] for o in base] + ["Namespace", "PriorityClass"]
+    )
+    for obj in objs:
+        if obj["kind"] in ("Namespace", "PriorityClass") or obj["kind"].startswith("Cluster"):
+            assert "namespace" not in obj["metadata"], obj["metadata"]
+        elif obj["metadata"]["name"] == "gang-scheduler-auth-reader":
+            assert obj["metadata"]["namespace"] == "kube-system"  # its Role lives there
+        else:
+            assert obj["metadata"]["namespace"] == target, (obj["kind"], obj["metadata"])
+        for subject in obj.get("subjects") or ():
+            assert subject["namespace"] == target, (obj["metadata"]["name"], subject)
+    (config_map,) = by_kind(objs, "ConfigMap")
+    got = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
+    assert got["leaderElection"].pop("resourceNamespace") == target
+    expected = scheduler_config()
+    expected["leaderElection"].pop("resourceNamespace")
+    assert got == expected, "the overlay's configuration is the base's but for the lease's namespace"
+    (deploy,) = by_kind(objs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (priority,) = by_kind(objs, "PriorityClass")
+    assert pod["priorityClassName"] == priority["metadata"]["name"]
+    extender = next(c for c in pod["containers"] if c["name"] == "gang-extender")
+    assert extender["args"][extender["args"].index("--leader-lease") + 1].startswith("$(POD_NAMESPACE)/")
