@@ -213,6 +213,11 @@ class Podgrouper:
                 self._tell(step.message)
         return effects
 
+    def look_at_everything(self) -> None:
+        """Plan every workload again at the next pass, as after a start: a replica that just became the
+        leader writes what the cluster lacks, whatever it decided, or dropped, before."""
+        self._everything = True
+
     def take_arrived(self) -> list[GroupKey]:
         """Gangs whose PodGroup of ours appeared since the last call. Their gang may have been planned
         or bound before it did (a gang binds in well under a second), so its status is owed."""

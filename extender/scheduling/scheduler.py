@@ -110,6 +110,7 @@ class Scheduler:
         self.podgrouper = podgrouper
         self.disruption = disruption
         self._startup_nudged = False
+        self._followed = False  # followed another replica's kube-scheduler since the last acting tick
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
         self.filtering = Filtering(
@@ -231,6 +232,11 @@ class Scheduler:
         out = TickOutcome()
         if not acting:
             self._startup_nudged = False
+            self._followed = True
+        elif self._followed:
+            self._followed = False
+            if self.podgrouper is not None:
+                self.podgrouper.look_at_everything()
         for expiry, effects in self.binding.expire():
             out.expiries.append(expiry)
             out.effects += effects

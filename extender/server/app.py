@@ -559,9 +559,15 @@ def _acting(app: web.Application) -> bool:
 async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
     source = app[SOURCE]
     store = app[STORE]
-    for e in effects:
+    for i, e in enumerate(effects):
         if not _acting(app):
-            return  # the Lease moved while these waited: the new leader decides its own writes
+            # the Lease moved while these waited: the new leader decides its own writes, and the
+            # podgrouper looks again at the workloads whose writes are dropped
+            podgrouper = app[PODGROUPER]
+            for dropped in effects[i:]:
+                if podgrouper is not None and dropped.kind.startswith("podgroup-"):
+                    podgrouper.write_done(dropped, ok=False)  # type: ignore[attr-defined]
+            return
         try:
             if e.kind == "nudge":
                 # a value never written before: an unchanged annotation is no update, and no update

@@ -17,7 +17,7 @@ import pytest
 
 from extender.config import default_settings, validate
 from extender.scheduling.leadership import LeaderLease, Role, role
-from extender.server.app import METRICS
+from extender.server.app import METRICS, PODGROUPER, _run_effects
 from tests.builders import gang_pod, make_kai_podgroup, make_node, rack_cluster
 from tests.scheduling.test_disruption import T0, gang_objects, stamp
 from tests.scheduling.test_gang_flow import parked
@@ -187,3 +187,22 @@ async def test_a_new_leader_brings_parked_gangs_back_as_a_started_service_does(m
     await svc.expire(0.1)
     await asyncio.sleep(0.05)
     assert all(nudge(f"ready-{i}").startswith("default/ready:restart") for i in range(2))
+
+
+async def test_a_podgroup_write_dropped_when_the_lease_moved_is_made_once_the_lease_is_back(
+    make_service,
+) -> None:
+    """The podgrouper decided a create, and the Lease moved before it ran: the write is dropped, and the
+    replica that leads again makes it (it looks at every workload again, as after a start)."""
+    svc = await make_service([make_node("n1"), live_lease("replica-a_0c41")], **LEADING)
+    await settle(svc)
+    svc.cluster.apply(job())
+    effects = svc.app[PODGROUPER].plan()  # decided while leading
+    assert [e.kind for e in effects] == ["podgroup-create"]
+    svc.cluster.apply(live_lease("replica-b_9f2e"))
+    await _run_effects(svc.app, effects)  # ran after the Lease moved: dropped
+    await settle(svc)
+    assert svc.cluster.list(*KAI_PG) == []
+    svc.cluster.apply(live_lease("replica-a_0c41"))
+    await settle(svc)
+    assert len(svc.cluster.list(*KAI_PG)) == 1
