@@ -110,7 +110,6 @@ class Scheduler:
         self.podgrouper = podgrouper
         self.disruption = disruption
         self._startup_nudged = False
-        self._followed = False  # followed another replica's kube-scheduler since the last acting tick
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
         self.filtering = Filtering(
@@ -232,18 +231,16 @@ class Scheduler:
         out = TickOutcome()
         if not acting:
             self._startup_nudged = False
-            self._followed = True
-        elif self._followed:
-            self._followed = False
-            if self.podgrouper is not None:
-                self.podgrouper.look_at_everything()
         for expiry, effects in self.binding.expire():
             out.expiries.append(expiry)
             out.effects += effects
         out.releases = self.binding.completed_releases()
         if synced and acting and not self._startup_nudged:
+            # the first acting pass after a start or after following: nudge, and plan every workload
             self._startup_nudged = True
             out.effects += self.telling.startup_nudges()
+            if self.podgrouper is not None:
+                self.podgrouper.look_at_everything()
         out.effects += self.telling.backoffs_over()
         if self.podgrouper is not None and synced and acting:
             out.effects += self.podgrouper.plan()

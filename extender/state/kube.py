@@ -279,10 +279,10 @@ class _Connection:
     cfg: Any  # kubernetes_asyncio Configuration
     session: aiohttp.ClientSession
     host: str
-    user_agent: str = "gang-extender"
+    user_agent: str  # KubeSettings.user_agent
 
     @classmethod
-    def open(cls, cfg: Any, user_agent: str = "gang-extender") -> _Connection:
+    def open(cls, cfg: Any, user_agent: str) -> _Connection:
         ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
         if cfg.cert_file:
             ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
