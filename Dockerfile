@@ -25,15 +25,20 @@ ENV PATH=/opt/venv/bin:$PATH \
     NUMBA_CACHE_DIR=/var/cache/numba \
     NUMBA_CPU_NAME=generic
 # uid 10001 is manifests/base/deployment.yaml's runAsUser. numba must be able to write (lock) its cache
-# directory even to load from it, so the runtime user owns it.
+# directory even to load from it, so the kernels are compiled into /opt/gang-extender/kernels and the pod's
+# init container copies them into a writable emptyDir at $NUMBA_CACHE_DIR (the root filesystem read-only);
+# the image's own $NUMBA_CACHE_DIR holds a copy too, for a plain `docker run`.
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin extender \
- && mkdir -p "$NUMBA_CACHE_DIR" \
- && chown 10001 "$NUMBA_CACHE_DIR"
+ && mkdir -p "$NUMBA_CACHE_DIR" /opt/gang-extender/kernels \
+ && chown 10001 "$NUMBA_CACHE_DIR" /opt/gang-extender/kernels
 COPY --from=build /opt/venv /opt/venv
 USER 10001
 # Compile every placement kernel now, as the runtime user and against the files this image ships, so a
-# new pod is ready in ~0.5 s instead of compiling for ~10 s; then prove a fresh process loads every kernel from the cache.
-RUN python -c "from extender.placement.api import warm_up; print(f'kernels compiled in {warm_up():.2f}s')" \
+# new pod is ready in ~0.5 s instead of compiling for ~10 s; then copy them as the init container does and
+# prove a fresh process loads every kernel from the copy.
+RUN NUMBA_CACHE_DIR=/opt/gang-extender/kernels \
+    python -c "from extender.placement.api import warm_up; print(f'kernels compiled in {warm_up():.2f}s')" \
+ && cp -a /opt/gang-extender/kernels/. "$NUMBA_CACHE_DIR"/ \
  && python -c "from extender.placement import api, kernels; api.warm_up(); \
 stats = [f.stats for f in vars(kernels).values() if hasattr(f, 'stats')]; \
 assert stats and not any(s.cache_misses for s in stats) and any(s.cache_hits for s in stats), stats; \

@@ -271,8 +271,13 @@ def test_kustomize_base_renders_the_whole_install_and_no_crd() -> None:
     config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
     assert config_volume["configMap"]["name"] == config_map["metadata"]["name"]  # the hashed name
     assert config_map["metadata"]["name"].startswith("gang-scheduler-config-")
-    images = {c["name"]: c["image"] for c in pod["containers"]}
-    assert images == {"kube-scheduler": "kube-scheduler:v1.36.2", "gang-extender": "gang-extender:0.1.0"}
+    images = {c["name"]: c["image"] for c in pod["containers"] + pod["initContainers"]}
+    # upstream's kube-scheduler image; the extender's as `make image` tags it, the kernels copied from it
+    assert images == {
+        "kube-scheduler": "registry.k8s.io/kube-scheduler:v1.36.2",
+        "gang-extender": "gang-extender:0.1.0",
+        "kernels": "gang-extender:0.1.0",
+    }
     assert all(o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gang-extender" for o in objs)
 
 

@@ -91,3 +91,37 @@ def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
     }
     assert copied <= kept, f"copied but left out of the build context: {sorted(copied - kept)}"
     assert all((REPO / name).exists() for name in kept)
+
+
+def test_the_init_containers_copy_of_the_kernels_loads_without_compiling(tmp_path: Path) -> None:
+    """What the image and the pod do: compile the kernels into one directory (the image's
+    /opt/gang-extender/kernels), copy it with `cp -a` into another (the init container, into the emptyDir
+    at NUMBA_CACHE_DIR), and a fresh process loads every kernel from the copy with no cache miss."""
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        pytest.skip("NUMBA_DISABLE_JIT=1: nothing is compiled or cached")
+    baked, copy = tmp_path / "kernels", tmp_path / "numba"
+    baked.mkdir()
+    copy.mkdir()
+    load = (
+        "from extender.placement import api, kernels; api.warm_up(); "
+        "stats = [f.stats for f in vars(kernels).values() if hasattr(f, 'stats')]; "
+        "print(len(stats), sum(len(s.cache_misses) for s in stats), sum(len(s.cache_hits) for s in stats))"
+    )
+
+    def run(cache: Path) -> list[int]:
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+        done = subprocess.run(
+            [sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+        return [int(n) for n in done.stdout.split()]
+
+    kernels_n, misses, _ = run(baked)
+    assert kernels_n > 0 and misses > 0, "the first run compiles into the baked directory"
+    assert subprocess.run(["cp", "-a", f"{baked}/.", f"{copy}/"], check=False).returncode == 0
+    _, misses, hits = run(copy)
+    assert (misses, hits > 0) == (0, True), f"{misses} kernels compiled again, {hits} loaded from the copy"
