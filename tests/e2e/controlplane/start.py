@@ -293,6 +293,19 @@ def kwok_binary() -> str:
     return module_tool(KWOK_MODULE, "sigs.k8s.io/kwok", "kwok", "kwok")
 
 
+HELM_MODULE = Path(__file__).with_name("helm")
+
+
+def helm_binary() -> str:
+    """helm, the release helm/go.mod pins: lints, renders and installs the chart (manifests/helm)."""
+    return module_tool(HELM_MODULE, "helm.sh/helm/v4", "helm", "helm")
+
+
+def helm_or_skip() -> str:
+    """helm_binary() for a test: skip with the one-line reason, or fail under CI=true."""
+    return str(available_or_skip("helm", helm_binary))
+
+
 def _build_from_modules(version: str) -> dict[str, str]:
     """module-build.sh: the release kubernetes/go.mod pins, built once per machine (it takes a lock)."""
     _run_build(
@@ -877,9 +890,9 @@ class ControlPlane:
             token=self.request_token(SCHEDULER_ACCOUNT),
         )
 
-    def request_token(self, account: str) -> str:
+    def request_token(self, account: str, namespace: str = INSTALL_NAMESPACE) -> str:
         """A bound token for a service account of the install (TokenRequest), valid for a day."""
-        path = f"/api/v1/namespaces/{INSTALL_NAMESPACE}/serviceaccounts/{account}/token"
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
         body["spec"] = {"expirationSeconds": 86400}
         return str(self.api.create(path, body)["status"]["token"])
@@ -940,12 +953,16 @@ class ControlPlane:
         ]
 
     def forbidden_since(
-        self, offset: int, *, accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT)
+        self,
+        offset: int,
+        *,
+        accounts: Iterable[str] = (SCHEDULER_ACCOUNT, EXTENDER_ACCOUNT),
+        namespace: str = INSTALL_NAMESPACE,
     ) -> list[str]:
         """Every request the authorizer refused (HTTP 403, decision forbid) one of the install's `accounts`
         since `offset` of the audit log, as "user verb uri: message" lines; and those that
         OwnerReferencesPermissionEnforcement refused for want of RBAC on an owner's finalizers."""
-        users = {f"system:serviceaccount:{INSTALL_NAMESPACE}:{a}" for a in accounts}
+        users = {f"system:serviceaccount:{namespace}:{a}" for a in accounts}
         refused = []
         for event in self.audit_events_since(offset):
             status = event.get("responseStatus") or {}
@@ -1045,11 +1062,13 @@ class ControlPlane:
         self.stop_service()
         return self.start_service(port=port, extra_args=self.service_args, kubeconfig=self.service_kubeconfig)
 
-    def scheduler_config(self, *, url_prefix: str, config: Path | None = None) -> dict[str, Any]:
+    def scheduler_config(
+        self, *, url_prefix: str, config: Path | None = None, kubeconfig: str | None = None
+    ) -> dict[str, Any]:
         """The configuration kube-scheduler gets: the shipped file (or `config`) as it is on 1.36, with
         only the kubeconfig path and the extender URL swapped; converted to v1beta1 for 1.20."""
         src = yaml.safe_load((config or INSTALL / "scheduler-config.yaml").read_text())
-        kubeconfig = self.scheduler_kubeconfig or self.kubeconfig
+        kubeconfig = kubeconfig or self.scheduler_kubeconfig or self.kubeconfig
         if not self.legacy:
             return substitute_scheduler_config(src, url_prefix=url_prefix, kubeconfig=kubeconfig)
         cfg = convert_scheduler_config(src, url_prefix=url_prefix, kubeconfig=kubeconfig)
@@ -1059,11 +1078,18 @@ class ControlPlane:
         return cfg
 
     def start_scheduler(
-        self, *, url_prefix: str, config: Path | None = None, name: str = "kube-scheduler"
+        self,
+        *,
+        url_prefix: str,
+        config: Path | None = None,
+        name: str = "kube-scheduler",
+        kubeconfig: str | None = None,
     ) -> None:
         """kube-scheduler with the shipped configuration (see scheduler_config). Another `name` runs a
-        second kube-scheduler beside the shared one (give it its own schedulerName and lease, or none)."""
-        cfg = self.scheduler_config(url_prefix=url_prefix, config=config)
+        second kube-scheduler beside the shared one (give it its own schedulerName and lease, or none);
+        `kubeconfig`: as another identity than the install's gang-scheduler account."""
+        kubeconfig = kubeconfig or self.scheduler_kubeconfig or self.kubeconfig
+        cfg = self.scheduler_config(url_prefix=url_prefix, config=config, kubeconfig=kubeconfig)
         prefix = "scheduler" if name == "kube-scheduler" else name
         path = self.workdir / f"{prefix}-config.{cfg['apiVersion'].rsplit('/', 1)[1]}.yaml"
         path.write_text(yaml.safe_dump(cfg))
@@ -1071,7 +1097,6 @@ class ControlPlane:
             per_version = ["--port=0"]
         else:
             # its own port's delegated authentication and authorization, as the shipped pod's
-            kubeconfig = self.scheduler_kubeconfig or self.kubeconfig
             per_version = [
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
