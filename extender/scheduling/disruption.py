@@ -16,6 +16,8 @@ survivors of an incident are evicted, never the gang's replacements (created aft
 the members bound when the disruption was seen, or, for an incident older than this process, the
 members created before it. Held in memory besides: evictions in flight (retried after RETRY_S, as a
 PodDisruptionBudget answering 429 asks), members seen deleted, and how long a gang has been below quorum.
+A preemption's or a reclaim's victims (the ledger's record) are that eviction's: their going is no
+disruption of their gang, and none of them is asked to go a second time.
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ class GangDisruption:
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         uid = str(meta.get("uid") or "")
         disrupted = event == "DELETED" or meta.get("deletionTimestamp") or _disruption_condition(obj)
-        ours = uid in self._evicting or _ours(obj)
+        ours = uid in self._evicting or _ours(obj) or self._preempting(pk)
         if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
             self._signalled.add(uid)
             if not ours and self._scanned:  # in the initial list, replacements may be in the store already
@@ -284,7 +286,7 @@ class GangDisruption:
             cond = _disruption_condition(rec.obj)
             if meta.get("deletionTimestamp") or cond is not None:
                 at = _deleted_at(meta) or parse_time_s((cond or {}).get("lastTransitionTime"))
-                own = rec.uid in self._evicting or _ours(rec.obj)
+                own = rec.uid in self._evicting or _ours(rec.obj) or self._preempting(rec.key)
                 signals.append(_Signal(rec.key, at if at is not None else wall, _how(rec.obj), own=own))
             if is_live(rec.obj):
                 running.append(rec)
@@ -310,17 +312,26 @@ class GangDisruption:
             self._forget(key)
             return None
         spec = view.spec
+        # a preemption's or a reclaim's victims are that eviction's: their gang goes whole with it, and
+        # is neither disrupted by it nor asked to go a second time
+        preempted = [r for r in view.running if self._preempting(r.key)]
+        if preempted and len(preempted) == len(view.running):
+            self._below_since.pop(key, None)
+            for_gang = self.ledger.victim_of(preempted[0].key) if self.ledger is not None else None
+            self.decisions[key] = f"being evicted whole for gang {for_gang} (a preemption or a reclaim)"
+            return None
+        evictable = [r for r in view.running if _evictable(r) and not self._preempting(r.key)]
         below = spec.ready_leaves(view.healthy) is None
         if not below:
             self._whole.add(key)
             self._below_since.pop(key, None)
             if not view.signals or spec.disruption is not Disruption.ALL:
-                broken = self._broken_subgroup(view, [r for r in view.running if _evictable(r)], now)
+                broken = self._broken_subgroup(view, evictable, now)
                 if broken is None:
                     self.decisions[key] = "healthy: at its quorum"
                 return broken
         whole = key in self._whole or spec.ready_leaves(view.ever_bound) is not None
-        candidates = [r for r in view.running if _evictable(r)]
+        candidates = evictable
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
             last = max(reversed(view.signals), key=lambda s: s.at_s)  # a tie: the newest seen
             survivors = self._survivors.get(key)
@@ -401,6 +412,10 @@ class GangDisruption:
             f"--stale-gang-grace-s ({self.stale_grace_s:g}s); the stale gang is evicted whole"
         )
         return self._evict(view.spec, Why.STALE, reason, candidates, now, incident=-since)
+
+    def _preempting(self, pod: PodKey) -> bool:
+        """Whether this service is evicting the pod for a preempting (or reclaiming) gang: the ledger's."""
+        return self.ledger is not None and self.ledger.victim_of(pod) is not None
 
     def _being_bound(self, key: GroupKey) -> bool:
         entry = self.ledger.entry(key) if self.ledger is not None else None

@@ -49,6 +49,8 @@ After every step it checks, from the API's objects and the service's public surf
   service's or kube-scheduler's) has, once the service's effects have run, all its bound members
   gone or its quorum (each subgroup's too) still bound (a Terminating member counts as gone, a
   Terminating pod is nobody's victim, and it uses its node until it is deleted);
+- no pod is asked to be evicted twice by the service, whichever features asked (a reclaim's victim is
+  not also evicted as its gang's disruption);
 - the event loop never stalls: a watchdog task on the loop samples its lag in real time (the
   driver's clock is fake), and a lag over STALL_S while the loop's thread itself was busy (its CPU
   time, so that a machine busy with other work is no stall) fails the step it fell in, except while
@@ -328,6 +330,7 @@ class FlakyCluster(EmbeddedCluster):
         self.parked: set[asyncio.Future[None]] = set()  # this process's writes waiting at the API
         self.bind_fence_s = faults.fence_s
         self.on_evict: Callable[[dict, str, str], None] | None = None  # the driver hears of each eviction
+        self.on_evict_request: Callable[[str, str, str], None] = lambda name, uid, why: None  # each one asked
         self.graceful: Callable[[dict], bool] | None = None  # the driver: runs out a grace period?
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
         self.on_write: Callable[[str], None] = lambda what: None  # the driver hears of each own write
@@ -347,6 +350,7 @@ class FlakyCluster(EmbeddedCluster):
 
     async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
         pod = self.get("", "Pod", namespace, name)
+        self.on_evict_request(name, uid, reason)
         if (
             pod is not None
             and not self.dead
@@ -729,6 +733,8 @@ class Driver:
         self.loose: set[str] = set()  # gang pods whose pod-group-name names no PodGroup
         self.gone_done: dict[str, str] = {}  # finished gang pods since deleted -> their gang
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
+        self.evict_asked: dict[str, list[str]] = {}  # pod uid -> why the service asked to evict it, each time
+        self.evicted_twice: list[str] = []  # see note_evict_request
         self.broken_reclaims: list[str] = []  # see check_reclaim
         self.reclaims = 0  # victims of reclaims judged, for the sweep's report
         self.over_limit: dict[str, int] = {}  # queue -> the use it was left at above a lowered limit
@@ -775,6 +781,7 @@ class Driver:
         gc.freeze()
         self.svc = Service(client, cluster, self.clock)
         cluster.on_evict = self.note_eviction
+        cluster.on_evict_request = self.note_evict_request
         cluster.graceful = self.graceful
         if self.trust_fit:
             self.svc.scheduler.filtering.exact_refusals_max = 0
@@ -794,6 +801,16 @@ class Driver:
         until = loop.time() + 2.0
         while self.decided[name] == seen and loop.time() < until:
             await asyncio.sleep(0)
+
+    def note_evict_request(self, name: str, uid: str, reason: str) -> None:
+        """Every eviction the service asks for (each lands: evictions are not faulted here), so a pod is
+        asked to go once, whichever of its features asked: a reclaim and a whole-gang disruption, say."""
+        if not uid:
+            return
+        asked = self.evict_asked.setdefault(uid, [])
+        asked.append(reason)
+        if len(asked) > 1:  # raised at the next check: this runs inside the service's eviction
+            self.evicted_twice.append(f"{name} (uid {uid}) asked to be evicted {len(asked)} times: {asked}")
 
     def note_eviction(self, pod: dict, by: str, reason: str = "") -> None:
         """An evicted pod: remembered for the partial-eviction check, and recreated by its controller
@@ -1541,6 +1558,8 @@ class Driver:
         nodes, pods, bound = self.nodes(), self.pods(), self.bound()
         if self.broken_reclaims:
             self.fail(self.broken_reclaims[0])
+        if self.evicted_twice:
+            self.fail(self.evicted_twice[0])
         # over-commit, from the API's objects
         used: dict[str, collections.Counter[str]] = {}
         for name, node in bound.items():
