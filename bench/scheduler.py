@@ -139,6 +139,15 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def peak_rss_mib(self) -> float:
+        """The process's peak resident memory so far (VmHWM), what a container's memory limit must hold."""
+        try:
+            with open(f"/proc/{self.popen.pid}/status") as fh:
+                kib = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+        except (OSError, StopIteration, ValueError):
+            return 0.0
+        return round(kib / 1024, 1)
+
     def tail(self, lines: int = 8) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return " | ".join(text.strip().splitlines()[-lines:])
@@ -562,6 +571,10 @@ class Bench:
             cpu1["machine"] = machine_busy_s()
             m1 = scrape(metrics_url)
             e1 = scrape(url + "/metrics") if service else {}
+            peak_mib = {
+                "scheduler": scheduler.peak_rss_mib(),
+                "service": service.peak_rss_mib() if service else 0.0,
+            }
         finally:
             for proc in reversed(procs):
                 proc.stop()
@@ -582,7 +595,10 @@ class Bench:
             "elapsed_s": round(elapsed, 2),
             "create_s": round(t_created - t0, 2),
             "service_start_s": round(t_service, 1),
+            "scheduler_peak_rss_mib": peak_mib["scheduler"],
         }
+        if service:
+            row["service_peak_rss_mib"] = peak_mib["service"]
         if len(times) >= 10:
             i10, i90 = int(0.1 * (len(times) - 1)), int(0.9 * (len(times) - 1))
             row["p10_p90_pods_per_s"] = round((i90 - i10) / max(1e-9, times[i90] - times[i10]), 1)
@@ -700,6 +716,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "gangs_per_s",
                 "nodes_used",
                 "cores_other",
+                "scheduler_peak_rss_mib",
+                "service_peak_rss_mib",
             ):
                 vals = [r[key] for r in runs if key in r]
                 if vals:

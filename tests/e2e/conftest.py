@@ -12,13 +12,16 @@ gives the same per-process control plane these fixtures use.
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 import pytest
 from controlplane.fixtures import plane_fixture, plane_version_fixture, skip_outside_versions  # noqa: F401
-from controlplane.start import ControlPlane
+from controlplane.start import ControlPlane, wait_until
 
 from extender.sim.cluster import topology
 
@@ -102,3 +105,46 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     # every pod in one request (a DELETE per pod cost seconds per test under load)
     api.delete(f"/api/v1/namespaces/{name}/pods")
     api.delete(f"/api/v1/namespaces/{name}")
+
+
+QUEUES = "/apis/scheduling.run.ai/v2/queues"
+QUEUES_SEEN_S = 60.0
+
+
+def debug_queues(cluster: Cluster) -> list[dict[str, Any]]:
+    """The queues the shared service enforces (GET /debug/queues)."""
+    with urllib.request.urlopen(f"{cluster.service_url}/debug/queues", timeout=5) as resp:
+        return list(orjson.loads(resp.read())["queues"])
+
+
+@pytest.fixture
+def make_queues(cluster: Cluster) -> Iterator[Callable[..., None]]:
+    """Create KAI Queues (name -> spec.resources); they are deleted after the test, and the test ends
+    only once the service has seen them go."""
+    api = cluster.plane.api
+    made: list[str] = []
+
+    def make(**queues: dict[str, Any]) -> None:
+        for name, resources in queues.items():
+            api.create(
+                QUEUES,
+                {
+                    "apiVersion": "scheduling.run.ai/v2",
+                    "kind": "Queue",
+                    "metadata": {"name": name},
+                    "spec": {"resources": resources},
+                },
+            )
+            made.append(name)
+        wait_until(
+            lambda: {q["queue"] for q in debug_queues(cluster)} >= set(queues),
+            timeout_s=QUEUES_SEEN_S,
+            what="the service to see the queues",
+        )
+
+    yield make
+    for name in made:
+        api.delete(f"{QUEUES}/{name}")
+    wait_until(
+        lambda: debug_queues(cluster) == [], timeout_s=QUEUES_SEEN_S, what="the service to forget the queues"
+    )

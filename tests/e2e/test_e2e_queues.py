@@ -9,61 +9,20 @@ tests of the shared plane do not expect.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import orjson
-import pytest
+from conftest import QUEUES, debug_queues
 from controlplane.start import Api, wait_until
 from test_e2e_gangs import bound_nodes, pending_reasons, pods, rack_of
-from test_e2e_ledger import PODGROUPS, RACK_CONSTRAINT, create_pod, http_get, member, overcommitted
+from test_e2e_ledger import PODGROUPS, RACK_CONSTRAINT, create_pod, member, overcommitted
 
 from tests.builders import make_kai_podgroup
 
 if TYPE_CHECKING:
     from conftest import Cluster
 
-QUEUES = "/apis/scheduling.run.ai/v2/queues"
 TIMEOUT_S = 60.0
-
-
-def debug_queues(cluster: Cluster) -> list[dict[str, Any]]:
-    status, body = http_get(f"{cluster.service_url}/debug/queues")
-    assert status == 200, body
-    return orjson.loads(body)["queues"]
-
-
-@pytest.fixture
-def make_queues(cluster: Cluster) -> Iterator[Callable[..., None]]:
-    """Create KAI Queues (name -> spec.resources); they are deleted after the test, and the test ends
-    only once the service has seen them go."""
-    api = cluster.plane.api
-    made: list[str] = []
-
-    def make(**queues: dict[str, Any]) -> None:
-        for name, resources in queues.items():
-            api.create(
-                QUEUES,
-                {
-                    "apiVersion": "scheduling.run.ai/v2",
-                    "kind": "Queue",
-                    "metadata": {"name": name},
-                    "spec": {"resources": resources},
-                },
-            )
-            made.append(name)
-        wait_until(
-            lambda: {q["queue"] for q in debug_queues(cluster)} >= set(queues),
-            timeout_s=TIMEOUT_S,
-            what="the service to see the queues",
-        )
-
-    yield make
-    for name in made:
-        api.delete(f"{QUEUES}/{name}")
-    wait_until(
-        lambda: debug_queues(cluster) == [], timeout_s=TIMEOUT_S, what="the service to forget the queues"
-    )
 
 
 def gang(
