@@ -17,6 +17,7 @@ BENCHES = {
     "scale": "bench.scale",
     "names": "bench.names",
     "jobset": "bench.jobset",
+    "schedmem": "bench.schedmem",
 }
 
 
