@@ -79,9 +79,9 @@ def test_a_gang_past_its_queue_limit_waits_with_the_numbers_and_binds_when_usage
     assert overcommitted(api) == []
 
 
-def test_a_queue_below_its_fair_share_reclaims_one_whole_gang_of_a_queue_over_its_own(
-    cluster: Cluster, namespace: str, make_queues: Callable[..., None]
-) -> None:
+def two_teams(cluster: Cluster, make_queues: Callable[..., None]) -> tuple[list[str], int, int]:
+    """Queues team-a and team-b, each with half the cluster's cpu as its quota and no limit; the racks,
+    nodes per rack and cpus per node their gangs are sized by."""
     api = cluster.plane.api
     racks = sorted({rack_of(api, n) for n in cluster.nodes})
     per_rack = len(cluster.nodes) // len(racks)
@@ -91,6 +91,14 @@ def test_a_queue_below_its_fair_share_reclaims_one_whole_gang_of_a_queue_over_it
     make_queues(
         **{"team-a": {"cpu": {"quota": half, **unlimited}}, "team-b": {"cpu": {"quota": half, **unlimited}}}
     )
+    return racks, per_rack, node_cpu
+
+
+def test_a_queue_below_its_fair_share_reclaims_one_whole_gang_of_a_queue_over_its_own(
+    cluster: Cluster, namespace: str, make_queues: Callable[..., None]
+) -> None:
+    api = cluster.plane.api
+    racks, per_rack, node_cpu = two_teams(cluster, make_queues)
     # team-b, alone, takes the whole cluster: one rack gang filling each rack
     takers = [f"b{i}" for i in range(len(racks))]
     for name in takers:
@@ -109,6 +117,7 @@ def test_a_queue_below_its_fair_share_reclaims_one_whole_gang_of_a_queue_over_it
             assert len(bound_nodes(items)) == per_rack, f"{name} was partly evicted: {len(items)} pods left"
     (team_a,) = [q for q in debug_queues(cluster) if q["queue"] == "team-a"]
     (team_b,) = [q for q in debug_queues(cluster) if q["queue"] == "team-b"]
+    half = len(cluster.nodes) * node_cpu * 1000 // 2
     assert team_b["resources"]["cpu"]["allocated"] >= half, "a reclaim took team-b below its quota"
     assert team_a["resources"]["cpu"]["allocated"] == per_rack * node_cpu * 1000
     assert overcommitted(api) == []

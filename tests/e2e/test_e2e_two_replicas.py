@@ -22,9 +22,9 @@ import yaml
 from controlplane.liveness import LivenessProbe, ProbeSpec
 from controlplane.start import INSTALL, INSTALL_NAMESPACE, can_name_hosts, free_port, wait_until
 from test_e2e_disruption import evict, told, wait_gone
-from test_e2e_gangs import bound_nodes, pods, rack_of
+from test_e2e_gangs import bound_nodes, pods
 from test_e2e_ledger import http_get, overcommitted
-from test_e2e_queues import bound, gang
+from test_e2e_queues import bound, gang, two_teams
 
 if TYPE_CHECKING:
     from conftest import Cluster
@@ -121,17 +121,7 @@ def test_two_replicas_with_queues_reclaim_disruption_and_a_stale_gang_act_once_a
         liveness.start(skip_initial_delay=True)  # the shared kube-scheduler has run longer than the delay
 
         # -- A leads: queues, a reclaim, a whole-gang disruption ----------------------------------------
-        racks = sorted({rack_of(api, n) for n in cluster.nodes})
-        per_rack = len(cluster.nodes) // len(racks)
-        node_cpu = int(api.get(f"/api/v1/nodes/{cluster.nodes[0]}")["status"]["allocatable"]["cpu"])
-        half = len(cluster.nodes) * node_cpu * 1000 // 2
-        unlimited = {"limit": -1, "overQuotaWeight": 1}
-        make_queues(
-            **{
-                "team-a": {"cpu": {"quota": half, **unlimited}},
-                "team-b": {"cpu": {"quota": half, **unlimited}},
-            }
-        )
+        racks, per_rack, node_cpu = two_teams(cluster, make_queues)
         takers = [f"b{i}" for i in range(len(racks) - 1)]  # team-b over its quota, one rack left
         for name in takers:
             gang(api, namespace, name, queue="team-b", pods_n=per_rack, cpu=str(node_cpu), rack=True)

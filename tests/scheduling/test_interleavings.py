@@ -73,7 +73,8 @@ leaves those kinds of step out: the newer ones are queues (no Queue objects at a
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
 tree), preempt, regroup, annex, succeed,
 delete-finished,
-stall-watch, grace (evictions delete at once), jobsets (no large JobSet) and lease (the only replica)).
+stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica) and
+evict-lag (an accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later)).
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ ROOT_QUEUE = "org"
 LEAF_QUEUES = ("default-queue", "team-a", "team-b")
 MISSING_GROUP = "no-such-group"  # a pod-group-name that names no PodGroup: the pod waits for it
 STALL_S = 0.1
+EVICTION_SEEN_S = 2.0
+"""How long after the API accepted an eviction its watch event may come (the service's clock): well under
+the disruption module's retry of an eviction it does not see (RETRY_S), as a busy API server's watch."""
 TERMINAL = ("Succeeded", "Failed")
 NO_ROOM = "(kube-scheduler's own filters passed no node; the extender was not asked)"
 
@@ -332,6 +336,7 @@ class FlakyCluster(EmbeddedCluster):
         self.on_evict: Callable[[dict, str, str], None] | None = None  # the driver hears of each eviction
         self.on_evict_request: Callable[[str, str, str], None] = lambda name, uid, why: None  # each one asked
         self.graceful: Callable[[dict], bool] | None = None  # the driver: runs out a grace period?
+        self.lagging: Callable[[dict], bool] | None = None  # the driver: is the eviction seen later?
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
         self.on_write: Callable[[str], None] = lambda what: None  # the driver hears of each own write
         for method in _OWN_WRITES:
@@ -358,6 +363,8 @@ class FlakyCluster(EmbeddedCluster):
             and (not uid or pod["metadata"].get("uid") == uid)
         ):
             self.on_evict(copy.deepcopy(pod), "the service", reason)
+            if not leaving(pod) and self.lagging is not None and self.lagging(pod):
+                return True  # accepted; the watch shows it a moment later (the driver's advance)
             if not leaving(pod) and self.graceful is not None and self.graceful(pod):
                 return True  # Terminating: the kubelet deletes it when its grace period ends
         return await super().evict_pod(namespace=namespace, name=name, uid=uid, reason=reason)
@@ -745,6 +752,10 @@ class Driver:
         self.grace_rng = random.Random(seed * 982451653 + 11)
         self.grace_p = 0.0 if "grace" in SKIP else self.grace_rng.choice((0.0, 0.5, 1.0))
         self.terminating: dict[str, str] = {}  # evicted pod -> its uid, while its grace period runs
+        # an eviction the API accepted that the watch shows up to EVICTION_SEEN_S later (its own stream):
+        # meanwhile the service's cache still has the pod running, as a busy API server's watch does
+        self.evict_lag_p = 0.0 if "evict-lag" in SKIP else self.grace_rng.choice((0.0, 0.5))
+        self.unseen_evictions: list[tuple[str, str]] = []  # (pod, uid), accepted, not yet in the watch
         if "jobsets" not in SKIP and self.grace_rng.random() < 0.4:
             self.objects += large_jobset(self.grace_rng)
         # leader-aware writes, a stream of their own: at times the service follows its kube-scheduler's
@@ -783,6 +794,7 @@ class Driver:
         cluster.on_evict = self.note_eviction
         cluster.on_evict_request = self.note_evict_request
         cluster.graceful = self.graceful
+        cluster.lagging = self.lagging
         if self.trust_fit:
             self.svc.scheduler.filtering.exact_refusals_max = 0
         decide = self.svc.scheduler.bind
@@ -1094,7 +1106,13 @@ class Driver:
         # are lost) before the clock moves, so never after the fence of the process alive now
         await self.land_orphans()
         self.log(f"clock +{seconds}s")
-        await self.svc.expire(seconds)
+        first = min(seconds, EVICTION_SEEN_S) if self.unseen_evictions else seconds
+        await self.svc.expire(first)
+        if self.unseen_evictions:
+            self.land_evictions()
+            await self.spin()
+            if seconds > first:
+                await self.svc.expire(seconds - first)
         # slow API writes are slow, never httpTimeout slow: every parked one lands now
         self.api.progress(flush=True)
         await self.spin()
@@ -1227,6 +1245,26 @@ class Driver:
             self.log(f"pod {pod['metadata']['name']} created (a replacement)")
             self.apply(pod)
         self.deferred = later
+
+    def lagging(self, pod: dict) -> bool:
+        """Whether the eviction of a bound pod, accepted by the API, reaches the watch only later."""
+        if not pod["spec"].get("nodeName") or self.grace_rng.random() >= self.evict_lag_p:
+            return False
+        self.unseen_evictions.append((pod["metadata"]["name"], pod["metadata"]["uid"]))
+        self.lines.append(f"      {pod['metadata']['name']}'s eviction is accepted; the watch shows it later")
+        return True
+
+    def land_evictions(self) -> None:
+        """The accepted evictions reach the watch: each pod goes, or turns Terminating."""
+        pods = self.pods()
+        for name, uid in self.unseen_evictions:
+            pod = pods.get(name)
+            if pod is None or pod["metadata"].get("uid") != uid or leaving(pod):
+                continue
+            self.log(f"{name}'s eviction reaches the watch")
+            if not self.graceful(pod):
+                self.delete("Pod", "default", name)
+        self.unseen_evictions.clear()
 
     def graceful(self, pod: dict) -> bool:
         """Whether an evicted (or preempted) bound pod runs out a grace period: it turns Terminating,
@@ -1505,6 +1543,7 @@ class Driver:
         """The extender's process is killed and a new one lists the cluster: kube-scheduler's calls
         drop; the old process's writes parked at the API server land later, or never."""
         old = self.svc
+        self.land_evictions()  # accepted evictions are in the API's store, which the new process lists
         orphans = set(old.cluster.parked)  # type: ignore[attr-defined]
         self.log(f"restart: connections drop, {len(orphans)} binding(s) stay in flight at the API server")
         for b in self.binds:
@@ -1533,7 +1572,10 @@ class Driver:
     def gang_state(self, gang: Gang, bound: dict[str, str]) -> str | None:
         """Why `gang` is partially bound, or None."""
         done = {n for n, g in self.gone_done.items() if g == gang.name}  # finished, then deleted
-        live = {n: p for n, p in self.pods().items() if not leaving(p)}  # Terminating: evicted, going
+        going = {n for n, _ in self.unseen_evictions}  # evicted, as the API's store has it already
+        live = {
+            n: p for n, p in self.pods().items() if not leaving(p) and n not in going
+        }  # Terminating: going
         pods = [n for n in live if self.pod_gang.get(n) == gang.name] + sorted(done)
         on = [n for n in pods if n in bound or n in done]
         if not any(n in bound and not finished(live[n]) for n in on):
@@ -1602,11 +1644,15 @@ class Driver:
             why = self.gang_state(g, bound)
             if why:
                 self.fail(f"gang {g.name} is partially bound: {why}")
+        going = {n for n, _ in self.unseen_evictions}
         for g in self.gangs:
             running = [
                 n
                 for n in bound
-                if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n])
+                if self.pod_gang.get(n) == g.name
+                and not finished(pods[n])
+                and not leaving(pods[n])
+                and n not in going
             ]
             # a follower's evictions stop with the Lease: the leading replica finishes them
             if g.name in hit and running and g.name not in self.api.gang_inflight and not self.following:
@@ -1617,7 +1663,7 @@ class Driver:
         self.evicted.clear()
         self.was_whole = {
             g.name: self.gang_state(g, bound) is None
-            and any(self.pod_gang.get(n) == g.name and not leaving(pods[n]) for n in bound)
+            and any(self.pod_gang.get(n) == g.name and not leaving(pods[n]) and n not in going for n in bound)
             for g in self.gangs
         }
         # reservations: each one planned or held for a bind in flight. The service's ticker may plan
@@ -1942,6 +1988,7 @@ class Driver:
         self.log("settle: faults and churn stop")
         self.api.progress(flush=True)
         await self.spin()
+        self.land_evictions()
         self.end_graces(every=True)
         self.recreate()
         stable, quiet = False, 0
