@@ -579,3 +579,37 @@ def test_a_subgroup_a_preemption_leaves_below_its_min_member_is_evicted_whole(mi
     assert w.decide() == []  # once per incident
     # x-a1 runs on until kube-scheduler deletes it (a preemption's victim is not this service's)
     assert w.running("x") == sorted({"x-a0", "x-a1", "x-b0", "x-b1"} - set(evicted))
+
+
+class VictimLedger:
+    """The ledger's part the disruption logic reads: which pods a preemption (or reclaim) is evicting."""
+
+    def __init__(self, victims: dict[str, str]) -> None:
+        self.victims = victims  # pod key -> the preempting gang
+
+    def victim_of(self, pod: str) -> str | None:
+        return self.victims.get(pod)
+
+    def entry(self, gang: str) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("victims", "evicted", "decision"),
+    [
+        # a reclaim evicts x whole: its first member's going is that reclaim's, not a disruption
+        ({"default/x-0", "default/x-1", "default/x-2"}, [], "being evicted whole for gang default/big"),
+        # nobody is evicting the rest: the loss of x-0 is a disruption and the survivors go
+        (set(), ["x-1", "x-2"], "evicting 2 member(s) (below-quorum)"),
+    ],
+    ids=["reclaim-victims", "disrupted"],
+)
+def test_a_gang_a_preemption_or_reclaim_evicts_whole_is_not_evicted_again(victims, evicted, decision):
+    w = World(gang_objects("x", kind="kai", size=3, quorum=3))
+    w.logic.ledger = VictimLedger({v: "default/big" for v in victims})
+    w.decide()
+    # the preemption's first eviction lands; the other two are on their way, still running in the cache
+    w.change("x-0", lambda p: p["metadata"].__setitem__("deletionTimestamp", stamp(w.clocks.wall)))
+    w.decide()
+    assert w.evicted == evicted
+    assert w.logic.describe("default/x")["decision"].startswith(decision)
