@@ -305,9 +305,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         return _fail(errors)
     _setup_logging(settings.log_level, settings.log_format)
     if source is None:
+        from extender.model.lease import split_lease_ref
         from extender.state.kube import DEFAULT_KINDS, KubeClusterSource, KubeSettings, lease_kind
 
-        lease_ns, _, lease_name = c.leader_lease.partition("/")
+        lease_ns, lease_name = split_lease_ref(c.leader_lease) if c.leader_lease else ("", "")
         source = KubeClusterSource(
             None if c.in_cluster else c.kubeconfig,
             settings=KubeSettings(user_agent=f"gang-extender/{__version__} ({identity})"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from extender.model.lease import split_lease_ref
+
 MIN_BIND_MARGIN_S = 1.0
 """How much sooner than kube-scheduler's `httpTimeout` the gang wait must end. When a gang is released
 (or its wait ends) the waiting binds still have work to do before they answer: the release's binds are
@@ -178,12 +180,10 @@ def validate(settings: Settings) -> list[str]:
     if not g.default_queue.strip():
         errors.append("--default-queue must name a queue, got an empty name")
     if c.leader_lease:
-        namespace, sep, name = c.leader_lease.partition("/")
-        if not (sep and namespace and name) or "/" in name:
-            errors.append(
-                f"--leader-lease wants NAMESPACE/NAME of kube-scheduler's leader-election Lease (e.g. "
-                f"kube-system/gang-scheduler), got {c.leader_lease!r}"
-            )
+        try:
+            split_lease_ref(c.leader_lease)
+        except ValueError as exc:
+            errors.append(str(exc))
     if "_" in c.leader_identity:
         errors.append(
             f"--leader-identity is the pod's name, which kube-scheduler leads under as <name>_<uuid>; it "

@@ -17,6 +17,8 @@ import datetime
 import enum
 from typing import Any
 
+from extender.model.lease import split_lease_ref
+
 LEASE_KIND = ("coordination.k8s.io", "Lease")
 
 
@@ -42,9 +44,7 @@ class LeaderLease:
     @classmethod
     def parse(cls, value: str, identity: str) -> LeaderLease:
         """`NAMESPACE/NAME`; ValueError saying what is wrong otherwise."""
-        namespace, sep, name = value.partition("/")
-        if not sep or not namespace or not name or "/" in name:
-            raise ValueError(f"--leader-lease wants NAMESPACE/NAME (kube-scheduler's lease), got {value!r}")
+        namespace, name = split_lease_ref(value)
         if not identity or "_" in identity:
             raise ValueError(
                 f"--leader-identity must be this pod's name (kube-scheduler leads as <pod>_<uuid>), got "
