@@ -27,6 +27,7 @@ import aiohttp
 import orjson
 import yaml
 
+from bench.memory import proc_status_mib
 from bench.scheduler import node_object, pod_object
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
@@ -47,9 +48,7 @@ NAMESPACE = "schedmem"
 
 
 def status_mib(pid: int, field: str) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        kib = next(int(line.split()[1]) for line in fh if line.startswith(f"{field}:"))
-    return round(kib / 1024, 1)
+    return round(proc_status_mib(pid, field), 1)
 
 
 async def create_all(server: str, items: list[tuple[str, dict[str, Any]]]) -> float:

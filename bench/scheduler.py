@@ -50,6 +50,8 @@ import aiohttp
 import orjson
 import yaml
 
+from bench.memory import proc_status_mib
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
@@ -142,11 +144,9 @@ class Proc:
     def peak_rss_mib(self) -> float:
         """The process's peak resident memory so far (VmHWM), what a container's memory limit must hold."""
         try:
-            with open(f"/proc/{self.popen.pid}/status") as fh:
-                kib = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
-        except (OSError, StopIteration, ValueError):
+            return round(proc_status_mib(self.popen.pid, "VmHWM"), 1)
+        except (OSError, RuntimeError):
             return 0.0
-        return round(kib / 1024, 1)
 
     def tail(self, lines: int = 8) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""

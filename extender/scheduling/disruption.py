@@ -200,7 +200,7 @@ class GangDisruption:
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         uid = str(meta.get("uid") or "")
         disrupted = event == "DELETED" or meta.get("deletionTimestamp") or _disruption_condition(obj)
-        ours = uid in self._evicting or _ours(obj) or self._preempting(pk)
+        ours = uid in self._evicting or _ours(obj) or self._preemptor_of(pk) is not None
         if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
             self._signalled.add(uid)
             if not ours and self._scanned:  # in the initial list, replacements may be in the store already
@@ -286,7 +286,7 @@ class GangDisruption:
             cond = _disruption_condition(rec.obj)
             if meta.get("deletionTimestamp") or cond is not None:
                 at = _deleted_at(meta) or parse_time_s((cond or {}).get("lastTransitionTime"))
-                own = rec.uid in self._evicting or _ours(rec.obj) or self._preempting(rec.key)
+                own = rec.uid in self._evicting or _ours(rec.obj) or self._preemptor_of(rec.key) is not None
                 signals.append(_Signal(rec.key, at if at is not None else wall, _how(rec.obj), own=own))
             if is_live(rec.obj):
                 running.append(rec)
@@ -314,13 +314,13 @@ class GangDisruption:
         spec = view.spec
         # a preemption's or a reclaim's victims are that eviction's: their gang goes whole with it, and
         # is neither disrupted by it nor asked to go a second time
-        preempted = [r for r in view.running if self._preempting(r.key)]
+        preempted = {r.key: gang for r in view.running if (gang := self._preemptor_of(r.key)) is not None}
         if preempted and len(preempted) == len(view.running):
             self._below_since.pop(key, None)
-            for_gang = self.ledger.victim_of(preempted[0].key) if self.ledger is not None else None
+            for_gang = next(iter(preempted.values()))
             self.decisions[key] = f"being evicted whole for gang {for_gang} (a preemption or a reclaim)"
             return None
-        evictable = [r for r in view.running if _evictable(r) and not self._preempting(r.key)]
+        evictable = [r for r in view.running if _evictable(r) and r.key not in preempted]
         below = spec.ready_leaves(view.healthy) is None
         if not below:
             self._whole.add(key)
@@ -413,9 +413,9 @@ class GangDisruption:
         )
         return self._evict(view.spec, Why.STALE, reason, candidates, now, incident=-since)
 
-    def _preempting(self, pod: PodKey) -> bool:
-        """Whether this service is evicting the pod for a preempting (or reclaiming) gang: the ledger's."""
-        return self.ledger is not None and self.ledger.victim_of(pod) is not None
+    def _preemptor_of(self, pod: PodKey) -> GroupKey | None:
+        """The gang this service is evicting the pod for (a preemption or a reclaim): the ledger's."""
+        return self.ledger.victim_of(pod) if self.ledger is not None else None
 
     def _being_bound(self, key: GroupKey) -> bool:
         entry = self.ledger.entry(key) if self.ledger is not None else None

@@ -15,12 +15,11 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from conftest import Cluster
-from controlplane.start import REPO, free_port, helm_or_skip, wait_until
+from controlplane.start import REPO, free_port, helm_or_skip, object_path, wait_until
 from test_e2e_gangs import batch_job, bound_nodes, pods, wait_all_bound
 
 from extender.model import labels as keys
@@ -146,21 +145,7 @@ def test_helm_install_then_a_seed_gang_binds_whole_through_what_it_installed(
     # nothing it installed is left, cluster-wide objects included
     for obj in installed:
         meta = obj["metadata"]
-        path = _path(obj)
-        status, _ = api.request("GET", path, ok=(200, 404))
+        status, _ = api.request("GET", object_path(obj), ok=(200, 404))
         assert status == 404, f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']} left after uninstall"
     api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}", ok=(200, 202, 404))
     assert pods(api, namespace, "job-name=helm-gang")  # the workload is the user's: uninstall leaves it
-
-
-def _path(obj: dict[str, Any]) -> str:
-    from controlplane.start import collection_path
-
-    plurals = {
-        "PodDisruptionBudget": "poddisruptionbudgets",
-        "Deployment": "deployments",
-        "ConfigMap": "configmaps",
-        "Service": "services",
-        "PriorityClass": "priorityclasses",
-    }
-    return f"{collection_path(obj, plurals.get(obj['kind']))}/{obj['metadata']['name']}"

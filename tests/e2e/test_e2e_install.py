@@ -24,6 +24,7 @@ from controlplane.start import (
     ControlPlane,
     kubectl_or_skip,
     kustomize,
+    object_path,
     wait_until,
 )
 
@@ -40,14 +41,6 @@ def kubectl(plane: ControlPlane, *args: str, objs: list[dict[str, Any]]) -> str:
     )
     assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr.strip()}"
     return done.stdout
-
-
-def object_path(obj: dict[str, Any]) -> str:
-    from controlplane.start import collection_path
-
-    plurals = {"PodDisruptionBudget": "poddisruptionbudgets", "Deployment": "deployments"}
-    plurals |= {"ConfigMap": "configmaps", "Service": "services"}
-    return f"{collection_path(obj, plurals.get(obj['kind']))}/{obj['metadata']['name']}"
 
 
 @pytest.mark.k8s(min="1.25", reason="the install targets 1.25+ (policy/v1, kubescheduler.config.k8s.io/v1)")

@@ -1254,6 +1254,10 @@ class Driver:
         self.lines.append(f"      {pod['metadata']['name']}'s eviction is accepted; the watch shows it later")
         return True
 
+    def evictions_unseen(self) -> set[str]:
+        """Pods evicted as the API's store has it already, whose watch event has not come yet."""
+        return {name for name, _ in self.unseen_evictions}
+
     def land_evictions(self) -> None:
         """The accepted evictions reach the watch: each pod goes, or turns Terminating."""
         pods = self.pods()
@@ -1572,7 +1576,7 @@ class Driver:
     def gang_state(self, gang: Gang, bound: dict[str, str]) -> str | None:
         """Why `gang` is partially bound, or None."""
         done = {n for n, g in self.gone_done.items() if g == gang.name}  # finished, then deleted
-        going = {n for n, _ in self.unseen_evictions}  # evicted, as the API's store has it already
+        going = self.evictions_unseen()
         live = {
             n: p for n, p in self.pods().items() if not leaving(p) and n not in going
         }  # Terminating: going
@@ -1644,7 +1648,7 @@ class Driver:
             why = self.gang_state(g, bound)
             if why:
                 self.fail(f"gang {g.name} is partially bound: {why}")
-        going = {n for n, _ in self.unseen_evictions}
+        going = self.evictions_unseen()
         for g in self.gangs:
             running = [
                 n

@@ -513,11 +513,21 @@ def collection_path(obj: dict[str, Any], plural: str | None = None) -> str:
         "RoleBinding": "rolebindings",
         "Event": "events",
         "Secret": "secrets",
+        "ConfigMap": "configmaps",
+        "Service": "services",
+        "Deployment": "deployments",
+        "PodDisruptionBudget": "poddisruptionbudgets",
+        "PriorityClass": "priorityclasses",
     }
     plural = plural or plurals[kind]
     prefix = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
     ns = (obj.get("metadata") or {}).get("namespace")
     return f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The path of an object itself (its collection's, then its name)."""
+    return f"{collection_path(obj)}/{obj['metadata']['name']}"
 
 
 def kustomize(path: Path) -> list[dict[str, Any]]:
@@ -1063,12 +1073,11 @@ class ControlPlane:
         return self.start_service(port=port, extra_args=self.service_args, kubeconfig=self.service_kubeconfig)
 
     def scheduler_config(
-        self, *, url_prefix: str, config: Path | None = None, kubeconfig: str | None = None
+        self, *, url_prefix: str, kubeconfig: str, config: Path | None = None
     ) -> dict[str, Any]:
         """The configuration kube-scheduler gets: the shipped file (or `config`) as it is on 1.36, with
         only the kubeconfig path and the extender URL swapped; converted to v1beta1 for 1.20."""
         src = yaml.safe_load((config or INSTALL / "scheduler-config.yaml").read_text())
-        kubeconfig = kubeconfig or self.scheduler_kubeconfig or self.kubeconfig
         if not self.legacy:
             return substitute_scheduler_config(src, url_prefix=url_prefix, kubeconfig=kubeconfig)
         cfg = convert_scheduler_config(src, url_prefix=url_prefix, kubeconfig=kubeconfig)
