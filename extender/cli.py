@@ -164,6 +164,22 @@ SERVE_FLAGS = (
         "S",
     ),
     Flag(
+        "holds",
+        _bool,
+        "a gang that fits nowhere holds the rows where it fits once drained, and everyone else plans "
+        "around them, so small gangs cannot starve a large one (default true)",
+        "gang.holds",
+        "BOOL",
+    ),
+    Flag(
+        "hold-depth",
+        int,
+        "how many waiting gangs hold capacity at once, the highest priority, then the oldest, first "
+        "(default 1: the head only)",
+        "gang.hold_depth",
+        "N",
+    ),
+    Flag(
         "stale-gang-grace-s",
         float,
         "evict a gang that was bound whole once it has run below its quorum this long; 0: never (default 60)",
@@ -463,6 +479,17 @@ def render_gang(doc: dict[str, Any]) -> str:
         lines.append(f"Queue:       {doc['queue']}")
     if doc.get("queueHold"):
         lines.append(f"Held:        {doc['queueHold']}")
+    hold = doc.get("hold") or {}
+    if hold.get("none"):
+        lines.append(f"Hold:        {hold['none']}")
+    elif hold:
+        lines.append(
+            f"Hold:        {hold.get('domain') or 'nodes'}: {hold.get('drainedNodes')} of "
+            f"{hold.get('heldNodes')} nodes drained, held {hold.get('heldForS', 0):g}s "
+            f"(rank {hold.get('rank')})"
+        )
+    for around in doc.get("heldFor") or []:
+        lines.append(f"Plans around: {around}")
     if doc.get("failures"):
         lines.append(f"Failures:    {doc['failures']}")
     pre = doc.get("preemption")

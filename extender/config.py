@@ -73,6 +73,14 @@ class GangSettings:
     stale_grace_s: float = 60.0
     """How long a gang that was bound whole may run below its quorum (members failed or went) before
     the rest are evicted, so a broken gang does not hold its nodes forever. 0: never."""
+    holds: bool = True
+    """A gang that fits nowhere holds the rows where it would fit once drained (the oldest of the
+    highest priority first, `hold_depth` of them): every other gang and plain pod plans around the
+    hold, so a stream of small gangs cannot starve a large one. The cost is capacity left idle while
+    the held rows drain (at most the holder's own request, on rows chosen where the least is in use)."""
+    hold_depth: int = 1
+    """How many waiting gangs hold capacity at once: 1, the head only (the least idled); more lets the
+    next gangs drain towards their own fit too, each around the older holds, and idles more."""
     default_queue: str = "default-queue"
     """The KAI queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label).
     Queues are enforced only where the cluster has Queue objects (scheduling.run.ai/v2)."""
@@ -177,6 +185,11 @@ def validate(settings: Settings) -> list[str]:
         errors.append(f"--preemption-hold-s must be positive, got {g.preemption_hold_s}")
     if not g.stale_grace_s >= 0:  # NaN too
         errors.append(f"--stale-gang-grace-s must be 0 (off) or positive, got {g.stale_grace_s}")
+    if g.hold_depth < 1:
+        errors.append(
+            f"--hold-depth must be at least 1 (the head's hold is what keeps a large gang from starving; "
+            f"--holds false turns holds off), got {g.hold_depth}"
+        )
     if not g.default_queue.strip():
         errors.append("--default-queue must name a queue, got an empty name")
     if c.leader_lease:

@@ -44,7 +44,7 @@ class Admission:
         """The queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label)."""
         self.queue_holds: dict[GroupKey, tuple[str, str]] = {}
         """Gangs (and plain pods) waiting for their queue: key -> (queue, why); see queues.py."""
-        self._queue_snapshot: tuple[tuple[int, int, int], queues.QueueSnapshot | None] = ((-1, -1, -1), None)
+        self._queue_snapshot: tuple[tuple[int, ...], queues.QueueSnapshot | None] = ((-1,), None)
         self._pod_no_fit: dict[GroupKey, tuple[PodKey, int]] = {}
         """Plain pods (groups of one), and gangs whose quorum is bound, whose last filter of a pod placed
         on its own found no offered node to fit it: key -> (the pod, store.release_gen then). Rebuilt
@@ -74,15 +74,17 @@ class Admission:
         """Every queue's usage and fair share, recomputed only when the store changed; None when the
         cluster has no Queue objects (then nothing is enforced)."""
         gen, snap = self._queue_snapshot
-        now_gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen)
+        now_gen = (self.store.change_gen, self.ledger.gen, self._no_fit_gen, self.ledger.holds.gen)
         if gen != now_gen:
             planned = [g for g, e in self.ledger.entries() if e.plan]
-            # the room held for a preemptor is its queue's: the victims' charge left with them
-            holding = {
-                g: (p.queue, p.held_room())
+            # the room held for a preemptor is its queue's: the victims' charge left with them; so is
+            # the room held for a waiting gang (holds.py), as its plan will be
+            holding = dict(self.ledger.holds.room_by_gang())
+            holding.update(
+                (g, (p.queue, p.held_room()))
                 for g, p in self.ledger.preemptions_now()
                 if p.queue is not None and p.held
-            }
+            )
             snap = self.queue_book.snapshot(
                 planned,
                 holding,
@@ -195,6 +197,12 @@ class Admission:
         """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
         snap = self.queue_snapshot()
         reason = queue = None
+        held = self.ledger.holds.of(call.group.key)
+        if held is not None and held.queue is not None:
+            # the room held for it is charged to its queue already: its own need is not counted twice
+            credit = dict(credit or {})
+            for r, v in held.room.items():
+                credit[r] = credit.get(r, 0) + v
         if snap is not None:
             queue, reason = self.gang_queue(call.group, call.pod, snap)
             if queue is not None:
@@ -208,6 +216,20 @@ class Admission:
         self.queue_holds[call.group.key] = (queue or "", reason)
         self._held_need[call.group.key] = dict(need)
         return reason
+
+    def hold_refused(
+        self, queue: str, room: dict[str, int], gang: GroupKey, credit: dict[str, int]
+    ) -> str | None:
+        """Why `queue` (or an ancestor) may not be charged `room` held for `gang`: its limits only
+        (a hold is only for a gang its queue admitted; fair share was judged then)."""
+        snap = self.queue_snapshot()
+        if snap is None:
+            return None
+        return queues.admission(snap, queue, room, gang, what="gang", fair_share=False, credit=credit)
+
+    def is_queue_held(self, gang: GroupKey) -> bool:
+        """Whether the gang (or plain pod) waits for its queue's admission."""
+        return gang in self.queue_holds
 
     def _preempting_in(self, queue: str, call: FilterCall) -> str | None:
         """Why work of `queue` waits for a higher-priority gang of the same queue preempting there: the

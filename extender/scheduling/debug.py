@@ -6,18 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.gang.entry import Phase
 from extender.model.keys import GroupKey
 from extender.scheduling import queues
 from extender.scheduling.admission import Admission
+from extender.scheduling.holding import Holding
 from extender.scheduling.view import View
 
 
 class Debug:
-    def __init__(self, view: View, admission: Admission) -> None:
+    def __init__(self, view: View, admission: Admission, holding: Holding) -> None:
         self.view = view
         self.store = view.store
         self.ledger = view.ledger
         self.admission = admission
+        self.holding = holding
 
     def describe_queues(self) -> dict[str, Any]:
         """Every queue's spec, usage, fair share and the gangs it holds, for /debug/queues."""
@@ -38,9 +41,10 @@ class Debug:
             return None
         spec = self.view.spec_of(gang, members)
         plan = entry.plan if entry else {}
+        phase = self.ledger.phase(gang, spec).value
         return {
             "gang": gang,
-            "phase": self.ledger.phase(gang, spec).value,
+            "phase": phase,
             "quorum": spec.quorum_upper_bound() if spec else None,
             "policy": spec.policy.value if spec else None,
             "members": [
@@ -67,7 +71,34 @@ class Debug:
             else None,
             "queueHold": self.admission.queue_holds[gang][1] if gang in self.admission.queue_holds else None,
             "preemption": self._describe_preemption(gang),
+            "hold": self._describe_hold(gang),
+            "heldFor": self._held_for(gang, phase),
         }
+
+    def _describe_hold(self, gang: GroupKey) -> dict[str, Any] | None:
+        """The room held for the gang (holds.py), or why it has none while it waits."""
+        h = self.ledger.holds.of(gang)
+        if h is None:
+            why = self.ledger.holds.why_none(gang)
+            return {"none": why} if why else None
+        drained, total = self.holding.drained(h)
+        return {
+            "domain": h.domain,
+            "nodes": list(h.nodes),
+            "drainedNodes": drained,
+            "heldNodes": total,
+            "rank": [x.gang for x in self.ledger.holds.all()].index(gang) + 1,
+            "room": dict(h.room),
+            "queue": h.queue,
+            "heldForS": round(max(0.0, self.ledger.clock() - h.since_s), 3),
+            "text": self.holding.holds_text(h),
+        }
+
+    def _held_for(self, gang: GroupKey, phase: str) -> list[str]:
+        """What a waiting gang plans around: each hold ranked before it, said as the holder's."""
+        if phase != Phase.PENDING.value:
+            return []
+        return [self.holding.holds_text(h) for h in self.ledger.holds.before(gang)]
 
     def _describe_preemption(self, gang: GroupKey) -> dict[str, Any] | None:
         p = self.ledger.preemption(gang)

@@ -86,7 +86,8 @@ class Filtering:
         n = arrays.n_rows
         if len(self._all_rows) != n:
             self._all_rows = np.arange(n, dtype=np.int32)
-        fits = placement.fit_mask(arrays, self._all_rows, request)
+        with self.ledger.holds.withheld(arrays, for_gang=None) as seen:
+            fits = placement.fit_mask(seen, self._all_rows, request)
         refused = np.flatnonzero(~(fits & arrays.schedulable[:n]))
         if len(refused) > self.exact_refusals_max:
             refused = refused[~arrays.schedulable[refused] | np.isin(refused, self._constrained_rows())]
@@ -99,10 +100,12 @@ class Filtering:
         self.telling.told.forget_pod(key)
 
     def _constrained_rows(self) -> np.ndarray:
-        """Rows where this cache may know more than kube-scheduler's: held, settling (cordoned rows
-        are refused whatever their number)."""
+        """Rows where this cache may know more than kube-scheduler's: reserved, held for a waiting
+        gang, settling (cordoned rows are refused whatever their number)."""
         held = [res.row for res in self.store.reservations.values()]
-        return np.concatenate([np.asarray(held, dtype=np.int64), self.settling.rows()])
+        return np.concatenate(
+            [np.asarray(held, dtype=np.int64), self.ledger.holds.rows(), self.settling.rows()]
+        )
 
     def node_usable(self, node: str) -> bool:
         row = self.store.node_rows.get(node)
@@ -208,7 +211,8 @@ class Filtering:
             return FilterDecision(Verdict.NO_FIT, [], f"{what} {key}: {messages.unoffered_text(missing)}")
         arrays = self.store.arrays
         usable = arrays.schedulable[rows] if len(rows) else np.zeros(0, dtype=bool)
-        fits = placement.fit_mask(arrays, rows, request) & usable if len(rows) else usable
+        with self.ledger.holds.withheld(arrays, for_gang=group.key) as seen:
+            fits = placement.fit_mask(seen, rows, request) & usable if len(rows) else usable
         try:
             allowed = planning.domain_mask(
                 self.store, self.ledger, group, call.membership.subgroup, rows, exclude=key
@@ -226,7 +230,22 @@ class Filtering:
         if passed:
             return FilterDecision(Verdict.PASS, passed)
         reason = f"{what} {key}: {messages.shortfall_text(self.store, rows, request, allowed)}"
+        reason += self._held_text(rows, group.key)
         return FilterDecision(Verdict.NO_FIT, [], reason, unresolvable=allowed is not None)
+
+    def _held_text(self, rows: np.ndarray, gang: Any) -> str:
+        """What of `rows` is held for gangs waiting before `gang` ("" when nothing is)."""
+        book = self.ledger.holds
+        if not len(book):
+            return ""
+        around = {h.gang for h in book.before(gang)}
+        holders = [h for h in book.holders_on(np.asarray(rows)) if h.gang in around]
+        if not holders:
+            return ""
+        said = "; ".join(
+            f"{h.domain or f'{len(h.nodes)} nodes'} is held for gang {h.gang}" for h in holders[:3]
+        )
+        return f" ({said})"
 
     # ----------------------------------------------------------------- gangs
     def _filter_gang(self, call: FilterCall) -> FilterDecision:
@@ -323,30 +342,14 @@ class Filtering:
             self.store.grouping_gen,
             hash(tuple(m.key for m in members)),
             hash(call.rows.tobytes()),
+            ledger.holds.gen,  # a hold moved or ended: what fits around the holds changed
         )
         cached = ledger.cached_no_fit(group.key, signature)
         if cached is not None:
             return FilterDecision(Verdict.NO_FIT, [], cached)
         try:
-            result = planning.plan_members(
-                self.store, ledger, group, members, leaves, me=key, offered_rows=call.rows
-            )
-            if result is not None and result.reason and ledger.excluded(group.key):
-                # nodes refused once may be fine now; they are only a hint, never the reason a gang
-                # that fits stays unplanned
-                retry = planning.plan_members(
-                    self.store,
-                    ledger,
-                    group,
-                    members,
-                    leaves,
-                    me=key,
-                    offered_rows=call.rows,
-                    avoid_refused=False,
-                )
-                if retry is not None and not retry.reason:
-                    ledger.forget_refusals(group.key)
-                    result = retry
+            with ledger.holds.withheld(self.store.arrays, for_gang=group.key) as seen:
+                result = self._plan_gang(call, members, leaves, seen)
         except topology.TopologyError as exc:
             reason = f"gang {group.key}: {exc}"
             ledger.set_reason(group.key, reason)
@@ -358,7 +361,7 @@ class Filtering:
                 Verdict.WAITING, [], f"gang {group.key}: waiting for its quorum to bind before placing {key}"
             )
         if result.reason:
-            reason = result.reason
+            reason = result.reason + self._held_text(self.view.rows_of(call.node_names), group.key)
             if preempted is not None:
                 # the victims are gone but the gang does not fit yet (kube-scheduler has not offered the
                 # freed nodes, say): the room stays held for it until the hold ends; never preempt again
@@ -385,6 +388,7 @@ class Filtering:
         # would be more writes than the binds themselves on an API server that is the bottleneck
         where = f" in {result.domain}" if result.domain else ""
         message = f"gang {group.key}: {len(result.assignment)} pods planned{where}"
+        message += self._held_text(self.ledger.holds.rows(), group.key)
         log.info(
             "%s",
             message,
@@ -392,3 +396,35 @@ class Filtering:
         )
         effects += self.telling.story(group, key, "GangPlanned", message)
         return FilterDecision(Verdict.PASS, [result.assignment[key][0].node], effects=effects)
+
+    def _plan_gang(
+        self,
+        call: FilterCall,
+        members: list[planning.Member],
+        leaves: tuple[str | None, ...],
+        seen: Any,
+    ) -> planning.GangPlan | None:
+        """The gang's plan over `seen` (the cluster with the holds before it taken out), the nodes
+        kube-scheduler refused before avoided unless they are what stands in the way."""
+        store, ledger, group, key = self.store, self.ledger, call.group, call.key
+        result = planning.plan_members(
+            store, ledger, group, members, leaves, me=key, offered_rows=call.rows, arrays=seen
+        )
+        if result is not None and result.reason and ledger.excluded(group.key):
+            # nodes refused once may be fine now; they are only a hint, never the reason a gang
+            # that fits stays unplanned
+            retry = planning.plan_members(
+                store,
+                ledger,
+                group,
+                members,
+                leaves,
+                me=key,
+                offered_rows=call.rows,
+                avoid_refused=False,
+                arrays=seen,
+            )
+            if retry is not None and not retry.reason:
+                ledger.forget_refusals(group.key)
+                result = retry
+        return result

@@ -27,6 +27,7 @@ from extender.gang.entry import Arrival, GangEntry, Phase, PlannedPod, backoff_d
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.scheduling import topology
+from extender.scheduling.holds import Held, HoldBook, HoldSettings
 from extender.state.store import GROUPING_KINDS, NODE, POD, ClusterStore, is_live, is_terminal
 
 log = logging.getLogger(__name__)
@@ -134,8 +135,13 @@ class GangLedger:
         backoff_initial_s: float,
         backoff_max_s: float,
         clock: Clock,
+        holds: HoldSettings | None = None,
     ) -> None:
         self.store = store
+        self.holds = HoldBook(holds if holds is not None else HoldSettings())
+        """Capacity withheld for the gangs at the head of the wait (holds.py): read by every plan,
+        replaced whole by the holding pass (`set_holds`), a gang's own dropped when it is planned
+        or leaves."""
         self.wait_s = wait_s
         self.hold_s = max(wait_s, hold_s if hold_s is not None else 3 * wait_s)
         self.backoff_initial_s = backoff_initial_s
@@ -363,6 +369,14 @@ class GangLedger:
         return e.excluded if e is not None else {}
 
     # ================================================================= verbs
+    def set_holds(self, held: list[Held], none: dict[GroupKey, str]) -> None:
+        """The holding pass's holds, whole (holding.py); no gang with a plan holds."""
+        self.holds.replace([h for h in held if not self._planned_gang(h.gang)], none)
+
+    def _planned_gang(self, key: GroupKey) -> bool:
+        e = self.gangs.get(key)
+        return e is not None and bool(e.plan)
+
     def plan(
         self,
         group: GroupSpec,
@@ -395,6 +409,7 @@ class GangLedger:
             raise
         e.spec = group
         e.plan = {pk: p for pk, (p, _) in assignment.items()}
+        self.holds.drop(group.key)  # it starts: what was held for it is its plan's now
         e.domain = domain
         e.no_fit = None
         # a plan nobody brings to bind must not hold capacity forever
@@ -935,3 +950,4 @@ class GangLedger:
         if any(is_live(rec.obj) for rec in self.store.group_members(key)):
             return
         del self.gangs[key]
+        self.holds.drop(key)

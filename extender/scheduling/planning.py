@@ -110,43 +110,49 @@ def tree_node(store: ClusterStore, parent: int, constraint: Any) -> placement.Tr
     )
 
 
-def plan_members(
+@dataclasses.dataclass(frozen=True)
+class Demand:
+    """What a gang asks of the placement core now: the request, and the members behind each leaf
+    demand (in the request's order), or why nothing can fit (`unoffered`)."""
+
+    request: placement.GangRequest
+    chosen: tuple[tuple[Member, ...], ...]
+    needed: int  # the members the quorum takes, bound ones included
+    one_per_node: bool  # some member must be alone on its node (the slot column is used)
+    spread_rows: tuple[int, ...]  # rows taken by placed members that must be alone
+    unoffered: tuple[str, ...] = ()  # requested names no node offers
+
+
+def gang_demand(
     store: ClusterStore,
     ledger: GangLedger,
     group: GroupSpec,
     members: Sequence[Member],
     leaves: Sequence[str | None],
     *,
-    me: PodKey,
-    offered_rows: np.ndarray,
+    me: PodKey | None,
+    offered_rows: np.ndarray | None = None,
     avoid_refused: bool = True,
-    arrays: ClusterArrays | None = None,
-) -> GangPlan | None:
-    """Place, for each leaf in `leaves`, the members still needed for its quorum (bound and finished
-    members count toward it).
-
-    `me` (the pod being filtered) goes first in its leaf and is placed only on `offered_rows`
-    (kube-scheduler's filters passed them); other members on the nodes whose taints, labels and
-    affinity admit them, minus nodes kube-scheduler refused them before (`avoid_refused`: a hint
-    for convergence, dropped by the caller when it is what stands in the way). Members whose required
-    anti-affinity keeps them apart get one node each. None when `me` is not needed (its leaf's
-    quorum is bound already). `arrays` replaces the store's for the fit only (a preemptor's trial
-    with its victims' capacity given back); names, labels and eligibility are the store's.
-    """
-    arrays = store.arrays if arrays is None else arrays
+) -> Demand:
+    """For each leaf in `leaves`, the members still needed for its quorum (bound and finished members
+    count toward it), as one request: see `plan_members`. `me` None: no pod is being filtered (a hold
+    is being chosen), every member goes where its own eligibility allows."""
+    arrays = store.arrays
     index: dict[str | None, int] = {None: 0}
     for i, sg in enumerate(group.subgroups):
         index[sg.name] = i + 1
     tree = [tree_node(store, -1, group.topology)]
     for sg in group.subgroups:
         tree.append(tree_node(store, index[sg.parent], sg.topology))
-    offered = np.zeros(arrays.n_rows, dtype=bool)
-    offered[offered_rows] = True
+    offered = None
+    if me is not None:
+        offered = np.zeros(arrays.n_rows, dtype=bool)
+        offered[offered_rows if offered_rows is not None else slice(None)] = True
     excluded = ledger.excluded(group.key) if avoid_refused else {}
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
     demands: list[placement.LeafDemand] = []
-    chosen: list[list[Member]] = []
+    chosen: list[tuple[Member, ...]] = []
     unoffered: set[str] = set()  # requested names no node offers: nothing can fit
     total_needed = 0
     bound_total = 0
@@ -207,7 +213,7 @@ def plan_members(
                     bound_rows=bound_rows if first and len(bound_rows) else None,
                 )
             )
-            chosen.append(recs)
+            chosen.append(tuple(recs))
             first = False
         if not take and len(bound_rows):
             demands.append(
@@ -218,22 +224,59 @@ def plan_members(
                     bound_rows=bound_rows,
                 )
             )
-            chosen.append([])
-    if me not in {r.key for recs in chosen for r in recs}:
+            chosen.append(())
+    return Demand(
+        request=placement.GangRequest(tree=tuple(tree), leaves=tuple(demands)),
+        chosen=tuple(chosen),
+        needed=total_needed + bound_total,
+        one_per_node=slot is not None and any(d.request[slot] for d in demands),
+        spread_rows=tuple(spread_rows),
+        unoffered=tuple(sorted(unoffered)),
+    )
+
+
+def plan_members(
+    store: ClusterStore,
+    ledger: GangLedger,
+    group: GroupSpec,
+    members: Sequence[Member],
+    leaves: Sequence[str | None],
+    *,
+    me: PodKey,
+    offered_rows: np.ndarray,
+    avoid_refused: bool = True,
+    arrays: ClusterArrays | None = None,
+) -> GangPlan | None:
+    """Place, for each leaf in `leaves`, the members still needed for its quorum (bound and finished
+    members count toward it).
+
+    `me` (the pod being filtered) goes first in its leaf and is placed only on `offered_rows`
+    (kube-scheduler's filters passed them); other members on the nodes whose taints, labels and
+    affinity admit them, minus nodes kube-scheduler refused them before (`avoid_refused`: a hint
+    for convergence, dropped by the caller when it is what stands in the way). Members whose required
+    anti-affinity keeps them apart get one node each. None when `me` is not needed (its leaf's
+    quorum is bound already). `arrays` replaces the store's for the fit only (a preemptor's trial
+    with its victims' capacity given back, or the cluster with other gangs' holds taken out); names,
+    labels and eligibility are the store's.
+    """
+    arrays = store.arrays if arrays is None else arrays
+    demand = gang_demand(
+        store, ledger, group, members, leaves, me=me, offered_rows=offered_rows, avoid_refused=avoid_refused
+    )
+    if me not in {m.key for recs in demand.chosen for m in recs}:
         return None
-    needed = total_needed + bound_total
-    if unoffered:
-        reason = f"gang {group.key} ({needed} pods): {messages.unoffered_text(sorted(unoffered))}"
+    if demand.unoffered:
+        reason = f"gang {group.key} ({demand.needed} pods): {messages.unoffered_text(list(demand.unoffered))}"
         return GangPlan({}, reason=reason)
-    request = placement.GangRequest(tree=tuple(tree), leaves=tuple(demands))
-    if slot is not None and any(d.request[slot] for d in demands):
-        plan = _plan_one_per_node(arrays, request, slot, spread_rows)
+    slot = store.resources.find(podaffinity.ONE_PER_NODE)
+    if demand.one_per_node and slot is not None:
+        plan = _plan_one_per_node(arrays, demand.request, slot, list(demand.spread_rows))
     else:
-        plan = placement.plan_gang(arrays, request)
+        plan = placement.plan_gang(arrays, demand.request)
     if plan.outcome is not placement.Outcome.PLACED:
-        return GangPlan({}, reason=messages.no_fit_text(store, group, needed, plan))
+        return GangPlan({}, reason=messages.no_fit_text(store, group, demand.needed, plan))
     assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]] = {}
-    for recs, rows in zip(chosen, plan.rows, strict=True):
+    for recs, rows in zip(demand.chosen, plan.rows, strict=True):
         for m, row in zip(recs, rows, strict=True):
             planned = PlannedPod(store.row_names[int(row)], m.rec.uid, m.leaf)
             assignment[m.key] = (planned, dict(m.rec.requests))

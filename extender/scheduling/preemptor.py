@@ -182,6 +182,7 @@ def plan_preemption(
                 trial_arrays.free[row] += vec
         if domain >= 0:
             trial_arrays.schedulable &= arrays.domains[level] == domain
+        ledger.holds.take_out(trial_arrays.free, for_gang=group.key)  # evicting never makes a hold's room
         plan = planning.plan_members(
             store,
             ledger,

@@ -49,6 +49,7 @@ from extender.scheduling.decisions import (
 from extender.scheduling.disruption import GangDisruption, GangEviction
 from extender.scheduling.filtering import Filtering
 from extender.scheduling.gang_preemption import GangPreemption
+from extender.scheduling.holding import Holding
 from extender.scheduling.ledger import Answer, Expiry, GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.reasons import ReasonsTold
@@ -98,7 +99,6 @@ class Scheduler:
         self.view = View(store, ledger, native_gang_scheduling=native_gang_scheduling)
         self.telling = Telling(self.view)
         self.admission = Admission(self.view, self.telling, default_queue)
-        self.debug = Debug(self.view, self.admission)
         self.binding = Binding(self.view, self.telling, self.admission, bind_fence_s=bind_fence_s)
         self.gang_preemption = GangPreemption(
             self.view,
@@ -107,6 +107,14 @@ class Scheduler:
             lambda pod, names: self.filtering.filter(pod, names),
             hold_s=preemption_hold_s,
         )
+        self.holding = Holding(
+            self.view,
+            self.telling,
+            lambda group, pod: self.admission.gang_queue(group, pod),
+            self.admission.is_queue_held,
+            self.admission.hold_refused,
+        )
+        self.debug = Debug(self.view, self.admission, self.holding)
         self.podgrouper = podgrouper
         self.disruption = disruption
         self._startup_nudged = False
@@ -159,6 +167,9 @@ class Scheduler:
 
     def take_preemption_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         return self.gang_preemption.take_counts()
+
+    def take_hold_metrics(self) -> tuple[int, float, list[float]]:
+        return self.holding.take_metrics()
 
     # ================================================================= prioritize
     def prioritize(self, pod: dict[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
@@ -250,6 +261,9 @@ class Scheduler:
                     out.effects.append(owed)
         out.effects += self.telling.quorum_arrived()
         out.effects += self.gang_preemption.tick()
+        if synced:
+            # on a partial cache every gang would look short of room: holds are chosen from a whole one
+            out.effects += self.holding.tick()
         if synced and acting:
             if self.disruption is not None:
                 try:

@@ -42,6 +42,7 @@ from extender.scheduling.decisions import (
     Verdict,
 )
 from extender.scheduling.disruption import DISRUPTION_TARGET, PREEMPTED_BY_GANG, GangDisruption
+from extender.scheduling.holds import HoldSettings
 from extender.scheduling.ledger import Answer, GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.scheduler import Scheduler
@@ -508,6 +509,11 @@ async def handle_metrics(request: web.Request) -> web.Response:
         gangs=len(request.app[SCHEDULER].ledger.gang_keys()),
     )
     m.gangs_pending.set(request.app[SCHEDULER].gangs_pending())
+    held, drained, ended_s = request.app[SCHEDULER].take_hold_metrics()
+    m.holds.set(held)
+    m.hold_drained.set(drained)
+    for seconds in ended_s:
+        m.hold_seconds.observe(seconds)
     _take_preemption_metrics(request.app)
     m.set_queues(request.app[SCHEDULER].describe_queues()["queues"])
     body, content_type = m.render()
@@ -856,6 +862,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         backoff_initial_s=settings.gang.backoff_initial_s,
         backoff_max_s=settings.gang.backoff_max_s,
         clock=clock,
+        holds=HoldSettings(enabled=settings.gang.holds, depth=settings.gang.hold_depth),
     )
     app[SETTINGS] = settings
     app[STORE] = store

@@ -147,6 +147,23 @@ class Metrics:
             "Gangs known to the service whose quorum is not bound yet",
             registry=r,
         )
+        self.holds = Gauge(
+            "gang_extender_holds",
+            "Gangs holding capacity while they wait (the rows where they fit once drained; others plan "
+            "around them)",
+            registry=r,
+        )
+        self.hold_drained = Gauge(
+            "gang_extender_hold_drained_ratio",
+            "Of the head hold's nodes, the share that has the holder's amount free (1: it can start)",
+            registry=r,
+        )
+        self.hold_seconds = Histogram(
+            "gang_extender_hold_seconds",
+            "How long each ended hold was held: from the gang's first hold to its start (or its leaving)",
+            buckets=_BIND_BUCKETS_S,
+            registry=r,
+        )
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         self.preempt_candidates = Counter(

@@ -1,0 +1,267 @@
+"""Holding: which waiting gangs hold capacity, and where (the rule of extender.placement.backfill,
+in the live service), so that a stream of small gangs never starves a large one.
+
+Owns the pass that chooses the holds, run by the ticker when the cluster or the ledger changed, and
+the nudge of a holder whose hold is ready. The holds themselves are the ledger's (holds.HoldBook).
+
+Who holds: a gang whose quorum is ready, admitted by its queue, found to fit nowhere (and to
+preempt and reclaim nothing), with no preemption under way and not backing off. The waiting gangs
+are ranked by priority (higher first), then by when they were first seen; the first `depth` that
+do not fit now hold, each where the least is in use among the rows that fit it once drained, from
+what the holds ranked before it leave. The head's hold moves only to rows with strictly less left
+to drain, so its deficit only falls; a gang that fits no drained cluster gets no hold, and says so.
+Holding is never a reason to evict: a hold waits for pods to end (only the preempt verb and the
+preemption of a higher-priority gang evict, by their own rules).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from extender.model.group import GroupSpec
+from extender.model.keys import GroupKey
+from extender.model.priority import member_priority
+from extender.placement import api as placement
+from extender.placement import backfill
+from extender.scheduling import holds, messages, planning
+from extender.scheduling.decisions import Effect
+from extender.scheduling.holds import Held, HoldBook
+from extender.scheduling.telling import Telling
+from extender.scheduling.view import View
+from extender.state.store import is_live
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """A gang that may hold: its definition, rank and what it asks for now."""
+
+    key: GroupKey
+    spec: GroupSpec
+    priority: int
+    since_s: float
+    demand: planning.Demand | None  # None: it cannot be held for (why in `why`)
+    queue: str | None
+    why: str = ""
+
+
+class Holding:
+    def __init__(
+        self,
+        view: View,
+        telling: Telling,
+        queue_of: Callable[[GroupSpec, dict], tuple[str | None, str]],
+        queue_waiting: Callable[[GroupKey], bool],
+        queue_refuses: Callable[[str, dict[str, int], GroupKey, dict[str, int]], str | None],
+    ) -> None:
+        self.view = view
+        self.store = view.store
+        self.ledger = view.ledger
+        self.book: HoldBook = view.ledger.holds
+        self.telling = telling
+        self._queue_of = queue_of
+        self._queue_waiting = queue_waiting
+        self._queue_refuses = queue_refuses
+        self._seen: tuple[int, int, int] = (-1, -1, -1)
+        self._ready: set[GroupKey] = set()  # holders already nudged for a ready hold
+        self.released_s: list[float] = []  # seconds each ended hold was held, for the metrics
+
+    # ----------------------------------------------------------------- the pass
+    def tick(self) -> list[Effect]:
+        """Choose the holds again when anything they depend on changed; nudge holders that fit now."""
+        book = self.book
+        if not book.settings.enabled:
+            if len(book):
+                book.clear()
+            return []
+        gen = (self.store.change_gen, self.ledger.gen, book.gen)
+        if gen == self._seen:
+            return []
+        before = {h.gang: h for h in book.all()}
+        held, none = self.decide()
+        self.ledger.set_holds(held, none)
+        now = self.ledger.clock()
+        for gang, old in before.items():
+            if book.of(gang) is None:
+                self.released_s.append(max(0.0, now - old.since_s))
+        del self.released_s[:-1000]  # bounded when nothing scrapes the metrics
+        self._seen = (self.store.change_gen, self.ledger.gen, book.gen)
+        effects: list[Effect] = []
+        for h in book.all():
+            if h.hold.ready(self.store.arrays):
+                if h.gang not in self._ready:
+                    self._ready.add(h.gang)
+                    log.info("gang %s: its hold on %s is ready", h.gang, h.domain or "the cluster")
+                    effects += self.telling.nudge_turned_away(h.gang, "hold-ready")
+            else:
+                self._ready.discard(h.gang)
+        self._ready &= {h.gang for h in book.all()}
+        return effects
+
+    def waiting(self) -> list[Waiting]:
+        """The gangs that may hold, in rank order."""
+        out = []
+        for key, spec in self.ledger.unfit_gangs():
+            if self.ledger.preemption(key) is not None or self.ledger.backoff_left(key) > 0:
+                continue
+            if self._queue_waiting(key):
+                continue  # its queue has not admitted it: it holds nothing the queue did not grant
+            members = [r for r in self.store.group_members(key) if is_live(r.obj)]
+            if not members or self.view.spec_of(key, members) != spec:
+                continue  # gone, or redefined: the filter finds again whether it fits
+            bound = self.ledger.bound_counts(spec)
+            if self.ledger.quorum_bound(spec, bound):
+                continue  # running: what it still places goes pod by pod
+            counts = self.view.live_leaf_counts(key, spec)
+            leaves = spec.ready_leaves(counts)
+            if leaves is None:
+                continue
+            planned = [planning.Member(r, self.store.membership(r).subgroup) for r in members]
+            entry = self.ledger.entry(key)
+            since = entry.since if entry is not None and entry.since is not None else self.ledger.clock()
+            queue, _ = self._queue_of(spec, members[0].obj)
+            try:
+                demand = planning.gang_demand(self.store, self.ledger, spec, planned, leaves, me=None)
+            except Exception as exc:  # a topology the filter refuses: it says why there
+                log.debug("gang %s: no hold: %s", key, exc)
+                continue
+            why = ""
+            if demand.unoffered:
+                why = messages.unoffered_text(list(demand.unoffered))
+            elif demand.one_per_node:
+                why = "members that must be alone on their nodes are not held for (a limit of holds)"
+            out.append(
+                Waiting(
+                    key,
+                    spec,
+                    member_priority(members[0].obj, spec),
+                    since,
+                    None if why else demand,
+                    queue,
+                    why,
+                )
+            )
+        out.sort(key=lambda w: (-w.priority, w.since_s, w.key))
+        return out
+
+    def decide(self) -> tuple[list[Held], dict[GroupKey, str]]:
+        """The holds, from the cluster as it is and the holds of the last pass (pure of the book)."""
+        depth = self.book.settings.depth
+        previous = {h.gang: h for h in self.book.all() if self._still_valid(h)}
+        arrays = self.store.arrays
+        kept: list[Held] = []
+        none: dict[GroupKey, str] = {}
+        work = None
+        for w in self.waiting():
+            if len(kept) >= depth:
+                break
+            if w.demand is None:
+                none[w.key] = f"no hold: {w.why}"
+                continue
+            if work is None:
+                work = copy.copy(arrays)
+                work.free = arrays.free.copy()
+            view_free = work.free.copy()
+            holds.take(view_free, kept)
+            view = copy.copy(work)
+            view.free = view_free
+            if placement.plan_gang(view, w.demand.request).outcome is placement.Outcome.PLACED:
+                own = previous.get(w.key)
+                if own is not None:
+                    kept.append(own)  # it fits now: it keeps its place until it is planned
+                continue
+            # a hold moves only to strictly less left to drain (seen around the holds before it), so
+            # the head's deficit keeps falling; a younger hold the head's now covers moves the same way
+            own = previous.get(w.key)
+            fresh = backfill.choose_hold(view, w.demand.request, w.key, reserved=[h.hold for h in kept])
+            if fresh is None:
+                if own is None:
+                    none[w.key] = (
+                        "no hold: what the holds before it leave fits it nowhere, even drained"
+                        if kept
+                        else "no hold: it fits nowhere even on an empty cluster"
+                    )
+                    continue
+            elif own is None or fresh.deficit(view) < own.hold.deficit(view):
+                own = self._held(w, fresh, since_s=own.since_s if own is not None else None)
+            if own is None:
+                continue
+            refused = self._refused_by_queue(own, previous, kept)
+            if refused:
+                none[w.key] = f"no hold: {refused}"
+                continue
+            kept.append(own)
+        return kept, none
+
+    def _refused_by_queue(self, own: Held, previous: dict[GroupKey, Held], kept: list[Held]) -> str | None:
+        """Why the gang's queue (or an ancestor) cannot take the held room now, or None. The queue
+        book charges the holds of the last pass already: the gang's own is credited back, and the
+        holds new in this pass are added to its need (all of them, whatever their queue: a parent's
+        limit is shared)."""
+        if own.queue is None:
+            return None
+        need = dict(own.room)
+        for h in kept:
+            if h.gang not in previous:
+                for r, v in h.room.items():
+                    need[r] = need.get(r, 0) + v
+        prior = previous.get(own.gang)
+        credit = dict(prior.room) if prior is not None else {}
+        return self._queue_refuses(own.queue, need, own.gang, credit)
+
+    # ----------------------------------------------------------------- parts
+    def _held(self, w: Waiting, hold: backfill.Hold, *, since_s: float | None) -> Held:
+        room: dict[str, int] = {}
+        assert w.demand is not None
+        for recs in w.demand.chosen:
+            for m in recs:
+                for r, v in m.rec.requests.items():
+                    room[r] = room.get(r, 0) + int(v)
+        return Held(
+            gang=w.key,
+            hold=hold,
+            nodes=tuple(self.store.row_names[int(r)] for r in hold.rows),
+            queue=w.queue,
+            room=room,
+            priority=w.priority,
+            since_s=self.ledger.clock() if since_s is None else since_s,
+            domain=messages.domain_text(self.store, hold.plan) if hold.plan.domains else "",
+        )
+
+    def _still_valid(self, h: Held) -> bool:
+        """Every held row is still the node it was, and schedulable."""
+        names = self.store.row_names
+        return h.hold.usable(self.store.arrays) and all(
+            names.get(int(r)) == n for r, n in zip(h.hold.rows, h.nodes, strict=True)
+        )
+
+    def take_metrics(self) -> tuple[int, float, list[float]]:
+        """(holds in place, the head hold's drained share, seconds of each hold ended since the last
+        look)."""
+        held = self.book.all()
+        share = 0.0
+        if held:
+            done, total = self.drained(held[0])
+            share = done / total if total else 1.0
+        ended, self.released_s = self.released_s, []
+        return len(held), share, ended
+
+    # ----------------------------------------------------------------- what is said
+    def drained(self, h: Held) -> tuple[int, int]:
+        """(held rows with the holder's amount free, held rows)."""
+        arrays = self.store.arrays
+        rows = h.hold.rows
+        if not rows.size:
+            return 0, 0
+        width = h.hold.amounts.shape[1]
+        free = (arrays.free[rows, :width] >= h.hold.amounts).all(axis=1)
+        return int(free.sum()), int(rows.size)
+
+    def holds_text(self, h: Held) -> str:
+        done, total = self.drained(h)
+        where = h.domain or f"{total} nodes"
+        return f"gang {h.gang} holds {where} ({done} of {total} nodes drained)"

@@ -1,0 +1,154 @@
+"""HoldBook: the capacity withheld for the gangs at the head of the wait (see holding.py for who
+holds and where), and how every other plan sees the cluster with it withheld.
+
+The ledger owns the book (one owner for everything that keeps capacity from someone): it drops a
+gang's hold the moment the gang is planned or leaves; the holding pass replaces the book's holds
+as a whole. Everything here is soft state: after a restart holds are chosen again from the cluster.
+
+A hold is not a reservation: it never takes capacity anyone has, so it can never over-commit a
+node. It is an overlay: every other plan sees a held row's free capacity less what the hold wants
+there (never below zero), so the row only drains towards the holder's amount and nobody fills it
+past that. A holder plans around the holds ranked before it only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+
+import numpy as np
+
+from extender.model.keys import GroupKey
+from extender.placement.backfill import Hold
+from extender.placement.layout import ClusterArrays
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldSettings:
+    """Whether gangs that do not fit hold capacity, and how many at once."""
+
+    enabled: bool = True
+    depth: int = 1  # how many waiting gangs hold (1: the head only; more idles more capacity)
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError(
+                f"hold depth: at least 1 (the head's hold is what rules out starvation), got {self.depth}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Capacity held for one gang: where, how much, for whose queue, since when."""
+
+    gang: GroupKey
+    hold: Hold
+    nodes: tuple[str, ...]  # the held rows' node names (a row may be reused by another node)
+    queue: str | None  # charged to it in the queue book
+    room: Mapping[str, int]  # the held amounts by resource name, summed over the rows
+    priority: int
+    since_s: float  # when the gang first held
+    domain: str  # "rack r3", for messages
+
+
+def take(free: np.ndarray, held: Iterable[Held]) -> None:
+    """Take each hold's amounts out of `free` on its rows, never below 0 (in place)."""
+    for h in held:
+        rows, amounts = h.hold.rows, h.hold.amounts
+        width = amounts.shape[1]
+        free[rows, :width] = np.maximum(free[rows, :width] - amounts, 0)
+
+
+class HoldBook:
+    def __init__(self, settings: HoldSettings) -> None:
+        self.settings = settings
+        self._held: dict[GroupKey, Held] = {}  # in rank order: the head first
+        self._none: dict[GroupKey, str] = {}  # gangs given no hold, and why
+        self.gen = 0
+        """Bumps whenever what is held changes: a no-fit found around the old holds may fit now."""
+
+    # ----------------------------------------------------------------- reads
+    def all(self) -> list[Held]:
+        """The holds in rank order (the head first)."""
+        return list(self._held.values())
+
+    def of(self, gang: GroupKey) -> Held | None:
+        return self._held.get(gang)
+
+    def why_none(self, gang: GroupKey) -> str:
+        """Why a waiting gang was given no hold ("" when it holds or was not looked at)."""
+        return self._none.get(gang, "")
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def before(self, gang: GroupKey | None) -> list[Held]:
+        """The holds a plan for `gang` goes around: those ranked before it when it holds, all when not."""
+        out = []
+        for key, held in self._held.items():
+            if key == gang:
+                break
+            out.append(held)
+        return out
+
+    def rows(self) -> np.ndarray:
+        """Every held row (int64, distinct)."""
+        if not self._held:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate([h.hold.rows for h in self._held.values()]).astype(np.int64))
+
+    def holders_on(self, rows: np.ndarray) -> list[Held]:
+        """The holds that take anything on any of `rows`."""
+        return [h for h in self._held.values() if np.isin(h.hold.rows, rows).any()]
+
+    def room_by_gang(self) -> dict[GroupKey, tuple[str, Mapping[str, int]]]:
+        """gang -> (its queue, the room held for it): what the queue book charges to each queue."""
+        return {g: (h.queue, h.room) for g, h in self._held.items() if h.queue is not None}
+
+    # ----------------------------------------------------------------- the overlay
+    def take_out(self, free: np.ndarray, *, for_gang: GroupKey | None) -> None:
+        """Take the holds `for_gang` plans around out of `free` (a copy the caller owns), never below 0."""
+        take(free, self.before(for_gang))
+
+    @contextlib.contextmanager
+    def withheld(self, arrays: ClusterArrays, *, for_gang: GroupKey | None) -> Iterator[ClusterArrays]:
+        """`arrays` as a plan for `for_gang` sees them (the holds before it taken out of free), restored
+        on exit. Touches only the held rows: O(rows held), not O(cluster). Nothing may change `arrays`
+        inside the block except through it (plans are applied after the block)."""
+        around = self.before(for_gang)
+        if not around:
+            yield arrays
+            return
+        rows = np.unique(np.concatenate([h.hold.rows for h in around]).astype(np.int64))
+        saved = arrays.free[rows].copy()
+        try:
+            self.take_out(arrays.free, for_gang=for_gang)
+            yield arrays
+        finally:
+            arrays.free[rows] = saved
+
+    # ----------------------------------------------------------------- writes (the ledger's)
+    def replace(self, held: list[Held], none: Mapping[GroupKey, str]) -> None:
+        """The holding pass's decision, whole: `held` in rank order, and the gangs given none, why."""
+        same = [(h.gang, h.nodes, h.hold.amounts.tobytes()) for h in held] == [
+            (h.gang, h.nodes, h.hold.amounts.tobytes()) for h in self._held.values()
+        ]
+        self._held = {h.gang: h for h in held}
+        self._none = dict(none)
+        if not same:
+            self.gen += 1
+
+    def drop(self, gang: GroupKey) -> Held | None:
+        """The gang starts (is planned) or leaves: its hold goes at once, not at the next pass."""
+        self._none.pop(gang, None)
+        held = self._held.pop(gang, None)
+        if held is not None:
+            self.gen += 1
+        return held
+
+    def clear(self) -> None:
+        if self._held:
+            self.gen += 1
+        self._held.clear()
+        self._none.clear()

@@ -1,0 +1,208 @@
+"""Holds in the live filter path: a rack gang that fits nowhere holds the least used rack, small
+gangs and plain pods plan around it, the rack drains, the gang starts there; priority takes the
+head; a gang no drained cluster fits gets no hold and says so; a hold is charged to its queue;
+holds off leaves the large gang to starve; a restarted service chooses the hold again.
+
+The scheduler is driven directly over an embedded cluster, as the server drives it (see
+test_queues.World), the ticker's pass run by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.scheduling.decisions import Verdict
+from extender.scheduling.holds import HoldSettings
+from extender.scheduling.ledger import GangLedger
+from extender.scheduling.scheduler import Scheduler
+from extender.sim.cluster import topology
+from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
+from tests.scheduling.test_queues import World, kai_queue
+
+RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
+
+
+class HoldWorld(World):
+    def __init__(self, objects: list[dict[str, Any]], *, holds: HoldSettings | None = None) -> None:
+        super().__init__([*rack_cluster(racks=2, nodes_per_rack=4, cpu="8"), topology("dc"), *objects])
+        ledger = GangLedger(
+            self.store,
+            wait_s=5,
+            hold_s=5,
+            backoff_initial_s=2,
+            backoff_max_s=60,
+            clock=self.scheduler.ledger.clock,
+            holds=holds,
+        )
+        self.scheduler = Scheduler(self.store, ledger)
+
+    def rack_gang(
+        self, name: str, size: int, cpu: str, *, queue: str = "default-queue", prio: int = 0
+    ) -> list[str]:
+        self.cluster.apply(make_kai_podgroup(name, min_member=size, queue=queue, topology=RACK))
+        names = [f"{name}-{i}" for i in range(size)]
+        for pod in names:
+            obj = gang_pod(pod, name, cpu=cpu, memory="1Gi")
+            obj["spec"]["priority"] = prio
+            self.cluster.apply(obj)
+        return names
+
+    def tick(self) -> list[Any]:
+        return self.scheduler.tick(synced=True).effects
+
+    def rack_of(self, name: str) -> str:
+        return self.node_rack(self.pod(name)["spec"]["nodeName"])
+
+    def node_rack(self, node: str) -> str:
+        obj = self.cluster.get("", "Node", None, node)
+        assert obj is not None
+        return obj["metadata"]["labels"]["topology.kubernetes.io/rack"]
+
+    def hold(self, gang: str) -> dict[str, Any] | None:
+        return self.scheduler.describe(f"default/{gang}")["hold"]
+
+    def delete(self, *names: str) -> None:
+        for n in names:
+            self.cluster.delete("", "Pod", "default", n)
+
+
+def fill(w: HoldWorld, *, queue: str = "default-queue") -> tuple[list[str], list[str]]:
+    """b: 24 cpu, three nodes of one rack; a: 12 cpu, a node and a half of the other (tightest fit);
+    both at a priority no other gang here preempts."""
+    b = w.rack_gang("b", 6, "4", queue=queue, prio=100)
+    w.schedule(*b)
+    a = w.rack_gang("a", 3, "4", queue=queue, prio=100)
+    w.schedule(*a)
+    assert w.bound(*a, *b) and w.rack_of(a[0]) != w.rack_of(b[0])
+    return a, b
+
+
+def test_a_large_gang_holds_the_least_used_rack_others_go_around_it_and_it_starts_once_drained() -> None:
+    w = HoldWorld([])
+    a, b = fill(w)
+    big = w.rack_gang("big", 4, "8")  # a whole rack
+    decision = w.filter(big[0])
+    assert decision.verdict is Verdict.NO_FIT
+    assert w.hold("big") is None  # chosen by the ticker's pass, not by a filter
+    w.tick()
+    hold = w.hold("big")
+    assert hold is not None and hold["domain"] == f"rack {w.rack_of(a[0])}"  # the least used rack
+    assert hold["heldNodes"] == 4 and hold["drainedNodes"] == 2 and hold["rank"] == 1
+    assert hold["text"] == f"gang default/big holds rack {w.rack_of(a[0])} (2 of 4 nodes drained)"
+    # a gang that would fit only beside a does not: the rack is held, and it is told so
+    c = w.rack_gang("c", 4, "4")
+    told = w.filter(c[0])
+    assert told.verdict is Verdict.NO_FIT
+    assert f"rack {w.rack_of(a[0])} is held for gang default/big" in told.reason
+    assert w.scheduler.describe("default/c")["heldFor"] == [hold["text"]]
+    # a plain pod goes where the hold leaves room (b's rack), never onto the held rack
+    w.cluster.apply(make_pod("plain", cpu="4", memory="1Gi"))
+    passed = w.filter("plain").passed
+    assert passed and {w.node_rack(n) for n in passed} == {w.rack_of(b[0])}
+    # the gang on the held rack finishes: the hold is ready, the large gang nudged and planned there
+    w.delete(*a)
+    effects = w.tick()
+    assert ("nudge", big[0]) in {(e.kind, e.name) for e in effects}
+    w.schedule(*big)
+    assert w.bound(*big) and {w.rack_of(n) for n in big} == {hold["domain"].split()[1]}
+    w.tick()
+    assert w.hold("big") is None  # it started: the hold is its plan's, then its pods'
+    assert [h.gang for h in w.scheduler.ledger.holds.all()] == ["default/c"]  # the next in line holds
+
+
+def test_without_holds_the_small_gang_takes_the_draining_rack_and_the_large_one_still_waits() -> None:
+    w = HoldWorld([], holds=HoldSettings(enabled=False))
+    a, _ = fill(w)
+    big = w.rack_gang("big", 4, "8")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    assert w.hold("big") is None
+    c = w.rack_gang("c", 4, "4")
+    w.schedule(*c)
+    assert w.bound(*c) and w.rack_of(c[0]) == w.rack_of(a[0])  # the rack the large gang needs
+    w.delete(*a)
+    w.tick()
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT  # c is there now: the large gang starves
+
+
+def test_the_higher_priority_gang_takes_the_head_and_the_other_plans_around_it() -> None:
+    w = HoldWorld([], holds=HoldSettings(depth=2))
+    a, b = fill(w)
+    low = w.rack_gang("low", 4, "8", prio=1)
+    w.filter(low[0])
+    w.tick()
+    assert w.hold("low")["rank"] == 1
+    high = w.rack_gang("high", 4, "8", prio=10)
+    w.filter(high[0])
+    w.tick()
+    assert w.hold("high")["rank"] == 1 and w.hold("high")["domain"] == f"rack {w.rack_of(a[0])}"
+    # the second hold is taken from what the first leaves: the other rack
+    assert w.hold("low")["rank"] == 2 and w.hold("low")["domain"] == f"rack {w.rack_of(b[0])}"
+    assert w.scheduler.describe("default/low")["heldFor"] == [w.hold("high")["text"]]
+
+
+def test_a_gang_no_drained_cluster_fits_gets_no_hold_and_says_so() -> None:
+    w = HoldWorld([])
+    huge = w.rack_gang("huge", 5, "8")  # five whole nodes in one rack of four
+    assert w.filter(huge[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    assert w.hold("huge") == {"none": "no hold: it fits nowhere even on an empty cluster"}
+    assert w.scheduler.ledger.holds.all() == []
+
+
+def test_a_hold_is_charged_to_its_queue_and_its_limit_holds_with_the_hold_in_place() -> None:
+    w = HoldWorld([kai_queue("team", cpu={"quota": 8000, "limit": 68000})])
+    a, _b = fill(w, queue="team")  # team uses 36 cpu
+    big = w.rack_gang("big", 4, "8", queue="team")  # 32 more: within the limit, but fits no rack now
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    assert w.hold("big")["room"]["cpu"] == 32000 and w.hold("big")["queue"] == "team"
+    team = w.scheduler.describe_queues()["queues"][0]
+    assert team["queue"] == "team" and team["resources"]["cpu"]["allocated"] == 68000
+    # the queue is at its limit with the hold counted: another gang of it waits, saying so
+    c = w.rack_gang("c", 2, "1", queue="team")
+    decision = w.filter(c[0])
+    assert decision.verdict is Verdict.WAITING
+    assert "queue team: cpu limit 68000m, in use 68000m, gang needs 2000m" in decision.reason
+    # the holder itself is admitted again (its own hold is not counted twice) once its rack drains
+    w.delete(*a)
+    w.tick()
+    w.schedule(*big)
+    assert w.bound(*big)
+
+
+def test_a_queue_that_cannot_take_the_hold_gives_none() -> None:
+    w = HoldWorld([kai_queue("team", cpu={"quota": 8000, "limit": 68000})])
+    _a, _b = fill(w, queue="team")
+    big = w.rack_gang("big", 4, "8", queue="team")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    # the limit lowered after the gang was admitted: its queue cannot be charged the room
+    w.cluster.apply(kai_queue("team", cpu={"quota": 8000, "limit": 40000}))
+    w.tick()
+    assert w.hold("big") == {
+        "none": "no hold: queue team: cpu limit 40000m, in use 36000m, gang needs 32000m"
+    }
+
+
+def test_a_restarted_service_chooses_the_hold_again_from_the_cluster() -> None:
+    w = HoldWorld([])
+    _a, _b = fill(w)
+    big = w.rack_gang("big", 4, "8")
+    w.filter(big[0])
+    w.tick()
+    first = w.hold("big")
+    # a new process over the same objects: nothing is remembered; the filter finds the no-fit again
+    # and the pass holds the same rack, chosen from the cluster alone
+    again = World(w.cluster.all_objects())
+    assert again.scheduler.describe("default/big")["hold"] is None
+    again.filter(big[0])
+    again.scheduler.tick(synced=True)
+    assert again.scheduler.describe("default/big")["hold"]["nodes"] == first["nodes"]
+
+
+@pytest.mark.parametrize("depth", [0, -1])
+def test_hold_depth_below_one_is_refused_with_why(depth: int) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        HoldSettings(depth=depth)
