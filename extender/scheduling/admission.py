@@ -78,13 +78,12 @@ class Admission:
         if gen != now_gen:
             planned = [g for g, e in self.ledger.entries() if e.plan]
             # the room held for a preemptor is its queue's: the victims' charge left with them; so is
-            # the room held for a waiting gang (holds.py), as its plan will be
-            holding = dict(self.ledger.holds.room_by_gang())
-            holding.update(
-                (g, (p.queue, p.held_room()))
+            # the room held for a waiting gang (holds.py), as its plan will be (waiting_held)
+            holding = {
+                g: (p.queue, p.held_room())
                 for g, p in self.ledger.preemptions_now()
                 if p.queue is not None and p.held
-            )
+            }
             snap = self.queue_book.snapshot(
                 planned,
                 holding,
@@ -92,6 +91,7 @@ class Admission:
                 stuck=self._stuck(),
                 incoming=self.ledger.incoming(),
                 idle=self._pod_idle,
+                waiting_held={g: r for g, r in self.ledger.holds.room_by_gang().items() if g not in holding},
             )
             self._queue_snapshot = (now_gen, snap)
             self._log_queue_errors(snap.tree.errors if snap is not None else {})

@@ -89,9 +89,18 @@ class Debug:
             "heldNodes": total,
             "rank": [x.gang for x in self.ledger.holds.all()].index(gang) + 1,
             "room": dict(h.room),
+            "amounts": self._amounts(h),
             "queue": h.queue,
             "heldForS": round(max(0.0, self.ledger.clock() - h.since_s), 3),
             "text": self.holding.holds_text(h),
+        }
+
+    def _amounts(self, h: Any) -> dict[str, dict[str, int]]:
+        """node -> resource -> what the hold wants free there (what every other plan leaves it)."""
+        names = self.store.resources.names
+        return {
+            node: {names[c]: int(v) for c, v in enumerate(row) if v and c < len(names)}
+            for node, row in zip(h.nodes, h.hold.amounts.tolist(), strict=True)
         }
 
     def _held_for(self, gang: GroupKey, phase: str) -> list[str]:

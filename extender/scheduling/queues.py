@@ -327,6 +327,10 @@ class QueueSnapshot:
     """Per queue, the part of allocated on its way out, its descendants included (none when absent)."""
     arriving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """Per queue, what gangs preempting or reclaiming will take once their victims are gone."""
+    held: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per queue, the part of allocated that is room held for its waiting gangs (holds.py), its
+    descendants included: counted for limits and fair share, never as running work a reclaim keeps
+    above quota or finds over share."""
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
     stuck: frozenset[GroupKey] = frozenset()
@@ -582,6 +586,7 @@ class QueueBook:
         stuck: Iterable[GroupKey] = (),
         incoming: Iterable[PodKey] = (),
         idle: Callable[[GroupKey], bool] | None = None,
+        waiting_held: Mapping[GroupKey, tuple[str, Mapping[str, int]]] | None = None,
     ) -> QueueSnapshot | None:
         """Every queue's usage and fair share now; None when the cluster has no Queue objects (no
         queues in use: nothing is enforced). `planned`: gangs holding a plan (they wait for nothing);
@@ -589,7 +594,8 @@ class QueueBook:
         `victims`: pods being evicted for a preemption or reclaim in flight (leaving); `stuck`: gangs
         found to fit nowhere and reclaim nothing since capacity last grew (they hold no one);
         `incoming`: pending members of gangs preempting or reclaiming (arriving); `idle`: see
-        QueueSnapshot.idle."""
+        QueueSnapshot.idle; `waiting_held`: waiting gang -> (its queue, the room held for it while
+        its rows drain), charged as `holding` is, and kept apart in `held`."""
         if not in_use(self.store):
             if self.tracking:
                 self._forget()
@@ -619,7 +625,12 @@ class QueueBook:
                 _add(arriving[ancestor], own_arriving.get(queue, {}))
                 _add(requested[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_pending.get(queue, {}))
-        for gang, (queue, room) in (holding or {}).items():
+        held = {name: _tracked({}) for name in tree.queues}
+        for queue, room in (waiting_held or {}).values():
+            if queue in tree.queues:
+                for ancestor in tree.ancestors(queue):
+                    _add(held[ancestor], _tracked(room))
+        for gang, (queue, room) in [*(holding or {}).items(), *(waiting_held or {}).items()]:
             if queue not in tree.queues:
                 continue
             room = _tracked(room)
@@ -641,6 +652,7 @@ class QueueBook:
             allocated=allocated,
             leaving=leaving,
             arriving=arriving,
+            held=held,
             requested=requested,
             fair_share=fair_shares(tree, requested, capacity),
             capacity=capacity,
@@ -836,9 +848,11 @@ def reclaimable(
 
 
 def _net(snap: QueueSnapshot, queue: str) -> dict[str, int]:
-    """The queue's use once what is leaving has gone."""
+    """The queue's running use once what is leaving has gone (room held for its waiting gangs is not
+    running work: a reclaim neither finds a queue over its share by it nor keeps it above quota)."""
     leaving = snap.leaving.get(queue, {})
-    return {r: snap.allocated[queue][r] - leaving.get(r, 0) for r in TRACKED}
+    held = snap.held.get(queue, {})
+    return {r: snap.allocated[queue][r] - leaving.get(r, 0) - held.get(r, 0) for r in TRACKED}
 
 
 def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> list[dict[str, Any]]:

@@ -26,7 +26,8 @@ scheduling.k8s.io PodGroup's (its pods name it by spec.schedulingGroup), whose p
 its pods' own and is the one that counts, and the subgroup gang at times a CompositePodGroup tree's (a
 root over one child PodGroup per subgroup, ranked at the root's priority); and at times the service
 follows its kube-scheduler's leader-election Lease, which moves to another replica and back (while it
-is away, kube-scheduler calls this sidecar no more). Whatever the service or kube-scheduler evicts, a
+is away, kube-scheduler calls this sidecar no more); holds one or two gangs deep, and at times a gang
+that needs a whole rack among the smaller ones (it holds the rack it fits once drained). Whatever the service or kube-scheduler evicts, a
 controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
@@ -51,6 +52,9 @@ After every step it checks, from the API's objects and the service's public surf
   Terminating pod is nobody's victim, and it uses its node until it is deleted);
 - no pod is asked to be evicted twice by the service, whichever features asked (a reclaim's victim is
   not also evicted as its gang's disruption);
+- a hold is for a waiting gang (none with a plan), never more of a node than it has, counted toward
+  its queue's limit with the rest; the head's hold, once every held node has its amount free, starts
+  its gang within HOLD_READY_STEPS steps (nobody else takes the room: it does not starve);
 - the event loop never stalls: a watchdog task on the loop samples its lag in real time (the
   driver's clock is fake), and a lag over STALL_S while the loop's thread itself was busy (its CPU
   time, so that a machine busy with other work is no stall) fails the step it fell in, except while
@@ -61,8 +65,9 @@ After every step it checks, from the API's objects and the service's public surf
   lagging cache offered.
 Then faults and churn stop and the driver schedules every pending pod until two rounds change
 nothing: no gang is partially bound, except one the API left short whose domain has no room left
-for its missing members (it could not heal); every gang whose quorum fits is bound; every member
-or pod that fits is bound; no reservation is left; every pod left pending was last told why.
+for its missing members (it could not heal); every gang whose quorum fits (around the holds ranked
+before it) is bound; every member or pod that fits around the holds is bound; no reservation is
+left; every pod left pending was last told why.
 
 Slow API writes land at progress points the driver chooses (deterministic, unlike real sleeps),
 never later than the next clock move, so a seed replays the same way.
@@ -72,7 +77,7 @@ INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resour
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
 tree), preempt, regroup, annex, succeed,
-delete-finished,
+delete-finished, holds (no holds, no whole-rack gang),
 stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica) and
 evict-lag (an accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later)).
 """
@@ -127,6 +132,9 @@ EVICTION_SEEN_S = 2.0
 """How long after the API accepted an eviction its watch event may come (the service's clock): well under
 the disruption module's retry of an eviction it does not see (RETRY_S), as a busy API server's watch."""
 TERMINAL = ("Succeeded", "Failed")
+HOLD_READY_STEPS = 20
+"""How many steps the head's hold may stay ready (every held node has its amount free) before its gang
+must have started: its members are nudged at once, and no one else may take the room."""
 NO_ROOM = "(kube-scheduler's own filters passed no node; the extender was not asked)"
 
 _only = os.environ.get("INTERLEAVING_SEED")
@@ -344,6 +352,8 @@ class FlakyCluster(EmbeddedCluster):
 
     def _heard(self, method: str, write: Callable[..., Any]) -> Callable[..., Any]:
         async def heard(**call: Any) -> Any:
+            if self.dead:
+                return None  # a killed process's coroutines never run on: only its parked binds land
             self.on_write(f"{method} {call.get('namespace', '')}/{call.get('name', '')}")
             return await write(**call)
 
@@ -762,6 +772,23 @@ class Driver:
         # Lease, which moves to another replica and back (its kube-scheduler then calls it no more)
         self.lease_rng = random.Random(seed * 15485863 + 5)
         self.leased = "lease" not in SKIP and self.lease_rng.random() < 0.35
+        # holds (their own stream): the head only, or two gangs deep; and at times a gang that needs a
+        # whole rack, which a stream of smaller gangs would starve without its hold
+        self.hold_rng = random.Random(seed * 7368787 + 13)
+        self.hold_depth = self.hold_rng.choice((1, 1, 2))
+        self.hold_ready_since: dict[str, int] = {}  # holder -> the step its hold was first seen ready
+        if "holds" not in SKIP and self.hold_rng.random() < 0.5:
+            whole = Gang("whole", cpu="8", size=3, min_member=3, rack=True)
+            whole.priority = self.hold_rng.choice((0, 0, 100)) if "priorities" not in SKIP else 0
+            self.gangs.append(whole)
+            for name, sub in whole.slots():
+                self.pod_gang[name], self.pod_sub[name], self.base[name] = whole.name, sub, name
+            self.objects += whole.objects()
+            for name, sub in whole.slots():
+                pod = whole.pod(name, sub)
+                if whole.priority:
+                    pod["spec"]["priority"] = whole.priority
+                self.objects.append(pod)
         self.following = False
         self.follower_writes: list[str] = []
         if self.leased:
@@ -779,7 +806,13 @@ class Driver:
         leader = (
             {"cluster_leader_lease": LEASE_REF, "cluster_leader_identity": "replica-a"} if self.leased else {}
         )
-        settings = default_settings(gang_wait_s=GANG_WAIT_S, cluster_http_timeout_s=HTTP_TIMEOUT_S, **leader)
+        settings = default_settings(
+            gang_wait_s=GANG_WAIT_S,
+            cluster_http_timeout_s=HTTP_TIMEOUT_S,
+            gang_holds="holds" not in SKIP,
+            gang_hold_depth=self.hold_depth,
+            **leader,
+        )
         app = build_app(settings, source=cluster, clock=self.clock)
         cluster.on_write = self.note_write
         client = TestClient(TestServer(app))
@@ -1693,6 +1726,7 @@ class Driver:
             if pk not in busy and (final or pk not in planned):
                 where = "planned, but nothing is left to bind it" if pk in planned else "not planned"
                 self.fail(f"reservation for {pk} left behind ({where}, no bind in flight)")
+        self.check_holds()
         for b in self.binds:
             if b.task.done() and not b.task.cancelled():
                 result = b.task.result() if b.task.exception() is None else repr(b.task.exception())
@@ -1701,6 +1735,54 @@ class Driver:
         await self.check_queues(pods)
         if self.stalls:
             self.fail(f"the event loop stalled over {STALL_S * 1000:.0f} ms: {self.stalls}")
+
+    def check_holds(self) -> None:
+        """A hold is for a gang that waits: none has a plan (its plan replaces it at once); the rows
+        held for one gang fit it drained (never more than a node's allocatable); and the head's hold,
+        once every held node has its amount free, starts its gang within HOLD_READY_STEPS steps (no
+        one else can take that room: it does not starve)."""
+        nodes = self.nodes()
+        for g in self.debug:
+            hold = g.get("hold") or {}
+            if "amounts" not in hold:
+                continue
+            gang = g["gang"]
+            if g.get("plan"):
+                self.fail(f"gang {gang} has a plan and still holds {hold['nodes']}")
+            for node, amounts in hold["amounts"].items():
+                if node not in nodes:
+                    continue  # deleted since the last pass: the next one chooses again
+                alloc = allocatable(nodes[node])
+                over = {r: v for r, v in amounts.items() if r in ("cpu",) and v > alloc.get(r, 0)}
+                if over:
+                    self.fail(f"gang {gang} holds more of {node} than it has: {over} (allocatable {alloc})")
+            ready = hold["drainedNodes"] == hold["heldNodes"] and hold["rank"] == 1
+            if not ready or self.following:
+                self.hold_ready_since.pop(gang, None)
+                continue
+            since = self.hold_ready_since.setdefault(gang, self.step)
+            if self.step - since > HOLD_READY_STEPS:
+                self.fail(
+                    f"gang {gang}'s hold on {hold['nodes']} has been ready since step {since} and the gang "
+                    f"has not started: {g.get('lastReason')!r}"
+                )
+        holding = {g["gang"] for g in self.debug if "amounts" in (g.get("hold") or {})}
+        for gang in [g for g in self.hold_ready_since if g not in holding]:
+            del self.hold_ready_since[gang]
+
+    def held_rooms(self, gang: str | None) -> list[dict[str, dict[str, int]]]:
+        """The per-node amounts of the holds a plan for `gang` goes around: those ranked before its own
+        when it holds, every hold when it does not (None: a plain pod)."""
+        holds = sorted(
+            ((g["gang"], g["hold"]) for g in self.debug if "amounts" in (g.get("hold") or {})),
+            key=lambda gh: gh[1]["rank"],
+        )
+        out = []
+        for holder, hold in holds:
+            if gang is not None and holder == f"default/{gang}":
+                break
+            out.append(hold["amounts"])
+        return out
 
     # ------------------------------------------------------------------ queues, from the API
     def queue_objects(self) -> dict[str, dict]:
@@ -1714,11 +1796,17 @@ class Driver:
         return (pod["metadata"].get("labels") or {}).get(QUEUE_LABEL) or "default-queue"
 
     def queue_totals(
-        self, pods: dict[str, dict], *, in_flight: bool = False, leaving_out: bool = False
+        self,
+        pods: dict[str, dict],
+        *,
+        in_flight: bool = False,
+        leaving_out: bool = False,
+        held: bool = False,
     ) -> dict[str, int]:
         """queue -> cpu (millicores) of its bound unfinished pods and of the unbound pods /debug/gangs
         shows a reservation for, its descendants' included; with `in_flight`, the pods whose bind
-        is in flight too (admitted already, not yet bound)."""
+        is in flight too (admitted already, not yet bound); with `held`, the room held for its
+        waiting gangs (a hold is charged to its queue as the plan it becomes)."""
         queues = self.queue_objects()
         groups = {g["metadata"]["name"]: g for g in self.cluster.list("scheduling.run.ai", "PodGroup")}
         reserved = {pk.split("/", 1)[1] for g in self.debug for pk in (g.get("reservation") or {})}
@@ -1730,6 +1818,10 @@ class Driver:
                 continue  # evicted: what a reclaim may take counts it out as it starts to go
             if (bound and not finished(p)) or (not bound and (n in reserved or n in flying)):
                 own[self.queue_of(p, groups)] += pod_requests(p).get("cpu", 0)
+        for g in self.debug if held else ():
+            hold = g.get("hold") or {}
+            if hold.get("queue"):
+                own[hold["queue"]] += int((hold.get("room") or {}).get("cpu", 0))
         totals: collections.Counter[str] = collections.Counter()
         for q, cpu in own.items():
             for ancestor in self.queue_chain(q, queues):
@@ -1791,7 +1883,7 @@ class Driver:
         if not queues:
             return
         totals = self.queue_totals(pods)
-        flying = self.queue_totals(pods, in_flight=True)
+        flying = self.queue_totals(pods, in_flight=True, held=True)
         for name, obj in sorted(queues.items()):
             limit, total = queue_limit(obj), totals.get(name, 0)
             # within its limit, binds admitted already included: any allowance is spent
@@ -2054,24 +2146,41 @@ class Driver:
             if node in free and not finished(pods[name]):
                 free[node].subtract(pod_requests(pods[name]))
 
-        def slots(req: dict[str, int], where: list[str]) -> int:
-            return sum(min(free[n][k] // v for k, v in req.items() if v) for n in where)
+        def around(gang: str | None) -> dict[str, collections.Counter[str]]:
+            """`free` less the holds a plan for `gang` goes around (never below 0)."""
+            seen = {n: collections.Counter(c) for n, c in free.items()}
+            for amounts in self.held_rooms(gang):
+                for n, want in amounts.items():
+                    for k, v in want.items():
+                        if n in seen:
+                            seen[n][k] = max(0, seen[n][k] - v)
+            return seen
+
+        def slots(req: dict[str, int], where: list[str], gang: str | None = None) -> int:
+            seen = around(gang)
+            return sum(min(seen[n][k] // v for k, v in req.items() if v) for n in where)
 
         racks: dict[str, list[str]] = {}
         for n in free:
             racks.setdefault(nodes[n]["metadata"]["labels"].get(RACK_LABEL, ""), []).append(n)
         explain = {g["gang"]: g.get("lastReason") for g in self.debug}
-        totals = self.queue_totals(pods)
+        totals = self.queue_totals(pods, held=True)  # a hold is charged to its queue
+        own_hold = {
+            g["gang"]: int((g["hold"].get("room") or {}).get("cpu", 0))
+            for g in self.debug
+            if "amounts" in (g.get("hold") or {})
+        }
         queues = self.queue_objects()
         groups = {o["metadata"]["name"]: o for o in self.cluster.list("scheduling.run.ai", "PodGroup")}
 
-        def queue_room(queue: str, cpu: int) -> bool:
-            """Whether `cpu` more millicores fit in the queue and every ancestor's limit."""
+        def queue_room(queue: str, cpu: int, credit: int = 0) -> bool:
+            """Whether `cpu` more millicores fit in the queue and every ancestor's limit (`credit`: the
+            room held for the gang itself, charged already)."""
             seen: set[str] = set()
             while queue in queues and queue not in seen:
                 seen.add(queue)
                 limit = queue_limit(queues[queue])
-                if limit is not None and totals.get(queue, 0) + cpu > limit:
+                if limit is not None and totals.get(queue, 0) - credit + cpu > limit:
                     return False
                 queue = queues[queue]["spec"].get("parentQueue") or ""
             return True
@@ -2107,9 +2216,9 @@ class Driver:
                 if len(live) < need:
                     continue  # members moved to other gangs: it waits for pods, and says so
                 options = [domains] if domains is not None else list(racks.values())
-                if not queue_room(in_queue, need * req.get("cpu", 0)):
+                if not queue_room(in_queue, need * req.get("cpu", 0), own_hold.get(f"default/{g.name}", 0)):
                     continue  # its queue (or an ancestor) has no room for it under its limit
-                if any(slots(req, d) >= need for d in options):
+                if any(slots(req, d, g.name) >= need for d in options):
                     self.fail(f"gang {g.name}: its quorum of {need} fits but it is not bound {why}")
                 continue
             if domains is None:
@@ -2131,7 +2240,11 @@ class Driver:
             root_short = bool(g.subgroups) and complete < (g.min_subgroup or len(units))
             if root_short:
                 want = sum(short.values())
-                if short and slots(req, domains) >= want and queue_room(in_queue, want * req.get("cpu", 0)):
+                if (
+                    short
+                    and slots(req, domains, g.name) >= want
+                    and queue_room(in_queue, want * req.get("cpu", 0))
+                ):
                     self.fail(
                         f"gang {g.name}: subgroups {sorted(map(str, short))} need {want} more pod(s) "
                         f"together, which fit beside its {len(on)} bound members, but are not bound {why}"
@@ -2145,7 +2258,7 @@ class Driver:
                 want = need - len(unit_on) if len(unit_on) < need else 1
                 if (
                     left >= want
-                    and slots(req, domains) >= want
+                    and slots(req, domains, g.name) >= want
                     and queue_room(in_queue, want * req.get("cpu", 0))
                 ):
                     self.fail(
