@@ -27,8 +27,8 @@ its pods' own and is the one that counts, and the subgroup gang at times a Compo
 root over one child PodGroup per subgroup, ranked at the root's priority); and at times the service
 follows its kube-scheduler's leader-election Lease, which moves to another replica and back (while it
 is away, kube-scheduler calls this sidecar no more); holds one or two gangs deep, and at times a gang
-that needs a whole rack among the smaller ones (it holds the rack it fits once drained). Whatever the service or kube-scheduler evicts, a
-controller recreates a while later, once the name is free.
+that needs a whole rack among the smaller ones (it holds the rack it fits once drained). Whatever
+the service or kube-scheduler evicts, a controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
 - a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
