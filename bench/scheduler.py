@@ -381,11 +381,11 @@ class Bench:
 
     # -- processes ---------------------------------------------------------------------------
 
-    def start_service(self, tag: str, *, null: bool = False) -> tuple[Proc, str]:
+    def start_service(self, tag: str, *, null: bool = False, args: tuple[str, ...] = ()) -> tuple[Proc, str]:
         port = free_port()
         python = REPO / ".venv" / "bin" / "python"
         argv = [str(python if python.exists() else sys.executable), "-m", "extender", "serve"]
-        argv += ["--kubeconfig", self.plane.kubeconfig, "--port", str(port), "--log-level", "WARNING"]
+        argv += ["--kubeconfig", self.plane.kubeconfig, "--port", str(port), "--log-level", "WARNING", *args]
         # versus builds its Bench without scheduler settings: nothing to profile there
         profile_dir = getattr(self.settings, "profile_dir", "")
         if profile_dir and not null:  # written when SIGTERM ends the run

@@ -21,6 +21,8 @@ with `spec.schedulingGroup.podGroupName`; plain pods join nothing.
 - extender: kube-scheduler with the shipped file as it is (no gates: the README keeps native gang
   scheduling and topology placement off in the profile that calls the service) and
   `python -m extender serve` with its defaults.
+- extender-noholds: the same with `--holds false` (a gang that fits nowhere holds nothing: what the
+  stream workload's large gang costs without its hold).
 
 Leader election is off and client qps/burst raised in both, as in bench/scheduler.py. Each
 configuration gets a fresh kube-scheduler (and service) per series; workloads run one after the
@@ -118,6 +120,7 @@ class Config:
     title: str
     scheduler_gates: str
     extender: bool
+    service_args: tuple[str, ...] = ()
 
 
 CONFIGS = {
@@ -125,6 +128,9 @@ CONFIGS = {
         "native", "kube-scheduler's own gang scheduling + TAS, no extender", NATIVE_GATES, False
     ),
     "extender": Config("extender", "kube-scheduler + gang-extender", "", True),
+    "extender-noholds": Config(
+        "extender-noholds", "kube-scheduler + gang-extender --holds false", "", True, ("--holds", "false")
+    ),
 }
 
 
@@ -618,6 +624,7 @@ class Versus:
                     if g.whole_at() is not None and large_created is not None and g.whole_at() > large_created
                 ),
                 "small_whole_after_last_create_p50_s": small_fig["whole_after_last_create_p50_s"],
+                "small_whole_after_last_create_p95_s": small_fig["whole_after_last_create_p95_s"],
                 "large_whole": large_whole is not None,
                 "large_wait_s": (
                     round(large_whole - large_created, 2) if large_whole and large_created else None
@@ -645,7 +652,7 @@ class Versus:
             url = "http://127.0.0.1:1"
             service: Proc | None = None
             if config.extender:
-                service, url = self.bench.start_service(tag)
+                service, url = self.bench.start_service(tag, args=config.service_args)
                 procs.append(service)
             scheduler = self.start_scheduler(config, url=url, tag=tag)
             procs.append(scheduler)
@@ -724,6 +731,7 @@ COLUMNS = {
         "small_gangs",
         "small_whole",
         "small_whole_after_last_create_p50_s",
+        "small_whole_after_last_create_p95_s",
         "large_whole",
         "large_bound_during_stream",
         "large_wait_s",
