@@ -4,8 +4,9 @@ Exit codes: 0 when the run kept every invariant (pods left waiting are not a fai
 contention scenario leaves one gang waiting on purpose), 1 when a gang was bound below its quorum,
 a node was over-committed, a preemption or reclaim evicted part of a gang, a queue's bound pods went
 past its limit at any moment or a reclaim took a queue below its quota, 2 when the input could not be
-read or the run failed. The built-in scenario is followed by the preemption scenario and then the
-queue scenario (each on its own cluster, in its own run), reported after it.
+read or the run failed, or when the stream scenario's large gang did not bind whole, in one rack,
+while the stream of small gangs ran. The built-in scenario is followed by the preemption scenario, the
+queue scenario and the stream scenario (each on its own cluster, in its own run), reported after it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ from extender.sim.scenario import (
     preemption_scenario,
     queue_scenario,
     with_cluster,
+)
+from extender.sim.stream import (
+    WATCHED,
+    stream_arrivals,
+    stream_cluster,
+    stream_failed,
+    stream_summary,
+    stream_text,
 )
 
 PREEMPTION_TITLE = (
@@ -72,12 +81,22 @@ def run_simulation(
         return 2
     try:
         result = asyncio.run(simulate(objects, settings=settings, seed=seed, options=options))
-        preempted = queued = None
+        preempted = queued = streamed = None
         if not paths:
             preempted = asyncio.run(
                 simulate(preemption_scenario(), settings=settings, seed=seed, options=options)
             )
             queued = asyncio.run(simulate(queue_scenario(), settings=settings, seed=seed, options=options))
+            streamed = asyncio.run(
+                simulate(
+                    stream_cluster(),
+                    settings=settings,
+                    seed=seed,
+                    options=options,
+                    arrivals=stream_arrivals(),
+                    watch_gang=WATCHED,
+                )
+            )
     except (RuntimeError, OSError) as exc:
         print(f"simulate: the run failed: {exc}", file=err)
         return 2
@@ -88,6 +107,8 @@ def run_simulation(
             doc = {**build_report(result), "preemption": preemption_summary(preempted)}
             if queued is not None:
                 doc["queues"] = queue_summary(queued)
+            if streamed is not None:
+                doc["stream"] = stream_summary(streamed)
             print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode(), file=out)
     else:
         print(to_text(result), file=out)
@@ -95,6 +116,8 @@ def run_simulation(
             print("\n" + preemption_text(preempted, PREEMPTION_TITLE), file=out)
         if queued is not None:
             print("\n" + queue_text(queued, QUEUE_TITLE), file=out)
+        if streamed is not None:
+            print("\n" + stream_text(stream_summary(streamed)), file=out)
     failed = bool(build_report(result)["summary"]["gangs_partial"] or result.overcommit)
     if preempted is not None:
         pre = preemption_summary(preempted)
@@ -102,6 +125,8 @@ def run_simulation(
         failed |= any(not e["whole"] for e in pre["evicted"])
     if queued is not None:
         failed |= queue_run_failed(queued)
+    if streamed is not None:
+        failed |= stream_failed(stream_summary(streamed))
     return 1 if failed else 0
 
 

@@ -42,6 +42,7 @@ from extender.sim.queues import QueueUsage
 log = logging.getLogger(__name__)
 
 KAI_SCHEDULER = "kai-scheduler"
+WATCH_EVERY_S = 0.5  # how often (simulated) the watched gang is looked at
 MAX_REASONS = 8  # per pod: enough to tell a story, bounded for a pod that fails for ever-changing reasons
 
 
@@ -107,6 +108,16 @@ class PodRecord:
         return None if self.bound_s is None else self.bound_s - self.created_s
 
 
+@dataclasses.dataclass(frozen=True)
+class Arrival:
+    """Objects created `at_s` into the run (a workload submitted), and, with `life_s`, deleted that long
+    after its last pod is bound (the job ran and ended; no kubelet here runs it)."""
+
+    at_s: float
+    objects: tuple[dict[str, Any], ...]
+    life_s: float | None = None
+
+
 @dataclasses.dataclass
 class SimulationResult:
     pods: list[PodRecord]
@@ -129,6 +140,10 @@ class SimulationResult:
     """Every moment a queue's bound pods requested more than its limit: must stay empty."""
     pod_queues: dict[str, str] = dataclasses.field(default_factory=dict)
     """Pod key -> its queue, for every pod seen whose queue exists (evicted pods included)."""
+    ended: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Arrivals with a life: pod key -> when its job ended (deleted, once every pod of it ran life_s)."""
+    watched: list[tuple[float, Any]] = dataclasses.field(default_factory=list)
+    """(when, GET /debug/gangs/<watched gang>) each time what it says changed."""
 
     def pods_of(self, workload: str) -> list[PodRecord]:
         return [p for p in self.pods if p.workload == workload]
@@ -273,8 +288,17 @@ class Driver:
         seed: int = 0,
         priorities: Mapping[str, int] | None = None,
         clock: SimClock | None = None,
+        arrivals: tuple[Arrival, ...] = (),
+        watch_gang: str = "",
     ) -> None:
         self._cluster = cluster
+        self._arrivals = sorted(arrivals, key=lambda a: a.at_s)
+        self._running: list[tuple[Arrival, list[PodKey]]] = []  # arrived with a life, not ended yet
+        self._ending: list[tuple[float, list[PodKey], Arrival]] = []  # (when, its pods, it) once whole
+        self.ended: dict[str, float] = {}
+        self._watch_gang = watch_gang
+        self.watched: list[tuple[float, Any]] = []
+        self._watched_at = float("-inf")
         self._client = client
         self._expansion = expansion
         self._opt = options
@@ -433,14 +457,72 @@ class Driver:
                 self._admit(stored)
 
     # ---------------------------------------------------------------- the loop
+    # ---------------------------------------------------------------- arrivals and ends
+    def _timeline(self) -> None:
+        """Create the arrivals that are due; delete the jobs whose life ran out."""
+        now = self.clock.now()
+        while self._arrivals and self._arrivals[0].at_s <= now:
+            arrival = self._arrivals.pop(0)
+            keys: list[PodKey] = []
+            for obj in arrival.objects:
+                stored = self._cluster.apply(obj)
+                if stored.get("kind") == "Pod":
+                    self._admit(stored)
+                    meta = stored.get("metadata") or {}
+                    keys.append(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+            if arrival.life_s is not None:
+                self._running.append((arrival, keys))
+            self._touch()
+        still = []
+        for arrival, keys in self._running:
+            if all(self.records[k].outcome is PodOutcome.BOUND for k in keys):
+                assert arrival.life_s is not None
+                self._ending.append((now + arrival.life_s, keys, arrival))
+            else:
+                still.append((arrival, keys))
+        self._running = still
+        due = [e for e in self._ending if e[0] <= now]
+        self._ending = [e for e in self._ending if e[0] > now]
+        for _, keys, arrival in due:
+            for k in keys:
+                ns, name = k.split("/", 1)
+                self._cluster.delete("", "Pod", ns, name)
+                self.ended[k] = now
+            for obj in arrival.objects:
+                meta = obj.get("metadata") or {}
+                api_group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+                if obj.get("kind") != "Pod" and version:
+                    kind, name = str(obj.get("kind")), str(meta.get("name"))
+                    self._cluster.delete(api_group, kind, meta.get("namespace"), name)
+            self._touch()
+
+    def _timeline_next(self) -> float | None:
+        times = [self._arrivals[0].at_s] if self._arrivals else []
+        times += [e[0] for e in self._ending]
+        return min(times) if times else None
+
+    async def _watch(self) -> None:
+        """Note what the service says of the watched gang when it changes (GET /debug/gangs/...)."""
+        if not self._watch_gang or self.clock.now() - self._watched_at < WATCH_EVERY_S:
+            return
+        self._watched_at = self.clock.now()
+        doc = await self._client.get_json(f"/debug/gangs/{self._watch_gang}")
+        said = None if doc is None else {k: doc.get(k) for k in ("phase", "hold", "heldFor", "lastReason")}
+        if not self.watched or self.watched[-1][1] != said:
+            self.watched.append((round(self.clock.now(), 2), said))
+
+    # ---------------------------------------------------------------- the loop
     async def run(self) -> None:
         while True:
             self._drain_events()
+            self._timeline()
+            await self._watch()
             key = self.queue.pop(now=self.clock.now())
             if key is not None:
                 await self._schedule_one(key)
                 continue
-            if not self._inflight and self.queue.waiting() == 0:
+            upcoming = self._timeline_next()
+            if not self._inflight and self.queue.waiting() == 0 and upcoming is None and not self._running:
                 all_bound = all(r.outcome is PodOutcome.BOUND for r in self.records.values())
                 self.stop_reason = StopReason.ALL_BOUND if all_bound else StopReason.NOTHING_LEFT
                 return
@@ -451,6 +533,7 @@ class Driver:
             idle_real = self.clock.real() - self._last_activity_real
             if (
                 not self._inflight
+                and upcoming is None
                 and idle_sim >= self._opt.idle_timeout_s
                 and idle_real >= self._opt.idle_real_s
             ):
@@ -463,6 +546,8 @@ class Driver:
             except TimeoutError:
                 pass
             nxt = self.queue.next_ready_at()
+            if upcoming is not None:
+                nxt = upcoming if nxt is None else min(nxt, upcoming)
             if nxt is not None:
                 self.clock.jump_to(min(nxt, self._last_activity_sim + self._opt.idle_timeout_s))
             elif not self._inflight:
@@ -623,6 +708,8 @@ async def simulate(
     options: DriverOptions | None = None,
     app_factory: AppFactory | None = None,
     ready_timeout_s: float = 60.0,
+    arrivals: tuple[Arrival, ...] = (),
+    watch_gang: str = "",
 ) -> SimulationResult:
     """Expand `objects`, load them into an embedded cluster, serve the extender on loopback and
     schedule every pending pod through it as kube-scheduler would.
@@ -667,6 +754,8 @@ async def simulate(
                 seed=seed,
                 priorities=priorities,
                 clock=clock,
+                arrivals=arrivals,
+                watch_gang=watch_gang,
             )
             driver.start()
             await driver.run()
@@ -693,6 +782,8 @@ async def simulate(
         queue_low_after_eviction=driver.queue_usage.low_after_eviction,
         queue_breaches=driver.queue_usage.breaches,
         pod_queues=dict(driver.queue_usage.queue_of),
+        ended=dict(driver.ended),
+        watched=list(driver.watched),
     )
 
 
