@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -218,6 +218,65 @@ def charge(arrays: ClusterArrays, request: GangRequest, plan: Plan) -> None:
             arrays.sub(int(r), req)
 
 
+@dataclasses.dataclass(frozen=True)
+class HoldPass:
+    """Which waiting gangs hold (in rank order), and why the others that were looked at do not."""
+
+    holds: tuple[Hold, ...]
+    none: dict[Hashable, str]
+
+
+Refusal = Callable[[Hashable, Hold, Sequence[Hold]], "str | None"]
+"""Why the caller will not grant `hold` to its owner, given the holds kept before it (its queue has
+no room for it, say), or None."""
+
+
+def choose_holds(
+    arrays: ClusterArrays,
+    waiting: Sequence[tuple[Hashable, GangRequest]],
+    previous: Sequence[Hold] = (),
+    *,
+    depth: int = 1,
+    order: DomainOrder = DomainOrder.TIGHTEST,
+    refuse: Refusal | None = None,
+) -> HoldPass:
+    """The holds for the gangs in `waiting` (rank order), the module's rule, given last pass's holds.
+
+    The first `depth` gangs that do not fit now (around the holds kept before them) hold; a hold
+    moves only to a strictly smaller deficit (seen around the holds before it), so the head's only
+    falls; a gang that fits now keeps the hold it had until it starts. `arrays` is not changed.
+    """
+    if depth < 1:
+        raise ValueError(f"depth: at least 1 (the head's hold is what rules out starvation), got {depth}")
+    before = {h.owner: h for h in previous if h.usable(arrays)}  # a held node gone: choose again
+    kept: list[Hold] = []
+    none: dict[Hashable, str] = {}
+    for key, request in waiting:
+        if len(kept) >= depth:
+            break
+        own = before.get(key)
+        with withheld(arrays, kept) as view:
+            fits = plan_gang(view, request, order=order).outcome is Outcome.PLACED
+            if not fits:
+                fresh = choose_hold(view, request, key, order=order, reserved=kept)
+                if fresh is not None and (own is None or fresh.deficit(view) < own.deficit(view)):
+                    own = fresh
+                elif fresh is None and own is None:
+                    none[key] = (
+                        "what the holds before it leave fits it nowhere, even drained"
+                        if kept
+                        else "it fits nowhere even on an empty cluster"
+                    )
+        if own is None:
+            continue  # fits now and held nothing: it starts at its next try
+        why = refuse(key, own, kept) if refuse is not None else None
+        if why:
+            none[key] = why
+            continue
+        kept.append(own)
+    return HoldPass(tuple(kept), none)
+
+
 def admit(
     arrays: ClusterArrays,
     queue: Sequence[tuple[Hashable, GangRequest]],
@@ -226,36 +285,30 @@ def admit(
     depth: int = 1,
     order: DomainOrder = DomainOrder.TIGHTEST,
 ) -> Admission:
-    """Which of the waiting gangs (`queue`, in service order) start now, by the module's rule.
+    """Which of the waiting gangs (`queue`, in service order) start now, and the holds after them: the
+    service's two steps (scheduling.filtering, then scheduling.holding's pass) in one call.
 
-    `holds` are the ones returned last time. The first `depth` gangs that do not fit hold capacity
-    (depth 1: only the head; more is conservative backfill, each hold taken from what the older
-    ones leave). Every gang plans around the holds of the gangs before it. `arrays` is not changed
-    (the plans are made on a copy charged as gangs start).
+    1. The holds as the pass would choose them for this queue, from `holds` (the service's ticker
+       passes between calls: a gang that holds does so before the next one arrives).
+    2. Each gang, in order, plans around the holds ranked before its own (all of them when it holds
+       none); a gang that fits starts, charged to a working copy.
+    3. The holds are chosen again over the gangs still waiting.
+    `arrays` is not changed.
     """
-    if depth < 1:
-        raise ValueError(f"depth: at least 1 (the head's hold is what rules out starvation), got {depth}")
     work = copy.copy(arrays)
     work.free = arrays.free.copy()
-    previous = {h.owner: h for h in holds if h.usable(work)}  # a held node gone: choose again
+    current = list(choose_holds(work, queue, holds, depth=depth, order=order).holds)
     starts: list[tuple[int, Plan]] = []
-    kept: list[Hold] = []
     for pos, (key, request) in enumerate(queue):
-        own = previous.get(key)
-        with withheld(work, kept) as view:
+        ranked = [h.owner for h in current]
+        around = current[: ranked.index(key)] if key in ranked else current
+        with withheld(work, around) as view:
             plan = plan_gang(view, request, order=order)
-            if plan.outcome is not Outcome.PLACED and own is not None and own.ready(view):
-                plan = own.plan
-            if plan.outcome is not Outcome.PLACED and len(kept) < depth:
-                # the head moves its hold only to strictly less left to drain, so its deficit
-                # keeps falling; a younger hold stays where it is unless it has none
-                if own is None or not kept:
-                    fresh = choose_hold(view, request, key, order=order, reserved=kept)
-                    if own is None or (fresh is not None and fresh.deficit(view) < own.deficit(view)):
-                        own = fresh
-                if own is not None:
-                    kept.append(own)
         if plan.outcome is Outcome.PLACED:
             charge(work, request, plan)
             starts.append((pos, plan))
-    return Admission(tuple(starts), tuple(kept))
+            current = [h for h in current if h.owner != key]  # it starts: what was held is its plan's
+    started = {queue[pos][0] for pos, _ in starts}
+    left = [(k, r) for k, r in queue if k not in started]
+    after = choose_holds(work, left, current, depth=depth, order=order)
+    return Admission(tuple(starts), after.holds)

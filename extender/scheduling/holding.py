@@ -16,17 +16,15 @@ preemption of a higher-priority gang evict, by their own rules).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 
 from extender.model.group import GroupSpec
 from extender.model.keys import GroupKey
 from extender.model.priority import member_priority
-from extender.placement import api as placement
 from extender.placement import backfill
-from extender.scheduling import holds, messages, planning
+from extender.scheduling import messages, planning
 from extender.scheduling.decisions import Effect
 from extender.scheduling.holds import Held, HoldBook
 from extender.scheduling.telling import Telling
@@ -149,78 +147,66 @@ class Holding:
         return out
 
     def decide(self) -> tuple[list[Held], dict[GroupKey, str]]:
-        """The holds, from the cluster as it is and the holds of the last pass (pure of the book)."""
-        depth = self.book.settings.depth
+        """The holds, from the cluster as it is and the holds of the last pass, by the rule of
+        extender.placement.backfill.choose_holds (the bench's quality runs the same), each refused
+        when its queue cannot be charged the room."""
         previous = {h.gang: h for h in self.book.all() if self._still_valid(h)}
-        arrays = self.store.arrays
-        kept: list[Held] = []
-        none: dict[GroupKey, str] = {}
-        work = None
-        for w in self.waiting():
-            if len(kept) >= depth:
-                break
-            if w.demand is None:
-                none[w.key] = f"no hold: {w.why}"
-                continue
-            if work is None:
-                work = copy.copy(arrays)
-                work.free = arrays.free.copy()
-            view_free = work.free.copy()
-            holds.take(view_free, kept)
-            view = copy.copy(work)
-            view.free = view_free
-            if placement.plan_gang(view, w.demand.request).outcome is placement.Outcome.PLACED:
-                own = previous.get(w.key)
-                if own is not None:
-                    kept.append(own)  # it fits now: it keeps its place until it is planned
-                continue
-            # a hold moves only to strictly less left to drain (seen around the holds before it), so
-            # the head's deficit keeps falling; a younger hold the head's now covers moves the same way
-            own = previous.get(w.key)
-            fresh = backfill.choose_hold(view, w.demand.request, w.key, reserved=[h.hold for h in kept])
-            if fresh is None:
-                if own is None:
-                    none[w.key] = (
-                        "no hold: what the holds before it leave fits it nowhere, even drained"
-                        if kept
-                        else "no hold: it fits nowhere even on an empty cluster"
-                    )
-                    continue
-            elif own is None or fresh.deficit(view) < own.hold.deficit(view):
-                own = self._held(w, fresh, since_s=own.since_s if own is not None else None)
-            if own is None:
-                continue
-            refused = self._refused_by_queue(own, previous, kept)
-            if refused:
-                none[w.key] = f"no hold: {refused}"
-                continue
-            kept.append(own)
+        waiting = self.waiting()
+        by_key = {w.key: w for w in waiting}
+        none = {w.key: f"no hold: {w.why}" for w in waiting if w.demand is None}
+        candidates = [(w.key, w.demand.request) for w in waiting if w.demand is not None]
+
+        def refuse(key: Hashable, hold: backfill.Hold, kept: Sequence[backfill.Hold]) -> str | None:
+            return self._refused_by_queue(by_key[str(key)], [by_key[str(h.owner)] for h in kept], previous)
+
+        chosen = backfill.choose_holds(
+            self.store.arrays,
+            candidates,
+            [h.hold for h in previous.values()],
+            depth=self.book.settings.depth,
+            refuse=refuse,
+        )
+        kept = []
+        for hold in chosen.holds:
+            old = previous.get(str(hold.owner))
+            if old is not None and old.hold is hold:
+                kept.append(old)
+            else:
+                kept.append(self._held(by_key[str(hold.owner)], hold, since_s=old.since_s if old else None))
+        none.update({str(k): f"no hold: {why}" for k, why in chosen.none.items()})
         return kept, none
 
-    def _refused_by_queue(self, own: Held, previous: dict[GroupKey, Held], kept: list[Held]) -> str | None:
+    def _refused_by_queue(
+        self, w: Waiting, kept: list[Waiting], previous: dict[GroupKey, Held]
+    ) -> str | None:
         """Why the gang's queue (or an ancestor) cannot take the held room now, or None. The queue
         book charges the holds of the last pass already: the gang's own is credited back, and the
         holds new in this pass are added to its need (all of them, whatever their queue: a parent's
         limit is shared)."""
-        if own.queue is None:
+        if w.queue is None:
             return None
-        need = dict(own.room)
-        for h in kept:
-            if h.gang not in previous:
-                for r, v in h.room.items():
+        need = self._room(w)
+        for other in kept:
+            if other.key not in previous:
+                for r, v in self._room(other).items():
                     need[r] = need.get(r, 0) + v
-        prior = previous.get(own.gang)
+        prior = previous.get(w.key)
         credit = dict(prior.room) if prior is not None else {}
-        return self._queue_refuses(own.queue, need, own.gang, credit)
+        return self._queue_refuses(w.queue, need, w.key, credit)
 
     # ----------------------------------------------------------------- parts
-    def _held(self, w: Waiting, hold: backfill.Hold, *, since_s: float | None) -> Held:
+    @staticmethod
+    def _room(w: Waiting) -> dict[str, int]:
+        """What the gang's members needed now request, summed by resource name."""
         room: dict[str, int] = {}
-        assert w.demand is not None
-        for recs in w.demand.chosen:
+        for recs in w.demand.chosen if w.demand is not None else ():
             for m in recs:
                 for r, v in m.rec.requests.items():
                     room[r] = room.get(r, 0) + int(v)
+        return room
+
+    def _held(self, w: Waiting, hold: backfill.Hold, *, since_s: float | None) -> Held:
+        room = self._room(w)
         return Held(
             gang=w.key,
             hold=hold,
