@@ -33,6 +33,10 @@ from extender.state.store import is_live
 
 log = logging.getLogger(__name__)
 
+PASS_INTERVAL_S = 1.0
+"""How often, at most, the holds are chosen again while only the cluster changes (pods ending on the
+held rows, others starting around them); a gang newly unfit or gone is seen at the next tick."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Waiting:
@@ -65,6 +69,8 @@ class Holding:
         self._queue_waiting = queue_waiting
         self._queue_refuses = queue_refuses
         self._seen: tuple[int, int, int] = (-1, -1, -1)
+        self._unfit: frozenset[GroupKey] = frozenset()  # the unfit gangs the last pass saw
+        self._passed_s = float("-inf")
         self._ready: set[GroupKey] = set()  # holders already nudged for a ready hold
         self.released_s: list[float] = []  # seconds each ended hold was held, for the metrics
 
@@ -77,17 +83,22 @@ class Holding:
                 book.clear()
             return []
         gen = (self.store.change_gen, self.ledger.gen, book.gen)
-        if gen == self._seen:
-            return []
-        before = {h.gang: h for h in book.all()}
-        held, none = self.decide()
-        self.ledger.set_holds(held, none)
         now = self.ledger.clock()
-        for gang, old in before.items():
-            if book.of(gang) is None:
-                self.released_s.append(max(0.0, now - old.since_s))
-        del self.released_s[:-1000]  # bounded when nothing scrapes the metrics
-        self._seen = (self.store.change_gen, self.ledger.gen, book.gen)
+        unfit = frozenset(key for key, _ in self.ledger.unfit_gangs())
+        # a gang newly unfit, or one gone from the wait, is seen at once; the drain of the held rows
+        # (every pod that ends changes the cluster) at most every PASS_INTERVAL_S: a pass plans each
+        # holder a few times over the whole cluster, which a busy cluster would pay on every tick
+        due = unfit != self._unfit or now - self._passed_s >= PASS_INTERVAL_S
+        if gen != self._seen and due:
+            before = {h.gang: h for h in book.all()}
+            held, none = self.decide()
+            self.ledger.set_holds(held, none)
+            for gang, old in before.items():
+                if book.of(gang) is None:
+                    self.released_s.append(max(0.0, now - old.since_s))
+            del self.released_s[:-1000]  # bounded when nothing scrapes the metrics
+            self._seen = (self.store.change_gen, self.ledger.gen, book.gen)
+            self._unfit, self._passed_s = unfit, now
         effects: list[Effect] = []
         for h in book.all():
             if h.hold.ready(self.store.arrays):

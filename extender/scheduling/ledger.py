@@ -411,7 +411,7 @@ class GangLedger:
         e.plan = {pk: p for pk, (p, _) in assignment.items()}
         self.holds.drop(group.key)  # it starts: what was held for it is its plan's now
         e.domain = domain
-        e.no_fit = None
+        e.no_fit, e.no_fit_spec = None, None  # planned: it fits (nothing waits on its old no-fit)
         # a plan nobody brings to bind must not hold capacity forever
         e.answer_at = None
         e.hold_until = self.clock() + self.hold_s
