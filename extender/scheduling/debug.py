@@ -8,6 +8,7 @@ from typing import Any
 
 from extender.gang.entry import Phase
 from extender.model.keys import GroupKey
+from extender.model.priority import member_priority
 from extender.scheduling import queues
 from extender.scheduling.admission import Admission
 from extender.scheduling.holding import Holding
@@ -72,7 +73,9 @@ class Debug:
             "queueHold": self.admission.queue_holds[gang][1] if gang in self.admission.queue_holds else None,
             "preemption": self._describe_preemption(gang),
             "hold": self._describe_hold(gang),
-            "heldFor": self._held_for(gang, phase),
+            "heldFor": self._held_for(
+                gang, phase, member_priority(members[0].obj, spec) if members else None
+            ),
         }
 
     def _describe_hold(self, gang: GroupKey) -> dict[str, Any] | None:
@@ -91,6 +94,7 @@ class Debug:
             "room": dict(h.room),
             "amounts": self._amounts(h),
             "queue": h.queue,
+            "priority": h.priority,
             "heldForS": round(max(0.0, self.ledger.clock() - h.since_s), 3),
             "text": self.holding.holds_text(h),
         }
@@ -103,11 +107,12 @@ class Debug:
             for node, row in zip(h.nodes, h.hold.amounts.tolist(), strict=True)
         }
 
-    def _held_for(self, gang: GroupKey, phase: str) -> list[str]:
-        """What a waiting gang plans around: each hold ranked before it, said as the holder's."""
+    def _held_for(self, gang: GroupKey, phase: str, priority: int | None) -> list[str]:
+        """What a waiting gang plans around: each hold before it (holds.HoldBook.before), said as the
+        holder's."""
         if phase != Phase.PENDING.value:
             return []
-        return [self.holding.holds_text(h) for h in self.ledger.holds.before(gang)]
+        return [self.holding.holds_text(h) for h in self.ledger.holds.before(gang, priority)]
 
     def _describe_preemption(self, gang: GroupKey) -> dict[str, Any] | None:
         p = self.ledger.preemption(gang)

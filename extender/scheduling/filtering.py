@@ -18,6 +18,7 @@ import numpy as np
 
 from extender.grouping.membership import single_pod_group
 from extender.model.group import Membership, MembershipState, Source
+from extender.model.priority import member_priority, pod_priority
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, queues, topology
 from extender.scheduling.admission import Admission
@@ -86,7 +87,7 @@ class Filtering:
         n = arrays.n_rows
         if len(self._all_rows) != n:
             self._all_rows = np.arange(n, dtype=np.int32)
-        with self.ledger.holds.withheld(arrays, for_gang=None) as seen:
+        with self.ledger.holds.withheld(arrays, for_gang=None, priority=pod_priority(pod)) as seen:
             fits = placement.fit_mask(seen, self._all_rows, request)
         refused = np.flatnonzero(~(fits & arrays.schedulable[:n]))
         if len(refused) > self.exact_refusals_max:
@@ -211,7 +212,8 @@ class Filtering:
             return FilterDecision(Verdict.NO_FIT, [], f"{what} {key}: {messages.unoffered_text(missing)}")
         arrays = self.store.arrays
         usable = arrays.schedulable[rows] if len(rows) else np.zeros(0, dtype=bool)
-        with self.ledger.holds.withheld(arrays, for_gang=group.key) as seen:
+        priority = member_priority(call.pod, group)
+        with self.ledger.holds.withheld(arrays, for_gang=group.key, priority=priority) as seen:
             fits = placement.fit_mask(seen, rows, request) & usable if len(rows) else usable
         try:
             allowed = planning.domain_mask(
@@ -230,15 +232,15 @@ class Filtering:
         if passed:
             return FilterDecision(Verdict.PASS, passed)
         reason = f"{what} {key}: {messages.shortfall_text(self.store, rows, request, allowed)}"
-        reason += self._held_text(rows, group.key)
+        reason += self._held_text(rows, group.key, priority)
         return FilterDecision(Verdict.NO_FIT, [], reason, unresolvable=allowed is not None)
 
-    def _held_text(self, rows: np.ndarray, gang: Any) -> str:
-        """What of `rows` is held for gangs waiting before `gang` ("" when nothing is)."""
+    def _held_text(self, rows: np.ndarray, gang: Any, priority: int | None) -> str:
+        """What of `rows` is held for gangs `gang` (of `priority`) plans around ("" when nothing is)."""
         book = self.ledger.holds
         if not len(book):
             return ""
-        around = {h.gang for h in book.before(gang)}
+        around = {h.gang for h in book.before(gang, priority)}
         holders = [h for h in book.holders_on(np.asarray(rows)) if h.gang in around]
         if not holders:
             return ""
@@ -348,7 +350,8 @@ class Filtering:
         if cached is not None:
             return FilterDecision(Verdict.NO_FIT, [], cached)
         try:
-            with ledger.holds.withheld(self.store.arrays, for_gang=group.key) as seen:
+            priority = member_priority(call.pod, group)
+            with ledger.holds.withheld(self.store.arrays, for_gang=group.key, priority=priority) as seen:
                 result = self._plan_gang(call, members, leaves, seen)
         except topology.TopologyError as exc:
             reason = f"gang {group.key}: {exc}"
@@ -361,7 +364,7 @@ class Filtering:
                 Verdict.WAITING, [], f"gang {group.key}: waiting for its quorum to bind before placing {key}"
             )
         if result.reason:
-            reason = result.reason + self._held_text(self.view.rows_of(call.node_names), group.key)
+            reason = result.reason + self._held_text(call.rows, group.key, priority)
             if preempted is not None:
                 # the victims are gone but the gang does not fit yet (kube-scheduler has not offered the
                 # freed nodes, say): the room stays held for it until the hold ends; never preempt again
@@ -388,7 +391,7 @@ class Filtering:
         # would be more writes than the binds themselves on an API server that is the bottleneck
         where = f" in {result.domain}" if result.domain else ""
         message = f"gang {group.key}: {len(result.assignment)} pods planned{where}"
-        message += self._held_text(self.ledger.holds.rows(), group.key)
+        message += self._held_text(self.ledger.holds.rows(), group.key, priority)
         log.info(
             "%s",
             message,

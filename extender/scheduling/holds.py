@@ -83,13 +83,18 @@ class HoldBook:
     def __len__(self) -> int:
         return len(self._held)
 
-    def before(self, gang: GroupKey | None) -> list[Held]:
-        """The holds a plan for `gang` goes around: those ranked before it when it holds, all when not."""
+    def before(self, gang: GroupKey | None, priority: int | None = None) -> list[Held]:
+        """The holds a plan for `gang` (of `priority`) goes around: those ranked before it when it
+        holds; when it does not, every hold of a gang of at least its priority (a hold never keeps
+        room from work that outranks its holder: a higher-priority gang takes the head at the next
+        pass, a higher-priority plain pod never holds and would otherwise wait behind it)."""
         out = []
+        holding = gang is not None and gang in self._held
         for key, held in self._held.items():
             if key == gang:
                 break
-            out.append(held)
+            if holding or priority is None or held.priority >= priority:
+                out.append(held)
         return out
 
     def rows(self) -> np.ndarray:
@@ -107,23 +112,25 @@ class HoldBook:
         return {g: (h.queue, h.room) for g, h in self._held.items() if h.queue is not None}
 
     # ----------------------------------------------------------------- the overlay
-    def take_out(self, free: np.ndarray, *, for_gang: GroupKey | None) -> None:
+    def take_out(self, free: np.ndarray, *, for_gang: GroupKey | None, priority: int | None = None) -> None:
         """Take the holds `for_gang` plans around out of `free` (a copy the caller owns), never below 0."""
-        take(free, self.before(for_gang))
+        take(free, self.before(for_gang, priority))
 
     @contextlib.contextmanager
-    def withheld(self, arrays: ClusterArrays, *, for_gang: GroupKey | None) -> Iterator[ClusterArrays]:
+    def withheld(
+        self, arrays: ClusterArrays, *, for_gang: GroupKey | None, priority: int | None = None
+    ) -> Iterator[ClusterArrays]:
         """`arrays` as a plan for `for_gang` sees them (the holds before it taken out of free), restored
         on exit. Touches only the held rows: O(rows held), not O(cluster). Nothing may change `arrays`
         inside the block except through it (plans are applied after the block)."""
-        around = self.before(for_gang)
+        around = self.before(for_gang, priority)
         if not around:
             yield arrays
             return
         rows = np.unique(np.concatenate([h.hold.rows for h in around]).astype(np.int64))
         saved = arrays.free[rows].copy()
         try:
-            self.take_out(arrays.free, for_gang=for_gang)
+            take(arrays.free, around)
             yield arrays
         finally:
             arrays.free[rows] = saved

@@ -182,7 +182,8 @@ def plan_preemption(
                 trial_arrays.free[row] += vec
         if domain >= 0:
             trial_arrays.schedulable &= arrays.domains[level] == domain
-        ledger.holds.take_out(trial_arrays.free, for_gang=group.key)  # evicting never makes a hold's room
+        # evicting never makes a hold's room (of a holder at least the preemptor's priority)
+        ledger.holds.take_out(trial_arrays.free, for_gang=group.key, priority=priority)
         plan = planning.plan_members(
             store,
             ledger,

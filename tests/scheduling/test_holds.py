@@ -206,3 +206,20 @@ def test_a_restarted_service_chooses_the_hold_again_from_the_cluster() -> None:
 def test_hold_depth_below_one_is_refused_with_why(depth: int) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         HoldSettings(depth=depth)
+
+
+def test_a_hold_keeps_no_room_from_work_of_higher_priority() -> None:
+    w = HoldWorld([])
+    fill(w)
+    big = w.rack_gang("big", 4, "8", prio=10)
+    w.filter(big[0])
+    w.tick()
+    held = w.hold("big")["domain"].split()[-1]
+    # the spare quarter node beside a: refused to a plain pod of lower priority, open to a higher one
+    w.cluster.apply(make_pod("low", cpu="4", memory="1Gi"))
+    passed = w.filter("low").passed
+    assert passed and all(w.node_rack(n) != held for n in passed)
+    high = make_pod("high", cpu="4", memory="1Gi")
+    high["spec"]["priority"] = 50
+    w.cluster.apply(high)
+    assert any(w.node_rack(n) == held for n in w.filter("high").passed)

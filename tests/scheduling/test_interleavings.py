@@ -1770,18 +1770,21 @@ class Driver:
         for gang in [g for g in self.hold_ready_since if g not in holding]:
             del self.hold_ready_since[gang]
 
-    def held_rooms(self, gang: str | None) -> list[dict[str, dict[str, int]]]:
-        """The per-node amounts of the holds a plan for `gang` goes around: those ranked before its own
-        when it holds, every hold when it does not (None: a plain pod)."""
+    def held_rooms(self, gang: str | None, prio: int) -> list[dict[str, dict[str, int]]]:
+        """The per-node amounts of the holds a plan for `gang` (of priority `prio`) goes around: those
+        ranked before its own when it holds; when it does not (None: a plain pod), every hold of a
+        gang of at least its priority."""
         holds = sorted(
             ((g["gang"], g["hold"]) for g in self.debug if "amounts" in (g.get("hold") or {})),
             key=lambda gh: gh[1]["rank"],
         )
+        holding = gang is not None and any(holder == f"default/{gang}" for holder, _ in holds)
         out = []
         for holder, hold in holds:
             if gang is not None and holder == f"default/{gang}":
                 break
-            out.append(hold["amounts"])
+            if holding or hold["priority"] >= prio:
+                out.append(hold["amounts"])
         return out
 
     # ------------------------------------------------------------------ queues, from the API
@@ -2146,18 +2149,18 @@ class Driver:
             if node in free and not finished(pods[name]):
                 free[node].subtract(pod_requests(pods[name]))
 
-        def around(gang: str | None) -> dict[str, collections.Counter[str]]:
+        def around(gang: str | None, prio: int) -> dict[str, collections.Counter[str]]:
             """`free` less the holds a plan for `gang` goes around (never below 0)."""
             seen = {n: collections.Counter(c) for n, c in free.items()}
-            for amounts in self.held_rooms(gang):
+            for amounts in self.held_rooms(gang, prio):
                 for n, want in amounts.items():
                     for k, v in want.items():
                         if n in seen:
                             seen[n][k] = max(0, seen[n][k] - v)
             return seen
 
-        def slots(req: dict[str, int], where: list[str], gang: str | None = None) -> int:
-            seen = around(gang)
+        def slots(req: dict[str, int], where: list[str], gang: str | None = None, prio: int = 0) -> int:
+            seen = around(gang, prio)
             return sum(min(seen[n][k] // v for k, v in req.items() if v) for n in where)
 
         racks: dict[str, list[str]] = {}
@@ -2191,6 +2194,9 @@ class Driver:
                 continue
             done = sorted(n for n, gang in self.gone_done.items() if gang == g.name)
             members = live + done  # a finished member counts toward its gang's quorum, deleted or not
+            # the priority its pending members plan at (a 1.37 PodGroup's, else each pod's own: a pod
+            # annexed into the gang keeps its own), the lowest: the holds that bind the most of them
+            g_prio = min(self.rank(pods[n]) for n in live)
             # the largest member's request: a gang joined by other pods is not uniform
             req = {
                 k: max(pod_requests(pods[n]).get(k, 0) for n in live)
@@ -2218,7 +2224,7 @@ class Driver:
                 options = [domains] if domains is not None else list(racks.values())
                 if not queue_room(in_queue, need * req.get("cpu", 0), own_hold.get(f"default/{g.name}", 0)):
                     continue  # its queue (or an ancestor) has no room for it under its limit
-                if any(slots(req, d, g.name) >= need for d in options):
+                if any(slots(req, d, g.name, g_prio) >= need for d in options):
                     self.fail(f"gang {g.name}: its quorum of {need} fits but it is not bound {why}")
                 continue
             if domains is None:
@@ -2242,7 +2248,7 @@ class Driver:
                 want = sum(short.values())
                 if (
                     short
-                    and slots(req, domains, g.name) >= want
+                    and slots(req, domains, g.name, g_prio) >= want
                     and queue_room(in_queue, want * req.get("cpu", 0))
                 ):
                     self.fail(
@@ -2258,7 +2264,7 @@ class Driver:
                 want = need - len(unit_on) if len(unit_on) < need else 1
                 if (
                     left >= want
-                    and slots(req, domains, g.name) >= want
+                    and slots(req, domains, g.name, g_prio) >= want
                     and queue_room(in_queue, want * req.get("cpu", 0))
                 ):
                     self.fail(
@@ -2271,7 +2277,7 @@ class Driver:
         for name in self.plain:
             if name in pods and name not in bound and name != "wants-foo":
                 cpu = pod_requests(pods[name]).get("cpu", 0)
-                if slots(pod_requests(pods[name]), list(free)) > 0 and queue_room(
+                if slots(pod_requests(pods[name]), list(free), None, priority(pods[name])) > 0 and queue_room(
                     self.queue_of(pods[name], groups), cpu
                 ):
                     self.fail(
