@@ -142,5 +142,7 @@ class Debug:
         }
 
     def describe_all(self) -> list[dict[str, Any]]:
-        keys = set(self.ledger.gang_keys())
+        # and the gangs holding (or told why not) that no filter call brought to the ledger
+        keys = set(self.ledger.gang_keys()) | {h.gang for h in self.ledger.holds.all()}
+        keys |= set(self.ledger.holds.no_hold_gangs())
         return [d for k in sorted(keys) if (d := self.describe(k)) is not None]

@@ -5,7 +5,9 @@ Owns the pass that chooses the holds, run by the ticker when the cluster or the 
 the nudge of a holder whose hold is ready. The holds themselves are the ledger's (holds.HoldBook).
 
 Who holds: a gang whose quorum is ready, admitted by its queue, found to fit nowhere (and to
-preempt and reclaim nothing), with no preemption under way and not backing off. The waiting gangs
+preempt and reclaim nothing), with no preemption under way and not backing off; or one whose
+members kube-scheduler parked without asking the service (each alone fits no node's free room, so
+its own filters passed no node), within its queue's limits. The waiting gangs
 are ranked by priority (higher first), then by when they were first seen; the first `depth` that
 do not fit now hold, each where the least is in use among the rows that fit it once drained, from
 what the holds ranked before it leave. The head's hold moves only to rows with strictly less left
@@ -19,17 +21,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
-from extender.model.group import GroupSpec
+from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey
 from extender.model.priority import member_priority
 from extender.placement import backfill
 from extender.scheduling import messages, planning
-from extender.scheduling.decisions import Effect
+from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.holds import Held, HoldBook
 from extender.scheduling.telling import Telling
-from extender.scheduling.view import View
-from extender.state.store import is_live
+from extender.scheduling.view import View, marked_unschedulable
+from extender.state.store import POD, is_live
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,12 @@ class Holding:
         self._queue_of = queue_of
         self._queue_waiting = queue_waiting
         self._queue_refuses = queue_refuses
+        self._parked: set[GroupKey] = set()
+        """Gangs with a member kube-scheduler parked (PodScheduled=False) that no filter call may have
+        shown the service: a member that fits no node's free room alone (a whole-node GPU pod on a
+        busy cluster) fails kube-scheduler's own filters, and the extender is never asked for it.
+        Kept by the store's events; a gang with no parked member left is dropped at the next pass."""
+        view.store.add_listener(self._on_change)
         self._seen: tuple[int, int, int] = (-1, -1, -1)
         self._unfit: frozenset[GroupKey] = frozenset()  # the unfit gangs the last pass saw
         self._passed_s = float("-inf")
@@ -84,7 +93,7 @@ class Holding:
             return []
         gen = (self.store.change_gen, self.ledger.gen, book.gen)
         now = self.ledger.clock()
-        unfit = frozenset(key for key, _ in self.ledger.unfit_gangs())
+        unfit = frozenset(key for key, _ in self.ledger.unfit_gangs()) | frozenset(self._parked)
         # a gang newly unfit, or one gone from the wait, is seen at once; the drain of the held rows
         # (every pod that ends changes the cluster) at most every PASS_INTERVAL_S: a pass plans each
         # holder a few times over the whole cluster, which a busy cluster would pay on every tick
@@ -105,16 +114,43 @@ class Holding:
                 if h.gang not in self._ready:
                     self._ready.add(h.gang)
                     log.info("gang %s: its hold on %s is ready", h.gang, h.domain or "the cluster")
-                    effects += self.telling.nudge_turned_away(h.gang, "hold-ready")
+                    effects += self._nudge_ready(h.gang)
             else:
                 self._ready.discard(h.gang)
         self._ready &= {h.gang for h in book.all()}
         return effects
 
+    def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        if kind != POD or event == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
+            return
+        if not marked_unschedulable(obj):
+            return
+        m = self.store.membership_of(obj)
+        if m.state is MembershipState.MEMBER and m.group is not None and m.group.is_gang():
+            self._parked.add(m.group.key)
+
+    def _candidates(self) -> list[tuple[GroupKey, GroupSpec]]:
+        """The gangs found to fit nowhere by a filter (the ledger's), and those kube-scheduler parked
+        that hold no plan (their current definition), once each."""
+        out = dict(self.ledger.unfit_gangs())
+        for key in sorted(self._parked):
+            if key in out:
+                continue
+            members = [r for r in self.store.group_members(key) if is_live(r.obj)]
+            parked = [r for r in members if not r.node_name and marked_unschedulable(r.obj)]
+            entry = self.ledger.entry(key)
+            if not parked or (entry is not None and entry.plan):
+                self._parked.discard(key)  # bound, planned or gone: a new park adds it again
+                continue
+            spec = self.view.spec_of(key, members)
+            if spec is not None:
+                out[key] = spec
+        return sorted(out.items())
+
     def waiting(self) -> list[Waiting]:
         """The gangs that may hold, in rank order."""
         out = []
-        for key, spec in self.ledger.unfit_gangs():
+        for key, spec in self._candidates():
             if self.ledger.preemption(key) is not None or self.ledger.backoff_left(key) > 0:
                 continue
             if self._queue_waiting(key):
@@ -235,6 +271,17 @@ class Holding:
         return h.hold.usable(self.store.arrays) and all(
             names.get(int(r)) == n for r, n in zip(h.hold.rows, h.nodes, strict=True)
         )
+
+    def _nudge_ready(self, gang: GroupKey) -> list[Effect]:
+        """Bring back every parked member of a gang whose hold is ready: those the service turned away,
+        and those kube-scheduler's own filters parked (no node had room for one alone)."""
+        effects = self.telling.nudge_turned_away(gang, "hold-ready")
+        nudged = {(e.namespace, e.name) for e in effects}
+        for rec in self.store.group_members(gang):
+            ref = pod_ref(rec.key)
+            if not rec.node_name and is_live(rec.obj) and marked_unschedulable(rec.obj) and ref not in nudged:
+                effects.append(Effect("nudge", *ref, {"value": f"{gang}:hold-ready"}))
+        return effects
 
     def take_metrics(self) -> tuple[int, float, list[float]]:
         """(holds in place, the head hold's drained share, seconds of each hold ended since the last

@@ -80,6 +80,10 @@ class HoldBook:
         """Why a waiting gang was given no hold ("" when it holds or was not looked at)."""
         return self._none.get(gang, "")
 
+    def no_hold_gangs(self) -> list[GroupKey]:
+        """The waiting gangs the last pass gave no hold, with a reason (`why_none`)."""
+        return list(self._none)
+
     def __len__(self) -> int:
         return len(self._held)
 

@@ -36,14 +36,16 @@ def test_a_whole_rack_gang_holds_a_rack_others_go_around_it_and_it_binds_once_it
     assert len(set(rack_of_small.values())) == RACKS, rack_of_small
 
     gang(api, namespace, "large", queue="default-queue", pods_n=NODES_PER_RACK, cpu=str(NODE_CPU), rack=True)
-    hold = wait_until(
-        lambda: (
-            (gang_view(cluster, namespace, "large").get("hold") or {}).get("domain")
-            and gang_view(cluster, namespace, "large")["hold"]
-        ),
-        timeout_s=TIMEOUT_S,
-        what="the large gang to hold a rack",
-    )
+    seen: list[dict] = [{}]
+
+    def held() -> dict | None:
+        seen[0] = gang_view(cluster, namespace, "large")
+        return seen[0]["hold"] if (seen[0].get("hold") or {}).get("domain") else None
+
+    try:
+        hold = wait_until(held, timeout_s=TIMEOUT_S, what="the large gang to hold a rack")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; GET /debug/gangs/{namespace}/large: {seen[0]}") from None
     held_rack = hold["domain"].split()[-1]
     assert hold["heldNodes"] == NODES_PER_RACK and hold["drainedNodes"] == 0 and hold["rank"] == 1, hold
     assert (

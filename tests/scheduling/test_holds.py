@@ -223,3 +223,25 @@ def test_a_hold_keeps_no_room_from_work_of_higher_priority() -> None:
     high["spec"]["priority"] = 50
     w.cluster.apply(high)
     assert any(w.node_rack(n) == held for n in w.filter("high").passed)
+
+
+def test_a_gang_kube_scheduler_parked_without_asking_the_service_holds_too() -> None:
+    """Members that each fit no node's free room fail kube-scheduler's own filters: the extender is
+    never asked. Parked (PodScheduled=False), the gang still holds, and its members are brought back
+    when the hold is ready."""
+    w = HoldWorld([])
+    a, _ = fill(w)
+    big = w.rack_gang("big", 4, "8")  # whole nodes: none has 8 cpu free beside a and b
+    for name in big:
+        pod = w.pod(name)
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}
+        w.cluster.apply({**pod, "status": {**(pod.get("status") or {}), "conditions": [cond]}})
+    assert w.scheduler.describe("default/big") is not None  # its members exist; no filter ever ran
+    w.tick()
+    hold = w.hold("big")
+    assert hold is not None and hold["domain"] == f"rack {w.rack_of(a[0])}"
+    w.delete(*a)
+    effects = w.tick()
+    assert sorted(e.name for e in effects if e.kind == "nudge") == sorted(big)
+    w.schedule(*big)
+    assert w.bound(*big)
