@@ -72,10 +72,11 @@ class Holding:
         self._queue_waiting = queue_waiting
         self._queue_refuses = queue_refuses
         self._parked: set[GroupKey] = set()
-        """Gangs with a member kube-scheduler parked (PodScheduled=False) that no filter call may have
-        shown the service: a member that fits no node's free room alone (a whole-node GPU pod on a
-        busy cluster) fails kube-scheduler's own filters, and the extender is never asked for it.
-        Kept by the store's events; a gang with no parked member left is dropped at the next pass."""
+        """Gangs with a member kube-scheduler parked (PodScheduled=False) that no filter call has shown
+        the service (the ledger has no entry for them): a member that fits no node's free room alone
+        (a whole-node GPU pod on a busy cluster) fails kube-scheduler's own filters, and the extender
+        is never asked for it. Kept by the store's events; a gang with no parked member left, or one
+        a filter has shown since, is dropped at the next pass."""
         view.store.add_listener(self._on_change)
         self._seen: tuple[int, int, int] = (-1, -1, -1)
         self._unfit: frozenset[GroupKey] = frozenset()  # the unfit gangs the last pass saw
@@ -127,7 +128,8 @@ class Holding:
             return
         m = self.store.membership_of(obj)
         if m.state is MembershipState.MEMBER and m.group is not None and m.group.is_gang():
-            self._parked.add(m.group.key)
+            if self.ledger.entry(m.group.key) is None:  # a filter saw it: the ledger says if it fits
+                self._parked.add(m.group.key)
 
     def _candidates(self) -> list[tuple[GroupKey, GroupSpec]]:
         """The gangs found to fit nowhere by a filter (the ledger's), and those kube-scheduler parked
@@ -138,9 +140,9 @@ class Holding:
                 continue
             members = [r for r in self.store.group_members(key) if is_live(r.obj)]
             parked = [r for r in members if not r.node_name and marked_unschedulable(r.obj)]
-            entry = self.ledger.entry(key)
-            if not parked or (entry is not None and entry.plan):
-                self._parked.discard(key)  # bound, planned or gone: a new park adds it again
+            if not parked or self.ledger.entry(key) is not None:
+                # bound or gone; or a filter saw it since (the ledger's no-fit is what counts then)
+                self._parked.discard(key)
                 continue
             spec = self.view.spec_of(key, members)
             if spec is not None:
