@@ -227,6 +227,14 @@ class Admission:
             return None
         return queues.admission(snap, queue, room, gang, what="gang", fair_share=False, credit=credit)
 
+    def beyond_hold(self, gang: GroupKey, need: dict[str, int]) -> dict[str, int]:
+        """What of `need` the gang's queue is not charged yet: the room held for it (holds.py) is in
+        its queue's allocated already, so a reclaim or a preemption for it counts only the rest."""
+        held = self.ledger.holds.of(gang)
+        if held is None:
+            return dict(need)
+        return {r: max(0, v - held.room.get(r, 0)) for r, v in need.items()}
+
     def is_queue_held(self, gang: GroupKey) -> bool:
         """Whether the gang (or plain pod) waits for its queue's admission."""
         return gang in self.queue_holds

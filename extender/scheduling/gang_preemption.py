@@ -92,9 +92,11 @@ class GangPreemption:
         if not self.admission.look_to_admit(call.group.key):
             return None  # nothing changed since the last look: the answer is the same
 
+        rest = self.admission.beyond_hold(call.group.key, dict(need))  # its hold is charged already
+
         def enough(units: Sequence[preemptor.Unit]) -> bool:
             credit = freed(units)
-            return queues.admission(snap, queue, need, call.group.key, credit=credit) is None
+            return queues.admission(snap, queue, rest, call.group.key, credit=credit) is None
 
         started, _ = self.preempt(call, members, leaves, "", enough=enough)
         return started
@@ -228,6 +230,7 @@ class GangPreemption:
         group = call.group
         queue = self.admission.queue_name(group, call.pod)
         need = self.admission.gang_need(call, members, leaves, self.ledger.bound_counts(group))
+        need = self.admission.beyond_hold(group.key, need)  # its hold is charged to its queue already
         if not queues.may_reclaim(snap, queue, need):
             return None
 
@@ -325,7 +328,9 @@ class GangPreemption:
             ):
                 continue
             usable = tally.ready_need()  # a leaf short of pods binds nothing: nothing to reclaim for it
-            if usable is None or not usable[0] or not queues.may_reclaim(snap, tally.queue, usable[1]):
+            if usable is None or not usable[0]:
+                continue
+            if not queues.may_reclaim(snap, tally.queue, self.admission.beyond_hold(gang, usable[1])):
                 continue
             pod = next(
                 (
