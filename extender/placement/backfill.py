@@ -128,7 +128,7 @@ def choose_hold(
     usage = _usage(arrays, demand)
     drained = copy.copy(arrays)
     drained.free = arrays.allocatable.copy()
-    _take(drained.free, reserved)  # what older holds will take is not this gang's, drained or not
+    take(drained.free, reserved)  # what older holds will take is not this gang's, drained or not
 
     def plan_on(rows: np.ndarray) -> Plan:
         offered = np.zeros_like(arrays.schedulable)
@@ -175,7 +175,8 @@ def choose_hold(
     return Hold(owner=owner, rows=rows, amounts=amounts, plan=plan)
 
 
-def _take(free: np.ndarray, holds: Sequence[Hold]) -> None:
+def take(free: np.ndarray, holds: Sequence[Hold]) -> None:
+    """Take each hold's amounts out of `free` on its rows, never below 0 (in place)."""
     # clamping each hold in turn equals clamping their sum: max(0, max(0, f - a) - b) = max(0, f - a - b)
     for hold in holds:
         width = hold.amounts.shape[1]
@@ -196,7 +197,7 @@ def withheld(arrays: ClusterArrays, holds: Sequence[Hold]) -> Iterator[ClusterAr
     rows = np.unique(np.concatenate([h.rows for h in held]))
     saved = arrays.free[rows].copy()
     try:
-        _take(arrays.free, held)
+        take(arrays.free, held)
         yield arrays
     finally:
         arrays.free[rows] = saved

@@ -94,7 +94,9 @@ class Holding:
             return []
         gen = (self.store.change_gen, self.ledger.gen, book.gen)
         now = self.ledger.clock()
-        unfit = frozenset(key for key, _ in self.ledger.unfit_gangs()) | frozenset(self._parked)
+        unfit = self._unfit
+        if gen != self._seen:  # nothing changed: not even the set of unfit gangs is looked at
+            unfit = frozenset(key for key, _ in self.ledger.unfit_gangs()) | frozenset(self._parked)
         # a gang newly unfit, or one gone from the wait, is seen at once; the drain of the held rows
         # (every pod that ends changes the cluster) at most every PASS_INTERVAL_S: a pass plans each
         # holder a few times over the whole cluster, which a busy cluster would pay on every tick

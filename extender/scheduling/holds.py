@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
 from extender.model.keys import GroupKey
+from extender.placement import backfill
 from extender.placement.backfill import Hold
 from extender.placement.layout import ClusterArrays
 
@@ -50,14 +51,6 @@ class Held:
     priority: int
     since_s: float  # when the gang first held
     domain: str  # "rack r3", for messages
-
-
-def take(free: np.ndarray, held: Iterable[Held]) -> None:
-    """Take each hold's amounts out of `free` on its rows, never below 0 (in place)."""
-    for h in held:
-        rows, amounts = h.hold.rows, h.hold.amounts
-        width = amounts.shape[1]
-        free[rows, :width] = np.maximum(free[rows, :width] - amounts, 0)
 
 
 class HoldBook:
@@ -118,7 +111,7 @@ class HoldBook:
     # ----------------------------------------------------------------- the overlay
     def take_out(self, free: np.ndarray, *, for_gang: GroupKey | None, priority: int | None = None) -> None:
         """Take the holds `for_gang` plans around out of `free` (a copy the caller owns), never below 0."""
-        take(free, self.before(for_gang, priority))
+        backfill.take(free, [h.hold for h in self.before(for_gang, priority)])
 
     @contextlib.contextmanager
     def withheld(
@@ -127,17 +120,8 @@ class HoldBook:
         """`arrays` as a plan for `for_gang` sees them (the holds before it taken out of free), restored
         on exit. Touches only the held rows: O(rows held), not O(cluster). Nothing may change `arrays`
         inside the block except through it (plans are applied after the block)."""
-        around = self.before(for_gang, priority)
-        if not around:
-            yield arrays
-            return
-        rows = np.unique(np.concatenate([h.hold.rows for h in around]).astype(np.int64))
-        saved = arrays.free[rows].copy()
-        try:
-            take(arrays.free, around)
-            yield arrays
-        finally:
-            arrays.free[rows] = saved
+        with backfill.withheld(arrays, [h.hold for h in self.before(for_gang, priority)]) as seen:
+            yield seen
 
     # ----------------------------------------------------------------- writes (the ledger's)
     def replace(self, held: list[Held], none: Mapping[GroupKey, str]) -> None:
