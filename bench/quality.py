@@ -7,13 +7,11 @@ stream is replayed for tightest-fit (production), first-fit and random domain ch
 choice of domain differs, the fill inside a domain is the same. The `hold` policy is tightest-fit
 plus `extender.placement.backfill`: the oldest waiting gang (the first `--depth` of them) holds the
 least used rows that fit them once drained, and the others backfill around the hold. The `pool`
-policy is `extender.placement.pools`: blocks are pools of small or large gangs (large: half a
-block or more), a block changes class only when empty, small gangs open a new block only while
-`--reserve` blocks' worth of room is left for large gangs, and the oldest waiting small gang and
-the `--large-depth` oldest large ones hold. Its defaults (reserve 4, large depth 2) are the setting
-measured for issue 15 (all three targets met at seed 4; at seeds 1-3, heavier streams, every
-block-sized gang placed but racks partly used above half of first-fit's, and the wait ratio above
-2 at seeds 1 and 2): they make small gangs wait so that large ones need not.
+policy is `extender.placement.pools.admit`, the service's steps (its holding pass, then each
+gang's pooled plan) over the same code: blocks are pools of small or large gangs (large: half a
+block or more; a block's class is read off what runs there), small gangs open a new block only
+while `--reserve` blocks' worth of room is left for large gangs, and the first `--depth` waiting
+gangs hold, each within its pool first.
 
 One JSON line per policy, over the `--gangs` measured gangs; `large_*` are the block-sized gangs
 (block required: 128 and 256 whole nodes), `small_*` the others. Arrivals go on after the last
@@ -106,7 +104,13 @@ def run(
     partly_used: list[float] = []
     busy: list[float] = []
     held: tuple[Hold, ...] = ()
-    state = pools.Pools()
+    typical = pools.typical_domain(arrays, BLOCK)
+    share = pool.large_share if pool is not None else 1.0
+    kind_large = [
+        pools.size_class(pools.gang_demand(arrays, r), typical, share) is pools.SizeClass.LARGE
+        for r in requests
+    ]
+    large_count = np.zeros(arrays.capacity, dtype=np.int32)  # members of large gangs running, by row
     holds = 0
     plan_s = 0.0
     last = stream[n - 1][0]
@@ -132,17 +136,21 @@ def run(
         for r in rows:
             arrays.sub(int(r), MIX[kind][2])
         running[i] = rows
+        if kind_large[kind]:
+            large_count[rows] += 1
         started[i] = now
         heapq.heappush(events, (now + stream[i][2], 0, i))  # 0 = leave (before arrivals at a tie)
 
     def serve(queue: list[int], now: float) -> set[int]:
         """The hold policy: start what `admit` says, in queue order; the gangs started."""
-        nonlocal plan_s, held, holds, state
+        nonlocal plan_s, held, holds
         t0 = time.perf_counter()
         gangs = [(j, requests[stream[j][1]]) for j in queue]
         if pool is not None:
-            pooled = pools.admit(arrays, gangs, state, pool, order=policy)
-            decision_starts, new_holds, state = pooled.starts, pooled.pools.holds, pooled.pools
+            pooled = pools.admit(
+                arrays, gangs, held, pool, level=BLOCK, large_rows=large_count > 0, depth=depth, order=policy
+            )
+            decision_starts, new_holds = pooled.starts, pooled.holds
         else:
             decision = admit(arrays, gangs, held, depth=depth, order=policy)
             decision_starts, new_holds = decision.starts, decision.holds
@@ -171,8 +179,11 @@ def run(
             elif not try_start(i, now):
                 waiting.append(i)
         else:
-            for r in running.pop(i):
+            rows = running.pop(i)
+            for r in rows:
                 arrays.add(int(r), MIX[stream[i][1]][2])
+            if kind_large[stream[i][1]]:
+                large_count[rows] -= 1
             if hold or pool is not None:
                 gone = serve(waiting, now)
                 waiting = [j for j in waiting if j not in gone]
@@ -226,14 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gangs", type=int, default=None)
     parser.add_argument("--load", type=float, default=1.0, help="offered GPU load, 0..1+")
     parser.add_argument("--seed", type=int, default=4)
-    parser.add_argument(
-        "--depth", type=int, default=1, help="hold: waiting gangs that hold; pool: small ones"
-    )
+    parser.add_argument("--depth", type=int, default=1, help="hold and pool: how many waiting gangs hold")
     parser.add_argument(
         "--reserve", type=float, default=4.0, help="pool policy: blocks' worth of room small gangs leave"
-    )
-    parser.add_argument(
-        "--large-depth", type=int, default=2, help="pool policy: how many waiting block-sized gangs hold"
     )
     parser.add_argument(
         "--tail", type=float, default=TAIL_S, help="time units arrivals go on after the last measured gang"
@@ -251,9 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     last = stream[-1][0]
     tail = [(last + a, k, r) for a, k, r in _stream(n_gangs, load=args.load, seed=args.seed + 1_000_003)]
     stream += [g for g in tail if g[0] <= last + args.tail]
-    pool = pools.PoolSettings(
-        level=BLOCK, depth=args.depth, large_depth=args.large_depth, reserve=args.reserve
-    )
+    pool = pools.PoolSettings(reserve=args.reserve)
     runs = [(POOL, DomainOrder.TIGHTEST), (HOLD, DomainOrder.TIGHTEST), *((p.value, p) for p in DomainOrder)]
     for name, policy in runs:
         if args.policy and name not in args.policy:
@@ -272,7 +276,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             out["depth"] = args.depth
         if name == POOL:
             out["reserve"] = args.reserve
-            out["large_depth"] = args.large_depth
         out["load"] = args.load
         out["seed"] = args.seed
         print(json.dumps(out), flush=True)

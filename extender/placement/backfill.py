@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -240,12 +240,16 @@ def choose_holds(
     depth: int = 1,
     order: DomainOrder = DomainOrder.TIGHTEST,
     refuse: Refusal | None = None,
+    within: Mapping[Hashable, np.ndarray] | None = None,
 ) -> HoldPass:
     """The holds for the gangs in `waiting` (rank order), the module's rule, given last pass's holds.
 
     The first `depth` gangs that do not fit now (around the holds kept before them) hold; a hold
     moves only to a strictly smaller deficit (seen around the holds before it), so the head's only
-    falls; a gang that fits now keeps the hold it had until it starts. `arrays` is not changed.
+    falls; a gang that fits now keeps the hold it had until it starts. `within` (bool by row, per
+    gang) narrows where a gang may start now (its size-class pool, extender.placement.pools): it
+    fits now only there, and holds there when those rows could fit it drained, anywhere otherwise.
+    `arrays` is not changed.
     """
     if depth < 1:
         raise ValueError(f"depth: at least 1 (the head's hold is what rules out starvation), got {depth}")
@@ -256,10 +260,17 @@ def choose_holds(
         if len(kept) >= depth:
             break
         own = before.get(key)
+        allowed = within.get(key) if within is not None else None
         with withheld(arrays, kept) as view:
-            fits = plan_gang(view, request, order=order).outcome is Outcome.PLACED
+            narrow = view
+            if allowed is not None:
+                narrow = copy.copy(view)
+                narrow.schedulable = view.schedulable & allowed[: view.schedulable.size]
+            fits = plan_gang(narrow, request, order=order).outcome is Outcome.PLACED
             if not fits:
-                fresh = choose_hold(view, request, key, order=order, reserved=kept)
+                fresh = choose_hold(narrow, request, key, order=order, reserved=kept)
+                if fresh is None and allowed is not None:
+                    fresh = choose_hold(view, request, key, order=order, reserved=kept)
                 if fresh is not None and (own is None or fresh.deficit(view) < own.deficit(view)):
                     own = fresh
                 elif fresh is None and own is None:

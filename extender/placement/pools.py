@@ -1,37 +1,27 @@
 """Size-class pools: small gangs packed into the domains that already host small gangs, so the
-others stay whole for large gangs; and the head of the queue's hold, so that no gang starves.
+others stay whole for large gangs.
 
-Owns the rule that decides, for a queue of waiting gangs, which start now and where, when the
-domains of one topology level (blocks, say) are pools with a size class each, the way GPU clusters
-split node pools or Slurm partitions, except that here the boundary moves by itself:
+Owns the rule that decides where a gang may start now when the domains of one topology level
+(racks or blocks, say) are pools with a size class each, the way GPU clusters split node pools or
+Slurm partitions, except that here the boundary moves by itself. The service (scheduling.pooling,
+scheduling.filtering, scheduling.holding) and `bench quality`'s pool policy (`admit`) run this code:
 
 1. A gang is large when it asks for at least `large_share` of a typical pool domain (its dominant
    resource against the domain's median allocatable), small otherwise (`size_class`).
-2. A domain in use has the class of the gang that opened it; an empty domain has none and goes to
-   whichever class opens it next. A domain changes class only by draining empty, so small gangs
-   never scatter over the domains that large gangs need whole. A domain already in use when the
-   rule first sees it (pods of unknown gangs) counts as small.
+2. A domain's class is read off the cluster (`classes_of`): large where any member of a large gang
+   runs or is planned, small where anything else does, none when empty. Nothing is remembered, so
+   a restarted service finds the same classes; a domain changes class only as its pods change.
 3. A gang plans over the domains of its own class first (tightest fit among them) and opens an
-   empty domain only when none of those fits. Small gangs may open one only while the room left
-   for large gangs stays at least `reserve` domains: an empty domain counts whole, a large one by
-   its free share (half a block beside a half-block gang counts a half), so the reserve is a
-   number of domains' worth, and need not be a whole one.
-4. Over that, `extender.placement.backfill`'s hold, per class: the first `depth` waiting small
-   gangs and `large_depth` large ones that do not fit hold the least used rows that fit them once
-   drained, and every later gang plans around the holds. Per class, so that a queue headed by
-   small gangs (most of the gangs, and most of the waiting ones) still has its oldest large gang
-   draining a domain; more large holds drain more small domains while large gangs queue.
-   A small gang holds within the small domains when those could fit it drained (so the reserve
-   stays whole), anywhere otherwise; a large gang holds anywhere, since a small domain that drains
-   for it is as good as an empty one. A hold that is ready starts its gang where it is, even in a
-   domain of the other class (which keeps its class).
-
-Why nothing starves in a finite stream: the head of the queue holds first, around no other hold,
-and its hold is bound by neither class nor reserve once it is chosen, so the backfill rule's
-argument (a held row's deficit only shrinks, since every later gang plans around it; a hold moves
-only to a strictly smaller deficit) holds unchanged: the head starts in finite time once the pods
-on its held rows leave, and every gang becomes the head in its turn. Classes, the reserve and the
-other class's hold only narrow where the gangs behind the head may start now.
+   empty domain only when none of those fits (`plan_in_pools`). Small gangs may open one only while
+   the room left for large gangs stays at least `reserve` domains: an empty domain counts whole, a
+   large one by its free share (half a block beside a half-block gang counts a half). A gang that
+   fits only in the other class's domains (or in the reserve) waits: it does not start there.
+4. The wait is bounded by `extender.placement.backfill`'s holds: the waiting gangs at the head hold
+   capacity, each within the rows its pool lets it start on (`allowed_rows`) when those could fit
+   it drained, anywhere otherwise; a holder whose hold is ready starts on its held rows, whatever
+   their class or the reserve (`plan_on_hold`), so the backfill rule's argument holds unchanged: the
+   head starts in finite time once the pods on its held rows leave, and every gang becomes the head
+   in its turn. Classes and the reserve only narrow where the gangs behind the head may start now.
 """
 
 from __future__ import annotations
@@ -40,12 +30,11 @@ import copy
 import dataclasses
 import enum
 from collections.abc import Hashable, Mapping, Sequence
-from types import MappingProxyType
 
 import numpy as np
 
 from extender.placement.api import DomainOrder, GangRequest, Outcome, Plan, plan_gang
-from extender.placement.backfill import Hold, charge, choose_hold, withheld
+from extender.placement.backfill import Hold, charge, choose_holds, withheld
 from extender.placement.layout import ClusterArrays
 
 
@@ -56,49 +45,49 @@ class SizeClass(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class PoolSettings:
-    """How the pools are cut: by which level, where large starts, how many empty domains are kept."""
+    """Where large starts, and how much room small gangs leave large ones."""
 
-    level: int  # the topology level whose domains are the pools
     large_share: float = 0.5  # a gang asking this share of a typical domain or more is large
     reserve: float = 0.0  # domains' worth of room small gangs leave large ones (a hold may still take it)
-    depth: int = 1  # how many waiting small gangs hold capacity
-    large_depth: int = 1  # how many waiting large gangs hold capacity
 
     def __post_init__(self) -> None:
         problems = []
-        if self.level < 0:
-            problems.append(f"level: a topology level index (0 or more), got {self.level}")
-        if not 0 < self.large_share <= 1:
-            problems.append(f"large_share: in (0, 1], got {self.large_share}")
-        if self.reserve < 0:
+        if not 0 < self.large_share <= 1:  # NaN fails too
+            problems.append(f"large share: in (0, 1], got {self.large_share}")
+        if not self.reserve >= 0:
             problems.append(f"reserve: 0 or more domains' worth of room, got {self.reserve}")
-        if self.large_depth < 1:
-            problems.append(f"large_depth: at least 1, got {self.large_depth}")
-        if self.depth < 1:
-            problems.append(
-                f"depth: at least 1 (the head's hold is what rules out starvation), got {self.depth}"
-            )
         if problems:
             raise ValueError("; ".join(problems))
 
 
-@dataclasses.dataclass(frozen=True)
-class Pools:
-    """What the rule keeps between calls: each domain in use's class, and the holds."""
+class PoolFit(enum.Enum):
+    """Where the rule lets a gang start now."""
 
-    classes: Mapping[int, SizeClass] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-    holds: tuple[Hold, ...] = ()
+    IN_POOL = "in_pool"  # in domains of its own class
+    OPENED = "opened"  # opening an empty domain
+    OUTSIDE = "outside"  # it fits only in the other class's domains, or in the reserve: it waits
+    NONE = "none"  # it fits nowhere now
+
+
+@dataclasses.dataclass(frozen=True)
+class PooledPlan:
+    fit: PoolFit
+    plan: Plan  # PLACED for IN_POOL and OPENED; for OUTSIDE, where it would fit; else why not
+    size: SizeClass
 
 
 @dataclasses.dataclass(frozen=True)
 class PoolAdmission:
-    """The gangs that start now (queue position, plan), and the state for the next call."""
+    """The gangs that start now (queue position, plan), the holds after them, the large rows after
+    them (the caller's mask with the large gangs started now added)."""
 
     starts: tuple[tuple[int, Plan], ...]
-    pools: Pools
+    holds: tuple[Hold, ...]
+    large_rows: np.ndarray
 
 
-def _demand(arrays: ClusterArrays, request: GangRequest) -> np.ndarray:
+def gang_demand(arrays: ClusterArrays, request: GangRequest) -> np.ndarray:
+    """int64[n_res]: what the gang asks for in all."""
     total = np.zeros(arrays.n_res, dtype=np.int64)
     for leaf in request.leaves:
         req = np.asarray(leaf.request, dtype=np.int64)
@@ -106,7 +95,7 @@ def _demand(arrays: ClusterArrays, request: GangRequest) -> np.ndarray:
     return total
 
 
-def _typical_domain(arrays: ClusterArrays, level: int) -> np.ndarray:
+def typical_domain(arrays: ClusterArrays, level: int) -> np.ndarray:
     """float[n_res]: the median allocatable of the level's domains (those with any)."""
     n = arrays.n_rows
     dom = arrays.domains[level, :n]
@@ -183,89 +172,144 @@ def _plan_within(
     return plan_gang(view, request, order=order)
 
 
-def _choose_hold(
+def classes_of(arrays: ClusterArrays, level: int, large_rows: np.ndarray) -> dict[int, SizeClass]:
+    """The class of each domain at `level` in use: LARGE where some row in `large_rows` (bool, by row:
+    a large gang's member runs or is planned there) lies, SMALL where anything else is in use."""
+    n = arrays.n_rows
+    dom = arrays.domains[level, :n]
+    out = dict.fromkeys(_in_use(arrays, level), SizeClass.SMALL)
+    mask = large_rows[:n] & (dom >= 0)
+    for d in np.unique(dom[mask]):
+        out[int(d)] = SizeClass.LARGE
+    return out
+
+
+def allowed_rows(
+    arrays: ClusterArrays,
+    level: int,
+    classes: Mapping[int, SizeClass],
+    size: SizeClass,
+    settings: PoolSettings,
+) -> np.ndarray:
+    """bool[capacity]: the rows a gang of class `size` may start on now (those outside every domain
+    of the level too): its class's domains, and the empty ones when it may open one."""
+    n = arrays.n_rows
+    dom = arrays.domains[level, :n]
+    keep = [d for d, c in classes.items() if c is size]
+    empty = _domains(arrays, level) - set(classes)
+    if empty and _may_open(arrays, level, classes, empty, size, settings):
+        keep += sorted(empty)
+    mask = np.zeros(arrays.capacity, dtype=bool)
+    mask[:n] = (dom < 0) | np.isin(dom, np.asarray(keep, dtype=np.int32))
+    return mask
+
+
+def _may_open(
+    arrays: ClusterArrays,
+    level: int,
+    classes: Mapping[int, SizeClass],
+    empty: set[int],
+    size: SizeClass,
+    settings: PoolSettings,
+) -> bool:
+    if size is SizeClass.LARGE:
+        return True
+    large = {d for d, c in classes.items() if c is SizeClass.LARGE}
+    return _room(arrays, level, large, empty) - 1 >= settings.reserve
+
+
+def plan_in_pools(
     arrays: ClusterArrays,
     request: GangRequest,
-    key: Hashable,
-    cls: SizeClass,
-    mine: set[int],
     level: int,
-    order: DomainOrder,
-    kept: Sequence[Hold],
-) -> Hold | None:
-    """A small gang holds within the small domains when they could fit it drained, so the reserve
-    stays whole; a large one, or a small one they cannot fit, holds anywhere."""
-    if cls is SizeClass.SMALL and mine:
-        n = arrays.n_rows
-        dom = arrays.domains[level, :n]
-        inside = copy.copy(arrays)
-        inside.schedulable = arrays.schedulable.copy()
-        inside.schedulable[:n] &= (dom < 0) | np.isin(dom, np.fromiter(mine, dtype=np.int32, count=len(mine)))
-        hold = choose_hold(inside, request, key, order=order, reserved=kept)
-        if hold is not None:
-            return hold
-    return choose_hold(arrays, request, key, order=order, reserved=kept)
+    classes: Mapping[int, SizeClass],
+    size: SizeClass,
+    settings: PoolSettings,
+    *,
+    order: DomainOrder = DomainOrder.TIGHTEST,
+) -> PooledPlan:
+    """The gang's plan by the rule: in its class's domains, else in an empty one it may open; when
+    neither, where it would fit (OUTSIDE: it waits) or why it fits nowhere (NONE)."""
+    mine = {d for d, c in classes.items() if c is size}
+    plan = _plan_within(arrays, request, level, mine, order)
+    if plan.outcome is Outcome.PLACED:
+        return PooledPlan(PoolFit.IN_POOL, plan, size)
+    empty = _domains(arrays, level) - set(classes)
+    if empty and _may_open(arrays, level, classes, empty, size, settings):
+        plan = _plan_within(arrays, request, level, mine | empty, order)
+        if plan.outcome is Outcome.PLACED:
+            return PooledPlan(PoolFit.OPENED, plan, size)
+    plan = plan_gang(arrays, request, order=order)
+    return PooledPlan(PoolFit.OUTSIDE if plan.outcome is Outcome.PLACED else PoolFit.NONE, plan, size)
+
+
+def plan_on_hold(
+    arrays: ClusterArrays, request: GangRequest, hold: Hold, *, order: DomainOrder = DomainOrder.TIGHTEST
+) -> Plan:
+    """The gang's plan on its held rows only: where a holder whose pool has no room starts once its
+    hold is ready (neither class nor reserve binds it there)."""
+    view = copy.copy(arrays)
+    view.schedulable = np.zeros_like(arrays.schedulable)
+    view.schedulable[hold.rows] = arrays.schedulable[hold.rows]
+    return plan_gang(view, request, order=order)
 
 
 def admit(
     arrays: ClusterArrays,
     queue: Sequence[tuple[Hashable, GangRequest]],
-    pools: Pools,
+    holds: Sequence[Hold],
     settings: PoolSettings,
     *,
+    level: int,
+    large_rows: np.ndarray,
+    depth: int = 1,
     order: DomainOrder = DomainOrder.TIGHTEST,
 ) -> PoolAdmission:
-    """Which of the waiting gangs (`queue`, in service order) start now, and where, by the module's rule.
+    """Which of the waiting gangs (`queue`, in service order) start now, and the holds after them: the
+    service's steps (scheduling.holding's pass, then scheduling.filtering's pooled plan per gang) in
+    one call, as `backfill.admit` is for holds alone.
 
-    `pools` is what the last call returned (`Pools()` the first time). `arrays` is not changed.
+    1. The holds, as the pass chooses them, each within its gang's `allowed_rows` first.
+    2. Each gang, in order, plans by `plan_in_pools` around the holds ranked before its own (all of
+       them when it holds none) and starts in its pool or in a domain it may open; else, when its
+       hold is ready, on its held rows (`plan_on_hold`). A gang that starts is charged to a working
+       copy; a large one's rows join the large rows.
+    3. The holds are chosen again over the gangs still waiting.
+    `arrays` and `large_rows` are not changed.
     """
-    level = settings.level
     if not 0 <= level < arrays.n_levels:
-        raise ValueError(
-            f"PoolSettings.level: {level} is not a level of the cluster (it has {arrays.n_levels})"
-        )
+        raise ValueError(f"pool level: {level} is not a level of the cluster (it has {arrays.n_levels})")
     arrays.check()
     work = copy.copy(arrays)
     work.free = arrays.free.copy()
-    typical = _typical_domain(work, level)
-    in_use = _in_use(work, level)
-    # a domain that drained empty loses its class; one in use that the rule never opened is small
-    classes = {d: pools.classes.get(d, SizeClass.SMALL) for d in in_use}
-    empty = _domains(work, level) - in_use
-    previous = {h.owner: h for h in pools.holds if h.usable(work)}  # a held node gone: choose again
+    large = large_rows.copy()
+    typical = typical_domain(work, level)
+    sizes = {key: size_class(gang_demand(work, req), typical, settings.large_share) for key, req in queue}
+
+    def within(gangs: Sequence[tuple[Hashable, GangRequest]]) -> dict[Hashable, np.ndarray]:
+        classes = classes_of(work, level, large)
+        return {key: allowed_rows(work, level, classes, sizes[key], settings) for key, _ in gangs}
+
+    current = list(choose_holds(work, queue, holds, depth=depth, order=order, within=within(queue)).holds)
     starts: list[tuple[int, Plan]] = []
-    kept: list[Hold] = []
-    holding = dict.fromkeys(SizeClass, 0)
     for pos, (key, request) in enumerate(queue):
-        cls = size_class(_demand(work, request), typical, settings.large_share)
-        own = previous.get(key)
-        with withheld(work, kept) as view:
-            mine = {d for d, c in classes.items() if c is cls}
-            plan = _plan_within(view, request, level, mine, order)
-            if plan.outcome is not Outcome.PLACED and empty:
-                large = {d for d, c in classes.items() if c is SizeClass.LARGE}
-                may_open = cls is SizeClass.LARGE or _room(view, level, large, empty) - 1 >= settings.reserve
-            else:
-                may_open = False
-            if may_open:
-                plan = _plan_within(view, request, level, mine | empty, order)
-            depth = settings.large_depth if cls is SizeClass.LARGE else settings.depth
-            if plan.outcome is not Outcome.PLACED and holding[cls] < depth:
-                if own is None or not holding[cls]:
-                    fresh = _choose_hold(view, request, key, cls, mine, level, order, kept)
-                    if own is None or (fresh is not None and fresh.deficit(view) < own.deficit(view)):
-                        own = fresh
-                if own is not None and own.ready(view):
-                    plan = own.plan  # class and reserve do not bind the head: it starts where it holds
-                elif own is not None:
-                    kept.append(own)
-                    holding[cls] += 1
-        if plan.outcome is Outcome.PLACED:
+        ranked = [h.owner for h in current]
+        around = current[: ranked.index(key)] if key in ranked else current
+        classes = classes_of(work, level, large)
+        with withheld(work, around) as view:
+            pooled = plan_in_pools(view, request, level, classes, sizes[key], settings, order=order)
+            plan = pooled.plan if pooled.fit in (PoolFit.IN_POOL, PoolFit.OPENED) else None
+            own = current[ranked.index(key)] if key in ranked else None
+            if plan is None and own is not None and own.ready(view):
+                plan = plan_on_hold(view, request, own, order=order)
+        if plan is not None and plan.outcome is Outcome.PLACED:
             charge(work, request, plan)
             starts.append((pos, plan))
-            for rows in plan.rows:
-                for d in np.unique(work.domains[level, rows]):
-                    if int(d) in empty:
-                        empty.discard(int(d))
-                        classes[int(d)] = cls
-    return PoolAdmission(tuple(starts), Pools(MappingProxyType(dict(classes)), tuple(kept)))
+            current = [h for h in current if h.owner != key]
+            if sizes[key] is SizeClass.LARGE:
+                for rows in plan.rows:
+                    large[np.asarray(rows, dtype=np.int64)] = True
+    started = {queue[pos][0] for pos, _ in starts}
+    left = [(k, r) for k, r in queue if k not in started]
+    after = choose_holds(work, left, current, depth=depth, order=order, within=within(left))
+    return PoolAdmission(tuple(starts), after.holds, large)

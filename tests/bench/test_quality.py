@@ -27,7 +27,7 @@ def _stream() -> list[tuple[float, int, float]]:
 def test_a_gang_waiting_at_the_last_arrival_is_followed_until_the_tail_ends(
     tail_s: float, placed: float, wait: float, ended_at: float, policy: str
 ) -> None:
-    pool = quality.pools.PoolSettings(level=quality.BLOCK) if policy == "pool" else None
+    pool = quality.pools.PoolSettings() if policy == "pool" else None
     out = quality.run(
         DomainOrder.TIGHTEST,
         _stream(),

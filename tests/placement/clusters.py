@@ -117,10 +117,11 @@ def simulate_stream(
     arrays: ClusterArrays,
     stream: Stream,
     decide: Callable[[ClusterArrays, list[tuple[int, GangRequest]], Start], None],
+    left: Callable[[int], None] | None = None,
 ) -> dict[int, float]:
-    """Start times per gang index of `stream`. Each time a gang arrives or leaves, `decide` sees the
-    waiting gangs in arrival order, as (gang index, request), and starts some by queue position (the
-    arrays charged at once). Asserts that capacity
+    """Start times per gang index of `stream`. Each time a gang arrives or leaves (`left` is told its
+    index first), `decide` sees the waiting gangs in arrival order, as (gang index, request), and
+    starts some by queue position (the arrays charged at once). Asserts that capacity
     is never over-committed nor given back beyond a node's allocatable."""
     alloc = arrays.allocatable.copy()
     events = [(t, 1, i) for i, (t, _, _) in enumerate(stream)]
@@ -148,6 +149,8 @@ def simulate_stream(
         else:
             for row, req in running.pop(i):
                 arrays.add(row, req)
+            if left is not None:
+                left(i)
         decide(arrays, [(j, stream[j][1]) for j in waiting], start)
         waiting = [j for j in waiting if j not in running]
         assert (arrays.free >= 0).all(), "two gangs share a node's capacity beyond it"
