@@ -241,6 +241,7 @@ def choose_holds(
     order: DomainOrder = DomainOrder.TIGHTEST,
     refuse: Refusal | None = None,
     within: Mapping[Hashable, np.ndarray] | None = None,
+    hold_within: Mapping[Hashable, np.ndarray] | None = None,
 ) -> HoldPass:
     """The holds for the gangs in `waiting` (rank order), the module's rule, given last pass's holds.
 
@@ -248,8 +249,8 @@ def choose_holds(
     moves only to a strictly smaller deficit (seen around the holds before it), so the head's only
     falls; a gang that fits now keeps the hold it had until it starts. `within` (bool by row, per
     gang) narrows where a gang may start now (its size-class pool, extender.placement.pools): it
-    fits now only there, and holds there when those rows could fit it drained, anywhere otherwise.
-    `arrays` is not changed.
+    fits now only there; `hold_within` narrows where it holds, when those rows could fit it
+    drained (anywhere otherwise). `arrays` is not changed.
     """
     if depth < 1:
         raise ValueError(f"depth: at least 1 (the head's hold is what rules out starvation), got {depth}")
@@ -260,16 +261,15 @@ def choose_holds(
         if len(kept) >= depth:
             break
         own = before.get(key)
-        allowed = within.get(key) if within is not None else None
         with withheld(arrays, kept) as view:
-            narrow = view
-            if allowed is not None:
-                narrow = copy.copy(view)
-                narrow.schedulable = view.schedulable & allowed[: view.schedulable.size]
-            fits = plan_gang(narrow, request, order=order).outcome is Outcome.PLACED
+            fits = plan_gang(_narrowed(view, within, key), request, order=order).outcome is Outcome.PLACED
             if not fits:
-                fresh = choose_hold(narrow, request, key, order=order, reserved=kept)
-                if fresh is None and allowed is not None:
+                fresh = None
+                if hold_within is not None and key in hold_within:
+                    fresh = choose_hold(
+                        _narrowed(view, hold_within, key), request, key, order=order, reserved=kept
+                    )
+                if fresh is None:
                     fresh = choose_hold(view, request, key, order=order, reserved=kept)
                 if fresh is not None and (own is None or fresh.deficit(view) < own.deficit(view)):
                     own = fresh
@@ -287,6 +287,17 @@ def choose_holds(
             continue
         kept.append(own)
     return HoldPass(tuple(kept), none)
+
+
+def _narrowed(
+    arrays: ClusterArrays, masks: Mapping[Hashable, np.ndarray] | None, key: Hashable
+) -> ClusterArrays:
+    mask = masks.get(key) if masks is not None else None
+    if mask is None:
+        return arrays
+    view = copy.copy(arrays)
+    view.schedulable = arrays.schedulable & mask[: arrays.schedulable.size]
+    return view
 
 
 def admit(

@@ -17,11 +17,13 @@ scheduling.filtering, scheduling.holding) and `bench quality`'s pool policy (`ad
    large one by its free share (half a block beside a half-block gang counts a half). A gang that
    fits only in the other class's domains (or in the reserve) waits: it does not start there.
 4. The wait is bounded by `extender.placement.backfill`'s holds: the waiting gangs at the head hold
-   capacity, each within the rows its pool lets it start on (`allowed_rows`) when those could fit
-   it drained, anywhere otherwise; a holder whose hold is ready starts on its held rows, whatever
-   their class or the reserve (`plan_on_hold`), so the backfill rule's argument holds unchanged: the
-   head starts in finite time once the pods on its held rows leave, and every gang becomes the head
-   in its turn. Classes and the reserve only narrow where the gangs behind the head may start now.
+   capacity, a small one within the rows its pool lets it start on (`allowed_rows`) when those
+   could fit it drained (so the reserve stays whole), anywhere otherwise; a large one anywhere (a
+   small domain that drains for it is as good as an empty one). A holder whose hold is ready
+   starts on its held rows, whatever their class or the reserve (`plan_on_hold`), so the backfill
+   rule's argument holds unchanged: the head starts in finite time once the pods on its held rows
+   leave, and every gang becomes the head in its turn. Classes and the reserve only narrow where
+   the gangs behind the head may start now.
 """
 
 from __future__ import annotations
@@ -286,11 +288,15 @@ def admit(
     typical = typical_domain(work, level)
     sizes = {key: size_class(gang_demand(work, req), typical, settings.large_share) for key, req in queue}
 
-    def within(gangs: Sequence[tuple[Hashable, GangRequest]]) -> dict[Hashable, np.ndarray]:
+    def hold(gangs: Sequence[tuple[Hashable, GangRequest]], previous: Sequence[Hold]) -> tuple[Hold, ...]:
         classes = classes_of(work, level, large)
-        return {key: allowed_rows(work, level, classes, sizes[key], settings) for key, _ in gangs}
+        allowed = {key: allowed_rows(work, level, classes, sizes[key], settings) for key, _ in gangs}
+        small = {key: rows for key, rows in allowed.items() if sizes[key] is SizeClass.SMALL}
+        return choose_holds(
+            work, gangs, previous, depth=depth, order=order, within=allowed, hold_within=small
+        ).holds
 
-    current = list(choose_holds(work, queue, holds, depth=depth, order=order, within=within(queue)).holds)
+    current = list(hold(queue, holds))
     starts: list[tuple[int, Plan]] = []
     for pos, (key, request) in enumerate(queue):
         ranked = [h.owner for h in current]
@@ -311,5 +317,4 @@ def admit(
                     large[np.asarray(rows, dtype=np.int64)] = True
     started = {queue[pos][0] for pos, _ in starts}
     left = [(k, r) for k, r in queue if k not in started]
-    after = choose_holds(work, left, current, depth=depth, order=order, within=within(left))
-    return PoolAdmission(tuple(starts), after.holds, large)
+    return PoolAdmission(tuple(starts), hold(left, current), large)
