@@ -180,6 +180,28 @@ SERVE_FLAGS = (
         "N",
     ),
     Flag(
+        "pools",
+        _bool,
+        "size-class pools: small gangs pack into the domains that host small gangs, large ones into "
+        "theirs or an empty one, so domains stay whole for large gangs (needs holds; default true)",
+        "gang.pools",
+        "BOOL",
+    ),
+    Flag(
+        "pool-label",
+        str,
+        "the node label whose domains are the pools (default: each gang's own required topology level)",
+        "gang.pool_label",
+        "KEY",
+    ),
+    Flag(
+        "pool-reserve",
+        float,
+        "domains' worth of room small gangs leave empty for large ones (default 0)",
+        "gang.pool_reserve",
+        "N",
+    ),
+    Flag(
         "stale-gang-grace-s",
         float,
         "evict a gang that was bound whole once it has run below its quorum this long; 0: never (default 60)",

@@ -81,6 +81,17 @@ class GangSettings:
     hold_depth: int = 1
     """How many waiting gangs hold capacity at once: 1, the head only (the least idled); more lets the
     next gangs drain towards their own fit too, each around the older holds, and idles more."""
+    pools: bool = True
+    """Size-class pools (with holds): a gang that asks half a pool domain or more is large, a smaller
+    one small; each plans first in the domains that host gangs of its class, then in an empty one,
+    and waits (bounded by its hold as head) rather than start in the other class's domains, so small
+    gangs pack together and leave domains whole for large ones."""
+    pool_label: str = ""
+    """The node label whose domains are the pools (a block label, say). Empty: each gang's own
+    required topology level (a gang without one is not pooled)."""
+    pool_reserve: float = 0.0
+    """Domains' worth of room small gangs leave for large ones: a small gang opens an empty domain only
+    while that much would be left (an empty domain counts 1, a large one its free share)."""
     default_queue: str = "default-queue"
     """The KAI queue of a gang that names none (no PodGroup spec.queue, no kai.scheduler/queue label).
     Queues are enforced only where the cluster has Queue objects (scheduling.run.ai/v2)."""
@@ -190,6 +201,10 @@ def validate(settings: Settings) -> list[str]:
             f"--hold-depth must be at least 1 (the head's hold is what keeps a large gang from starving; "
             f"--holds false turns holds off), got {g.hold_depth}"
         )
+    if not g.pool_reserve >= 0:  # NaN too
+        errors.append(f"--pool-reserve must be 0 or more domains' worth of room, got {g.pool_reserve}")
+    if g.pool_label != g.pool_label.strip() or any(c.isspace() for c in g.pool_label):
+        errors.append(f"--pool-label must be a node label key without spaces, got {g.pool_label!r}")
     if not g.default_queue.strip():
         errors.append("--default-queue must name a queue, got an empty name")
     if c.leader_lease:

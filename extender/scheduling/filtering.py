@@ -24,6 +24,7 @@ from extender.scheduling import messages, planning, queues, topology
 from extender.scheduling.admission import Admission
 from extender.scheduling.decisions import Effect, FilterDecision, Verdict, pod_ref
 from extender.scheduling.gang_preemption import GangPreemption
+from extender.scheduling.pooling import PoolMap
 from extender.scheduling.settling import SettlingRows
 from extender.scheduling.telling import Telling, gang_message
 from extender.scheduling.view import FilterCall, View, pod_identity
@@ -42,8 +43,10 @@ class Filtering:
         *,
         settle_s: float,
         exact_refusals_max: int,
+        pools: PoolMap | None = None,
     ) -> None:
         self.view = view
+        self.pools = pools
         self.store = view.store
         self.ledger = view.ledger
         self.telling = telling
@@ -363,6 +366,12 @@ class Filtering:
             return FilterDecision(
                 Verdict.WAITING, [], f"gang {group.key}: waiting for its quorum to bind before placing {key}"
             )
+        if result.reason and result.pool_wait and preempted is None:
+            # it fits, outside its pool: it waits for room in its pool or for its hold (the holding
+            # pass counts it among the gangs that fit nowhere), and evicts nobody for it
+            ledger.remember_no_fit(group.key, signature, result.reason, group)
+            ledger.set_reason(group.key, result.reason)
+            return FilterDecision(Verdict.NO_FIT, [], result.reason)
         if result.reason:
             reason = result.reason + self._held_text(call.rows, group.key, priority)
             if preempted is not None:
@@ -379,6 +388,8 @@ class Filtering:
             ledger.remember_no_fit(group.key, signature, reason, group)
             return FilterDecision(Verdict.NO_FIT, [], reason)
         ledger.plan(group, result.assignment, domain=result.domain)
+        if self.pools is not None and result.pooled is not None:
+            self.pools.note_planned(result.pooled)
         if preempted is not None:
             self.gang_preemption.note_completed()
         effects = []
@@ -411,7 +422,15 @@ class Filtering:
         kube-scheduler refused before avoided unless they are what stands in the way."""
         store, ledger, group, key = self.store, self.ledger, call.group, call.key
         result = planning.plan_members(
-            store, ledger, group, members, leaves, me=key, offered_rows=call.rows, arrays=seen
+            store,
+            ledger,
+            group,
+            members,
+            leaves,
+            me=key,
+            offered_rows=call.rows,
+            arrays=seen,
+            pools=self.pools,
         )
         if result is not None and result.reason and ledger.excluded(group.key):
             # nodes refused once may be fine now; they are only a hint, never the reason a gang
@@ -426,6 +445,7 @@ class Filtering:
                 offered_rows=call.rows,
                 avoid_refused=False,
                 arrays=seen,
+                pools=self.pools,
             )
             if retry is not None and not retry.reason:
                 ledger.forget_refusals(group.key)

@@ -23,13 +23,17 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
+
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey
 from extender.model.priority import member_priority
 from extender.placement import backfill
+from extender.placement.pools import SizeClass
 from extender.scheduling import messages, planning
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.holds import Held, HoldBook
+from extender.scheduling.pooling import PoolMap
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import View, marked_unschedulable
 from extender.state.store import POD, is_live
@@ -62,8 +66,10 @@ class Holding:
         queue_of: Callable[[GroupSpec, dict], tuple[str | None, str]],
         queue_waiting: Callable[[GroupKey], bool],
         queue_refuses: Callable[[str, dict[str, int], GroupKey, dict[str, int]], str | None],
+        pools: PoolMap | None = None,
     ) -> None:
         self.view = view
+        self.pools = pools
         self.store = view.store
         self.ledger = view.ledger
         self.book: HoldBook = view.ledger.holds
@@ -210,12 +216,22 @@ class Holding:
         def refuse(key: Hashable, hold: backfill.Hold, kept: Sequence[backfill.Hold]) -> str | None:
             return self._refused_by_queue(by_key[str(key)], [by_key[str(h.owner)] for h in kept], previous)
 
+        within: dict[Hashable, np.ndarray] = {}
+        small: dict[Hashable, np.ndarray] = {}
+        for key, request in candidates if self.pools is not None else ():
+            pooled = self.pools.allowed(request)
+            if pooled is not None:
+                within[key] = pooled[0]
+                if pooled[1] is SizeClass.SMALL:
+                    small[key] = pooled[0]  # a small gang holds in its pool when that could fit it
         chosen = backfill.choose_holds(
             self.store.arrays,
             candidates,
             [h.hold for h in previous.values()],
             depth=self.book.settings.depth,
             refuse=refuse,
+            within=within,
+            hold_within=small,
         )
         kept = []
         for hold in chosen.holds:

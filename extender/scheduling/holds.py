@@ -31,12 +31,23 @@ class HoldSettings:
 
     enabled: bool = True
     depth: int = 1  # how many waiting gangs hold (1: the head only; more idles more capacity)
+    pools: bool = True  # size-class pools (scheduling.pooling); only with holds, which bound their wait
+    pool_label: str = ""  # the node label whose domains are the pools; "": each gang's required level
+    pool_reserve: float = 0.0  # domains' worth of room small gangs leave large ones
+    large_share: float = 0.5  # a gang asking this share of a typical pool domain or more is large
 
     def __post_init__(self) -> None:
+        problems = []
         if self.depth < 1:
-            raise ValueError(
+            problems.append(
                 f"hold depth: at least 1 (the head's hold is what rules out starvation), got {self.depth}"
             )
+        if not self.pool_reserve >= 0:  # NaN too
+            problems.append(f"pool reserve: 0 or more domains' worth of room, got {self.pool_reserve}")
+        if not 0 < self.large_share <= 1:
+            problems.append(f"large share: in (0, 1], got {self.large_share}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from extender.model.group import GroupSpec
 from extender.model.keys import PodKey
 from extender.placement import api as placement
 from extender.placement.layout import ClusterArrays
-from extender.scheduling import messages, topology
+from extender.scheduling import messages, pooling, topology
 from extender.scheduling.ledger import GangLedger
 from extender.state.store import ClusterStore, PodRecord
 
@@ -41,7 +41,9 @@ class GangPlan:
 
     assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]]
     domain: str = ""
-    reason: str = ""  # set when nothing fits
+    reason: str = ""  # set when nothing fits, or when its size-class pool keeps it waiting
+    pooled: pooling.Pooled | None = None  # the pool rule's plan, when the gang is pooled
+    pool_wait: bool = False  # it would fit, but only outside its pool: it waits (no preemption)
 
 
 def constraint_levels(store: ClusterStore, group: GroupSpec, leaf: str | None) -> list[int]:
@@ -246,6 +248,7 @@ def plan_members(
     offered_rows: np.ndarray,
     avoid_refused: bool = True,
     arrays: ClusterArrays | None = None,
+    pools: pooling.PoolMap | None = None,
 ) -> GangPlan | None:
     """Place, for each leaf in `leaves`, the members still needed for its quorum (bound and finished
     members count toward it).
@@ -257,7 +260,8 @@ def plan_members(
     anti-affinity keeps them apart get one node each. None when `me` is not needed (its leaf's
     quorum is bound already). `arrays` replaces the store's for the fit only (a preemptor's trial
     with its victims' capacity given back, or the cluster with other gangs' holds taken out); names,
-    labels and eligibility are the store's.
+    labels and eligibility are the store's. `pools`: plan by the size-class pool rule (a gang that
+    fits only outside its pool gets `pool_wait` and a reason, no plan).
     """
     arrays = store.arrays if arrays is None else arrays
     demand = gang_demand(
@@ -269,8 +273,14 @@ def plan_members(
         reason = f"gang {group.key} ({demand.needed} pods): {messages.unoffered_text(list(demand.unoffered))}"
         return GangPlan({}, reason=reason)
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
+    pooled = None
     if demand.one_per_node and slot is not None:
         plan = _plan_one_per_node(arrays, demand.request, slot, list(demand.spread_rows))
+    elif pools is not None and (pooled := pools.plan(arrays, demand.request, group.key)) is not None:
+        plan = pooled.plan
+        if pooled.fit is pooling.pools.PoolFit.OUTSIDE and not pooled.on_hold:
+            reason = pools.text(pooled, group.key, demand.needed)
+            return GangPlan({}, reason=reason, pooled=pooled, pool_wait=True)
     else:
         plan = placement.plan_gang(arrays, demand.request)
     if plan.outcome is not placement.Outcome.PLACED:
@@ -280,7 +290,7 @@ def plan_members(
         for m, row in zip(recs, rows, strict=True):
             planned = PlannedPod(store.row_names[int(row)], m.rec.uid, m.leaf)
             assignment[m.key] = (planned, dict(m.rec.requests))
-    return GangPlan(assignment, domain=messages.domain_text(store, plan))
+    return GangPlan(assignment, domain=messages.domain_text(store, plan), pooled=pooled)
 
 
 def _plan_one_per_node(

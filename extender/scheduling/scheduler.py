@@ -52,6 +52,7 @@ from extender.scheduling.gang_preemption import GangPreemption
 from extender.scheduling.holding import Holding
 from extender.scheduling.ledger import Answer, Expiry, GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
+from extender.scheduling.pooling import PoolMap
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.status import status_now
 from extender.scheduling.telling import Telling
@@ -107,12 +108,14 @@ class Scheduler:
             lambda pod, names: self.filtering.filter(pod, names),
             hold_s=preemption_hold_s,
         )
+        self.pools = PoolMap(store, ledger)
         self.holding = Holding(
             self.view,
             self.telling,
             lambda group, pod: self.admission.gang_queue(group, pod),
             self.admission.is_queue_held,
             self.admission.hold_refused,
+            self.pools,
         )
         self.debug = Debug(self.view, self.admission, self.holding)
         self.podgrouper = podgrouper
@@ -127,6 +130,7 @@ class Scheduler:
             self.gang_preemption,
             settle_s=settle_s,
             exact_refusals_max=exact_refusals_max,
+            pools=self.pools,
         )
         store.add_listener(self._on_change)
         for row in sorted(store.row_names):

@@ -862,7 +862,13 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         backoff_initial_s=settings.gang.backoff_initial_s,
         backoff_max_s=settings.gang.backoff_max_s,
         clock=clock,
-        holds=HoldSettings(enabled=settings.gang.holds, depth=settings.gang.hold_depth),
+        holds=HoldSettings(
+            enabled=settings.gang.holds,
+            depth=settings.gang.hold_depth,
+            pools=settings.gang.pools,
+            pool_label=settings.gang.pool_label,
+            pool_reserve=settings.gang.pool_reserve,
+        ),
     )
     app[SETTINGS] = settings
     app[STORE] = store

@@ -861,6 +861,11 @@ class ClusterStore:
             keys = (*keys, single)
         return [self.pods[k] for k in sorted(keys) if k in self.pods]
 
+    def gang_keys(self) -> list[GroupKey]:
+        """Every group of more than one pod that has a non-terminal member (groups of one are not
+        indexed: see `group_members`)."""
+        return [key for key, members in self._group_index.items() if members]
+
     def finished_counts(self, group: GroupSpec) -> dict[str | None, int]:
         """Members per leaf that ran to completion (Succeeded). A gang's quorum counts them as it counts
         bound ones (so does KAI's): a Job whose other pods finished is not short of its retried one.
