@@ -253,6 +253,12 @@ class GangDisruption:
                 out.append(found)
         return out
 
+    def evicting(self, key: GroupKey) -> str | None:
+        """Why the gang's members are being evicted whole, while that is under way; else None. A member
+        placed now would be bound beside members about to go: a partial gang."""
+        decision = self.decisions.get(key)
+        return decision if decision is not None and decision.startswith("evicting") else None
+
     def _retrying(self) -> set[GroupKey]:
         """Gangs whose incident is open (members still to evict once the retry delay is over)."""
         return {k for k, d in self.decisions.items() if d.startswith("evicting")}

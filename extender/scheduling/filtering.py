@@ -11,13 +11,14 @@ bound on the refusals a plain pod's fast answer lists.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from extender.grouping.membership import single_pod_group
 from extender.model.group import Membership, MembershipState, Source
+from extender.model.keys import GroupKey
 from extender.model.priority import member_priority, pod_priority
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, queues, topology
@@ -44,9 +45,12 @@ class Filtering:
         settle_s: float,
         exact_refusals_max: int,
         pools: PoolMap | None = None,
+        evicting: Callable[[GroupKey], str | None] = lambda key: None,
     ) -> None:
         self.view = view
         self.pools = pools
+        self.evicting = evicting
+        """Why a gang is being evicted whole (extender.scheduling.disruption), or None."""
         self.store = view.store
         self.ledger = view.ledger
         self.telling = telling
@@ -263,6 +267,12 @@ class Filtering:
         ]
         if key not in {m.key for m in members}:
             members.append(planning.Member(PodRecord(key=key, obj=call.pod, requests=call.requests), leaf))
+        evicting = self.evicting(group.key)
+        if evicting is not None:
+            # its bound members are about to go: one placed now would be bound beside them, and left
+            # alone once they went
+            reason = f"gang {group.key}: {evicting}; its members are placed again once those are gone"
+            return FilterDecision(Verdict.WAITING, [], reason)
         bound = ledger.bound_counts(group)
         if ledger.placed_as_it_comes(group, leaf, bound):
             return self._filter_single(call)  # beyond quorum: placed as it comes, inside the domain

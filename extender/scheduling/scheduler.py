@@ -131,6 +131,7 @@ class Scheduler:
             settle_s=settle_s,
             exact_refusals_max=exact_refusals_max,
             pools=self.pools,
+            evicting=disruption.evicting if disruption is not None else lambda key: None,
         )
         store.add_listener(self._on_change)
         for row in sorted(store.row_names):

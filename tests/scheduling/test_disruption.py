@@ -15,11 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.model import labels as keys
+from extender.scheduling.decisions import Verdict
 from extender.scheduling.disruption import RETRY_S, GangDisruption, Why
+from extender.scheduling.ledger import GangLedger
+from extender.scheduling.scheduler import Scheduler
 from extender.server.app import DISRUPTION, METRICS
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore, is_live
-from tests.builders import make_kai_podgroup, make_node, make_pod
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
+from tests.scheduling.test_queues import World as FilterWorld
 
 T0 = 1_800_000_000.0  # wall clock of the tests' start
 
@@ -613,3 +617,26 @@ def test_a_gang_a_preemption_or_reclaim_evicts_whole_is_not_evicted_again(victim
     w.decide()
     assert w.evicted == evicted
     assert w.logic.describe("default/x")["decision"].startswith(decision)
+
+
+def test_a_member_that_arrives_while_its_gang_is_evicted_whole_waits_for_the_eviction() -> None:
+    """A gang below its quorum is evicted whole; a member created before the evictions land must not
+    be planned beside the survivors (bound with them, it would be left running alone)."""
+    w = FilterWorld([*(make_node(f"n{i}") for i in range(4)), make_kai_podgroup("g", min_member=3)])
+    ledger = GangLedger(
+        w.store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=w.scheduler.ledger.clock
+    )
+    disruption = GangDisruption(w.store, ledger, clock=ledger.clock)
+    w.scheduler = Scheduler(w.store, ledger, disruption=disruption)
+    for i in range(3):
+        w.cluster.apply(gang_pod(f"g-{i}", "g", cpu="1"))
+    w.schedule("g-0", "g-1", "g-2")
+    assert w.bound("g-0", "g-1", "g-2")
+    disruption.decide()
+    w.cluster.delete("", "Pod", "default", "g-0")  # below its quorum: the other two go
+    evictions = disruption.decide()
+    assert [sorted(v.pod for v in e.pods) for e in evictions] == [["default/g-1", "default/g-2"]]
+    w.cluster.apply(gang_pod("g-3", "g", cpu="1"))  # its replacement, before the evictions land
+    decision = w.filter("g-3")
+    assert decision.verdict is Verdict.WAITING
+    assert decision.reason.startswith("gang default/g: evicting 2 member(s) (below-quorum)"), decision.reason
