@@ -1,0 +1,98 @@
+"""Size-class pools in the live filter path (scheduling.pooling): a small gang keeps off a rack a
+large gang runs in and opens an empty one; one that fits only there waits, says why, evicts nobody,
+holds in its own pool and starts there once it drains; pools off, it takes the large rack's room; a
+restarted service reads the same classes off the cluster.
+
+Racks of 4 nodes of 8 cpu (32 cpu a rack): a gang asking 16 cpu or more is large.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.scheduling.decisions import Verdict
+from extender.scheduling.holds import HoldSettings
+from tests.scheduling.test_holds import HoldWorld
+from tests.scheduling.test_queues import World
+
+
+def large_in_one_rack(w: HoldWorld) -> tuple[list[str], str]:
+    """A large gang (3 whole nodes) bound in one rack: 8 cpu left there, the other rack empty."""
+    big = w.rack_gang("big", 3, "8", prio=100)
+    w.schedule(*big)
+    assert w.bound(*big)
+    return big, w.rack_of(big[0])
+
+
+@pytest.mark.parametrize(
+    ("holds", "into_large_rack"),
+    [
+        (HoldSettings(), False),  # pools: the small gang opens the empty rack
+        (HoldSettings(pools=False), True),  # tightest fit: the large rack's last node
+        (HoldSettings(enabled=False), True),  # pools need holds (they bound the wait)
+    ],
+)
+def test_a_small_gang_keeps_off_the_rack_a_large_gang_runs_in(
+    holds: HoldSettings, into_large_rack: bool
+) -> None:
+    w = HoldWorld([], holds=holds)
+    _big, large_rack = large_in_one_rack(w)
+    small = w.rack_gang("s", 2, "4")  # 8 cpu: exactly the large rack's free node
+    w.schedule(*small)
+    assert w.bound(*small)
+    assert (w.rack_of(small[0]) == large_rack) is into_large_rack
+
+
+def test_small_gangs_pack_together_and_one_that_fits_only_in_the_large_rack_waits_for_its_own() -> None:
+    w = HoldWorld([])
+    _big, large_rack = large_in_one_rack(w)
+    smalls = []
+    for i in range(4):  # 8 cpu each: they fill the other rack, packed there, never beside the large gang
+        gang = w.rack_gang(f"s{i}", 2, "4")
+        w.schedule(*gang)
+        assert w.bound(*gang) and w.rack_of(gang[0]) != large_rack
+        smalls.append(gang)
+    late = w.rack_gang("late", 2, "4")
+    decision = w.filter(late[0])
+    assert decision.verdict is Verdict.NO_FIT
+    assert decision.reason.startswith(
+        f"gang default/late (2 pods, small for a rack) waits for room in the racks of small gangs: it "
+        f"would fit only in rack {large_rack}, kept for large gangs (size-class pools)"
+    ), decision.reason
+    assert not w.scheduler.ledger.preemptions_now()  # a pool's wait evicts nobody
+    w.tick()
+    hold = w.hold("late")
+    assert hold is not None and hold["domain"] != f"rack {large_rack}"  # held in its own pool
+    assert hold["drainedNodes"] == 0
+    # a small gang of its pool ends: the hold is ready, the gang is nudged and starts there
+    w.delete(*smalls[0])
+    effects = w.tick()
+    assert {e.name for e in effects if e.kind == "nudge"} >= {late[0]}
+    w.schedule(*late)
+    assert w.bound(*late) and w.rack_of(late[0]) != large_rack
+
+
+def test_a_restarted_service_reads_the_classes_off_the_cluster() -> None:
+    w = HoldWorld([])
+    _big, large_rack = large_in_one_rack(w)
+    # a new process over the same objects: nothing remembered, the large rack is large still
+    small = [f"s-{i}" for i in range(2)]
+    w.rack_gang("s", 2, "4")
+    again = World(w.cluster.all_objects())
+    again.schedule(*small)
+    assert again.bound(*small)
+    node = again.pod(small[0])["spec"]["nodeName"]
+    assert w.node_rack(node) != large_rack
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pool_reserve": -1.0}, "pool reserve"),
+        ({"pool_reserve": float("nan")}, "pool reserve"),
+        ({"large_share": 0.0}, "large share"),
+    ],
+)
+def test_bad_pool_settings_are_refused_with_why(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HoldSettings(**kwargs)  # type: ignore[arg-type]
