@@ -67,6 +67,15 @@ def test_every_serve_flag_has_help_and_an_environment_twin():
             id="a gang wait with no margin before httpTimeout",
         ),
         pytest.param(
+            ["serve", "--cluster", "x.yaml", "--pool-reserve", "-1", "--pool-label", "a b"],
+            {},
+            [
+                "--pool-reserve must be 0 or more domains' worth of room, got -1.0",
+                "--pool-label must be a node label key without spaces, got 'a b'",
+            ],
+            id="a negative pool reserve and a label with a space",
+        ),
+        pytest.param(
             ["serve", "--cluster", "x.yaml", "--preemption-hold-s", "0"],
             {},
             ["--preemption-hold-s must be positive, got 0.0"],

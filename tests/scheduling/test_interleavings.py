@@ -27,7 +27,9 @@ its pods' own and is the one that counts, and the subgroup gang at times a Compo
 root over one child PodGroup per subgroup, ranked at the root's priority); and at times the service
 follows its kube-scheduler's leader-election Lease, which moves to another replica and back (while it
 is away, kube-scheduler calls this sidecar no more); holds one or two gangs deep, and at times a gang
-that needs a whole rack among the smaller ones (it holds the rack it fits once drained). Whatever
+that needs a whole rack among the smaller ones (it holds the rack it fits once drained); size-class
+pools on for most seeds, at times with a rack's worth of reserve (a small gang then waits for room
+in its own racks, bounded by its hold). Whatever
 the service or kube-scheduler evicts, a controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
@@ -777,6 +779,11 @@ class Driver:
         self.hold_rng = random.Random(seed * 7368787 + 13)
         self.hold_depth = self.hold_rng.choice((1, 1, 2))
         self.hold_ready_since: dict[str, int] = {}  # holder -> the step its hold was first seen ready
+        # size-class pools (their own stream): on for most seeds (the service's default), at times
+        # with a reserve that keeps small gangs waiting for room in their own racks
+        self.pool_rng = random.Random(seed * 2654435761 + 17)
+        self.pools = features and "pools" not in SKIP and self.pool_rng.random() < 0.75
+        self.pool_reserve = self.pool_rng.choice((0.0, 0.0, 1.0))
         if features and "holds" not in SKIP and self.hold_rng.random() < 0.5:
             whole = Gang("whole", cpu="8", size=3, min_member=3, rack=True)
             whole.priority = self.hold_rng.choice((0, 0, 100)) if "priorities" not in SKIP else 0
@@ -811,6 +818,8 @@ class Driver:
             cluster_http_timeout_s=HTTP_TIMEOUT_S,
             gang_holds="holds" not in SKIP,
             gang_hold_depth=self.hold_depth,
+            gang_pools=self.pools,
+            gang_pool_reserve=self.pool_reserve,
             **leader,
         )
         app = build_app(settings, source=cluster, clock=self.clock)
