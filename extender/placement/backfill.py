@@ -242,6 +242,7 @@ def choose_holds(
     refuse: Refusal | None = None,
     within: Mapping[Hashable, np.ndarray] | None = None,
     hold_within: Mapping[Hashable, np.ndarray] | None = None,
+    classes: Mapping[Hashable, Hashable] | None = None,
 ) -> HoldPass:
     """The holds for the gangs in `waiting` (rank order), the module's rule, given last pass's holds.
 
@@ -250,16 +251,22 @@ def choose_holds(
     falls; a gang that fits now keeps the hold it had until it starts. `within` (bool by row, per
     gang) narrows where a gang may start now (its size-class pool, extender.placement.pools): it
     fits now only there; `hold_within` narrows where it holds, when those rows could fit it
-    drained (anywhere otherwise). `arrays` is not changed.
+    drained (anywhere otherwise). With `classes` (a size class per gang), `depth` counts per class:
+    the first waiting gangs of each class hold, so a gang its pool keeps waiting gets a hold without
+    waiting behind a gang of the other class. `arrays` is not changed.
     """
     if depth < 1:
         raise ValueError(f"depth: at least 1 (the head's hold is what rules out starvation), got {depth}")
     before = {h.owner: h for h in previous if h.usable(arrays)}  # a held node gone: choose again
     kept: list[Hold] = []
     none: dict[Hashable, str] = {}
+    held_by_class: dict[Hashable, int] = {}
     for key, request in waiting:
-        if len(kept) >= depth:
-            break
+        cls = classes.get(key) if classes is not None else None
+        if held_by_class.get(cls, 0) >= depth:
+            if classes is None:
+                break  # one class: nobody after this holds
+            continue
         own = before.get(key)
         with withheld(arrays, kept) as view:
             fits = plan_gang(_narrowed(view, within, key), request, order=order).outcome is Outcome.PLACED
@@ -286,6 +293,7 @@ def choose_holds(
             none[key] = why
             continue
         kept.append(own)
+        held_by_class[cls] = held_by_class.get(cls, 0) + 1
     return HoldPass(tuple(kept), none)
 
 

@@ -16,8 +16,9 @@ scheduling.filtering, scheduling.holding) and `bench quality`'s pool policy (`ad
    the room left for large gangs stays at least `reserve` domains: an empty domain counts whole, a
    large one by its free share (half a block beside a half-block gang counts a half). A gang that
    fits only in the other class's domains (or in the reserve) waits: it does not start there.
-4. The wait is bounded by `extender.placement.backfill`'s holds: the waiting gangs at the head hold
-   capacity, a small one within the rows its pool lets it start on (`allowed_rows`) when those
+4. The wait is bounded by `extender.placement.backfill`'s holds: the first waiting gangs of each
+   class hold capacity (so a gang its pool keeps waiting never waits behind the other class's
+   head), a small one within the rows its pool lets it start on (`allowed_rows`) when those
    could fit it drained (so the reserve stays whole), anywhere otherwise; a large one anywhere (a
    small domain that drains for it is as good as an empty one). A holder whose hold is ready
    starts on its held rows, whatever their class or the reserve (`plan_on_hold`), so the backfill
@@ -293,7 +294,7 @@ def admit(
         allowed = {key: allowed_rows(work, level, classes, sizes[key], settings) for key, _ in gangs}
         small = {key: rows for key, rows in allowed.items() if sizes[key] is SizeClass.SMALL}
         return choose_holds(
-            work, gangs, previous, depth=depth, order=order, within=allowed, hold_within=small
+            work, gangs, previous, depth=depth, order=order, within=allowed, hold_within=small, classes=sizes
         ).holds
 
     current = list(hold(queue, holds))

@@ -365,7 +365,8 @@ class Filtering:
         try:
             priority = member_priority(call.pod, group)
             with ledger.holds.withheld(self.store.arrays, for_gang=group.key, priority=priority) as seen:
-                result = self._plan_gang(call, members, leaves, seen)
+                # the room a preemption freed is this gang's, whatever the pools say of its domain
+                result = self._plan_gang(call, members, leaves, seen, pooled=preempted is None)
         except topology.TopologyError as exc:
             reason = f"gang {group.key}: {exc}"
             ledger.set_reason(group.key, reason)
@@ -427,20 +428,15 @@ class Filtering:
         members: list[planning.Member],
         leaves: tuple[str | None, ...],
         seen: Any,
+        *,
+        pooled: bool = True,
     ) -> planning.GangPlan | None:
         """The gang's plan over `seen` (the cluster with the holds before it taken out), the nodes
         kube-scheduler refused before avoided unless they are what stands in the way."""
         store, ledger, group, key = self.store, self.ledger, call.group, call.key
+        pools = self.pools if pooled else None
         result = planning.plan_members(
-            store,
-            ledger,
-            group,
-            members,
-            leaves,
-            me=key,
-            offered_rows=call.rows,
-            arrays=seen,
-            pools=self.pools,
+            store, ledger, group, members, leaves, me=key, offered_rows=call.rows, arrays=seen, pools=pools
         )
         if result is not None and result.reason and ledger.excluded(group.key):
             # nodes refused once may be fine now; they are only a hint, never the reason a gang
@@ -455,7 +451,7 @@ class Filtering:
                 offered_rows=call.rows,
                 avoid_refused=False,
                 arrays=seen,
-                pools=self.pools,
+                pools=pools,
             )
             if retry is not None and not retry.reason:
                 ledger.forget_refusals(group.key)

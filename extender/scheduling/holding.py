@@ -218,10 +218,11 @@ class Holding:
 
         within: dict[Hashable, np.ndarray] = {}
         small: dict[Hashable, np.ndarray] = {}
+        classes: dict[Hashable, Hashable] = {}  # the hold depth counts per size class
         for key, request in candidates if self.pools is not None else ():
             pooled = self.pools.allowed(request)
             if pooled is not None:
-                within[key] = pooled[0]
+                within[key], classes[key] = pooled
                 if pooled[1] is SizeClass.SMALL:
                     small[key] = pooled[0]  # a small gang holds in its pool when that could fit it
         chosen = backfill.choose_holds(
@@ -232,6 +233,7 @@ class Holding:
             refuse=refuse,
             within=within,
             hold_within=small,
+            classes=classes,
         )
         kept = []
         for hold in chosen.holds:

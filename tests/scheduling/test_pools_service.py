@@ -96,3 +96,25 @@ def test_a_restarted_service_reads_the_classes_off_the_cluster() -> None:
 def test_bad_pool_settings_are_refused_with_why(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         HoldSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_small_gang_its_pool_keeps_waiting_does_not_wait_behind_a_large_gangs_hold() -> None:
+    """Every rack hosts a large gang; a whole-rack gang holds one of them. A small gang that fits only
+    beside a large gang is the head of its own class: it holds where it fits now and starts there."""
+    w = HoldWorld([])
+    left = w.rack_gang("l1", 3, "8", prio=100)
+    w.schedule(*left)
+    right = w.rack_gang("l2", 3, "8", prio=100)
+    w.schedule(*right)
+    assert w.bound(*left, *right) and w.rack_of(left[0]) != w.rack_of(right[0])
+    big = w.rack_gang("big", 4, "8")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    held = w.hold("big")["domain"].split()[-1]
+    small = w.rack_gang("s", 2, "4")
+    assert w.filter(small[0]).verdict is Verdict.NO_FIT  # outside its pool: no small rack exists
+    effects = w.tick()
+    assert w.hold("s") is not None and w.hold("s")["rank"] == 2  # the small class's head
+    assert {e.name for e in effects if e.kind == "nudge"} >= {small[0]}  # ready at once
+    w.schedule(*small)
+    assert w.bound(*small) and w.rack_of(small[0]) != held
