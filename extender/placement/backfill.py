@@ -175,6 +175,15 @@ def choose_hold(
     return Hold(owner=owner, rows=rows, amounts=amounts, plan=plan)
 
 
+def hold_on(arrays: ClusterArrays, request: GangRequest, owner: Hashable, plan: Plan) -> Hold | None:
+    """A hold on a plan's own rows (ready at once when the plan was made on free capacity); None
+    when the plan placed nothing."""
+    if plan.outcome is not Outcome.PLACED:
+        return None
+    rows, amounts = _amounts(arrays, request, plan)
+    return Hold(owner=owner, rows=rows, amounts=amounts, plan=plan)
+
+
 def take(free: np.ndarray, holds: Sequence[Hold]) -> None:
     """Take each hold's amounts out of `free` on its rows, never below 0 (in place)."""
     # clamping each hold in turn equals clamping their sum: max(0, max(0, f - a) - b) = max(0, f - a - b)
@@ -251,7 +260,8 @@ def choose_holds(
     falls; a gang that fits now keeps the hold it had until it starts. `within` (bool by row, per
     gang) narrows where a gang may start now (its size-class pool, extender.placement.pools): it
     fits now only there; `hold_within` narrows where it holds, when those rows could fit it
-    drained (anywhere otherwise). With `classes` (a size class per gang), `depth` counts per class:
+    drained; else a gang `within` narrows holds where it fits now, if anywhere, else where the
+    least is in use. With `classes` (a size class per gang), `depth` counts per class:
     the first waiting gangs of each class hold, so a gang its pool keeps waiting gets a hold without
     waiting behind a gang of the other class. `arrays` is not changed.
     """
@@ -276,6 +286,10 @@ def choose_holds(
                     fresh = choose_hold(
                         _narrowed(view, hold_within, key), request, key, order=order, reserved=kept
                     )
+                if fresh is None and within is not None and key in within:
+                    # its pool keeps it waiting and could not hold it drained: where it fits now, if it
+                    # does (ready at once), rather than rows that must drain while others stand free
+                    fresh = hold_on(view, request, key, plan_gang(view, request, order=order))
                 if fresh is None:
                     fresh = choose_hold(view, request, key, order=order, reserved=kept)
                 if fresh is not None and (own is None or fresh.deficit(view) < own.deficit(view)):

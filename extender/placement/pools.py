@@ -19,8 +19,10 @@ scheduling.filtering, scheduling.holding) and `bench quality`'s pool policy (`ad
 4. The wait is bounded by `extender.placement.backfill`'s holds: the first waiting gangs of each
    class hold capacity (so a gang its pool keeps waiting never waits behind the other class's
    head), a small one within the rows its pool lets it start on (`allowed_rows`) when those
-   could fit it drained (so the reserve stays whole), anywhere otherwise; a large one anywhere (a
-   small domain that drains for it is as good as an empty one). A holder whose hold is ready
+   could fit it drained (so the reserve stays whole); otherwise, and for a large one, where it
+   fits now if it does (no room stands free while it waits for rows to drain), else on the least
+   used rows anywhere (a small domain that drains for a large gang is as good as an empty one). A
+   holder whose hold is ready
    starts on its held rows, whatever their class or the reserve (`plan_on_hold`), so the backfill
    rule's argument holds unchanged: the head starts in finite time once the pods on its held rows
    leave, and every gang becomes the head in its turn. Classes and the reserve only narrow where

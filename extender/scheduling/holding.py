@@ -77,7 +77,7 @@ class Holding:
         self._queue_of = queue_of
         self._queue_waiting = queue_waiting
         self._queue_refuses = queue_refuses
-        self._parked: set[GroupKey] = set()
+        self._parked: dict[GroupKey, float] = {}  # gang -> when first seen parked (its rank's age)
         """Gangs with a member kube-scheduler parked (PodScheduled=False) that no filter call has shown
         the service (the ledger has no entry for them): a member that fits no node's free room alone
         (a whole-node GPU pod on a busy cluster) fails kube-scheduler's own filters, and the extender
@@ -137,7 +137,7 @@ class Holding:
         m = self.store.membership_of(obj)
         if m.state is MembershipState.MEMBER and m.group is not None and m.group.is_gang():
             if self.ledger.entry(m.group.key) is None:  # a filter saw it: the ledger says if it fits
-                self._parked.add(m.group.key)
+                self._parked.setdefault(m.group.key, self.ledger.clock())
 
     def _candidates(self) -> list[tuple[GroupKey, GroupSpec]]:
         """The gangs found to fit nowhere by a filter (the ledger's), and those kube-scheduler parked
@@ -150,7 +150,7 @@ class Holding:
             parked = [r for r in members if not r.node_name and marked_unschedulable(r.obj)]
             if not parked or self.ledger.entry(key) is not None:
                 # bound or gone; or a filter saw it since (the ledger's no-fit is what counts then)
-                self._parked.discard(key)
+                del self._parked[key]
                 continue
             spec = self.view.spec_of(key, members)
             if spec is not None:
@@ -177,7 +177,9 @@ class Holding:
                 continue
             planned = [planning.Member(r, self.store.membership(r).subgroup) for r in members]
             entry = self.ledger.entry(key)
-            since = entry.since if entry is not None and entry.since is not None else self.ledger.clock()
+            since = entry.since if entry is not None and entry.since is not None else None
+            if since is None:  # parked without a filter: its age is when it was first seen parked
+                since = self._parked.get(key, self.ledger.clock())
             queue, _ = self._queue_of(spec, members[0].obj)
             try:
                 demand = planning.gang_demand(self.store, self.ledger, spec, planned, leaves, me=None)

@@ -225,6 +225,28 @@ def test_a_hold_keeps_no_room_from_work_of_higher_priority() -> None:
     assert any(w.node_rack(n) == held for n in w.filter("high").passed)
 
 
+def park(w: HoldWorld, names: list[str]) -> None:
+    """kube-scheduler's own filters passed no node: it marks the pods unschedulable, asking no one."""
+    for name in names:
+        pod = w.pod(name)
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}
+        w.cluster.apply({**pod, "status": {**(pod.get("status") or {}), "conditions": [cond]}})
+
+
+def test_a_parked_gang_ranks_by_when_it_was_first_parked_not_by_each_pass() -> None:
+    w = HoldWorld([])
+    fill(w)
+    big = w.rack_gang("big", 4, "8")
+    clock = w.scheduler.ledger.clock
+    parked_at = clock()
+    park(w, big)
+    clock.now += 30  # type: ignore[attr-defined]
+    later = w.rack_gang("ahead", 4, "8")  # a name that sorts first: only the age can put big first
+    assert w.filter(later[0]).verdict is Verdict.NO_FIT
+    ranked = [(x.key, x.since_s) for x in w.scheduler.holding.waiting()]
+    assert ranked[0] == ("default/big", parked_at)  # older than the gang a filter saw 30 s later
+
+
 def test_a_gang_kube_scheduler_parked_without_asking_the_service_holds_too() -> None:
     """Members that each fit no node's free room fail kube-scheduler's own filters: the extender is
     never asked. Parked (PodScheduled=False), the gang still holds, and its members are brought back
@@ -232,10 +254,7 @@ def test_a_gang_kube_scheduler_parked_without_asking_the_service_holds_too() -> 
     w = HoldWorld([])
     a, _ = fill(w)
     big = w.rack_gang("big", 4, "8")  # whole nodes: none has 8 cpu free beside a and b
-    for name in big:
-        pod = w.pod(name)
-        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}
-        w.cluster.apply({**pod, "status": {**(pod.get("status") or {}), "conditions": [cond]}})
+    park(w, big)
     assert w.scheduler.describe("default/big") is not None  # its members exist; no filter ever ran
     w.tick()
     hold = w.hold("big")
