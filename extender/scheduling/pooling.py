@@ -51,6 +51,8 @@ class PoolMap:
         self._demand: dict[GroupKey, tuple[int, np.ndarray]] = {}  # gang -> (members, summed requests)
         self._large: dict[int, np.ndarray] = {}  # level -> rows of large gangs' members (count)
         self._derived: tuple[int, float] = (-1, float("-inf"))  # (change_gen, when)
+        self._classes: dict[int, tuple[tuple[int, int, int], dict[int, pools.SizeClass]]] = {}
+        self._marks = 0  # bumps when a plan marks rows large
 
     @property
     def enabled(self) -> bool:
@@ -80,8 +82,13 @@ class PoolMap:
 
     def classes(self, level: int) -> dict[int, pools.SizeClass]:
         """Each domain in use at `level` and its class, read off the store's own arrays (the holds are
-        an overlay on a plan's view, never in use)."""
-        return pools.classes_of(self.store.arrays, level, self.large_rows(level) > 0)
+        an overlay on a plan's view, never in use); kept while nothing changed."""
+        large = self.large_rows(level)
+        key = (self.store.change_gen, self._marks, id(large))
+        hit = self._classes.get(level)
+        if hit is None or hit[0] != key:
+            hit = self._classes[level] = (key, pools.classes_of(self.store.arrays, level, large > 0))
+        return hit[1]
 
     def large_rows(self, level: int) -> np.ndarray:
         """int32[capacity]: members of gangs large at `level` per row (bound, binding or planned)."""
@@ -129,6 +136,7 @@ class PoolMap:
         rows = self.large_rows(pooled.level)
         for r in pooled.plan.rows:
             rows[np.asarray(r, dtype=np.int64)] += 1
+        self._marks += 1
 
     # ----------------------------------------------------------------- the cache
     def _derive_if_due(self) -> None:
@@ -139,14 +147,16 @@ class PoolMap:
             self._derived = (self.store.change_gen, now)
 
     def _gang_demand(self, key: GroupKey) -> np.ndarray:
-        members = self.store.group_members(key)
+        """The gang's summed requests, summed again only when its member count changed: a pass over
+        every gang costs O(gangs), not O(pods), unless gangs changed."""
+        size = self.store.group_size(key)
         hit = self._demand.get(key)
-        if hit is None or hit[0] != len(members):
+        if hit is None or hit[0] != size:
             total = np.zeros(self.store.arrays.n_res, dtype=np.int64)
-            for rec in members:
+            for rec in self.store.group_members(key):
                 vec, _ = self.store.request_vector(rec.requests)
                 total[: vec.size] += vec[: total.size]
-            hit = self._demand[key] = (len(members), total)
+            hit = self._demand[key] = (size, total)
         return hit[1]
 
     def _derive_level(self, level: int) -> np.ndarray:

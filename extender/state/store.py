@@ -861,6 +861,10 @@ class ClusterStore:
             keys = (*keys, single)
         return [self.pods[k] for k in sorted(keys) if k in self.pods]
 
+    def group_size(self, group: GroupKey) -> int:
+        """How many non-terminal pods the index holds for `group` (groups of more than one pod), O(1)."""
+        return len(self._group_index.get(group, ()))
+
     def gang_keys(self) -> list[GroupKey]:
         """Every group of more than one pod that has a non-terminal member (groups of one are not
         indexed: see `group_members`)."""
