@@ -22,7 +22,8 @@ with `spec.schedulingGroup.podGroupName`; plain pods join nothing.
   scheduling and topology placement off in the profile that calls the service) and
   `python -m extender serve` with its defaults.
 - extender-noholds: the same with `--holds false` (a gang that fits nowhere holds nothing: what the
-  stream workload's large gang costs without its hold).
+  stream workload's large gang costs without its hold; size-class pools need holds, so none either).
+- extender-nopools: the same with `--pools false` (holds without size-class pools).
 
 Leader election is off and client qps/burst raised in both, as in bench/scheduler.py. Each
 configuration gets a fresh kube-scheduler (and service) per series; workloads run one after the
@@ -130,6 +131,9 @@ CONFIGS = {
     "extender": Config("extender", "kube-scheduler + gang-extender", "", True),
     "extender-noholds": Config(
         "extender-noholds", "kube-scheduler + gang-extender --holds false", "", True, ("--holds", "false")
+    ),
+    "extender-nopools": Config(
+        "extender-nopools", "kube-scheduler + gang-extender --pools false", "", True, ("--pools", "false")
     ),
 }
 
