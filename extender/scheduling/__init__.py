@@ -10,11 +10,13 @@ listener that fans a change out to them. Each part owns one concern and its stat
 - gang_preemption: a gang as preemptor (by priority, in its queue) and reclaim between queues;
 - admission: KAI queue admission, the queue holds, Queue status, the QueueBook of usage;
 - telling: what pods and group objects are told (conditions, status, events) and the nudges;
+- holding: the pass that chooses which waiting gangs hold capacity, and the nudge of a ready holder;
+- pooling: the size-class pools' reads of the cluster (each pool domain's class), cached;
 - view: shared reads over the store and the ledger (FilterCall, gang_of_pod, the Evictions);
 - debug: what /debug shows (reads only);
 - below them, pure computation and the records: planning, preemptor, preemption, queues, topology,
   disruption, podgrouper, status, messages, decisions, reasons, settling; and the ledger, the one
-  owner of plans, holds, arrivals, releases and preemptions in flight.
+  owner of plans, holds (holds.HoldBook), arrivals, releases and preemptions in flight.
 
 Where a new feature goes: a new verb's decision is a module of its own beside filtering and binding,
 called from the facade; a new rule applied at filter or bind time is a function in the module of the
