@@ -71,6 +71,8 @@ class HoldBook:
         self._none: dict[GroupKey, str] = {}  # gangs given no hold, and why
         self.gen = 0
         """Bumps whenever what is held changes: a no-fit found around the old holds may fit now."""
+        self._withheld: tuple[ClusterArrays, np.ndarray, np.ndarray] | None = None
+        """While a `withheld` block is open: its arrays, the rows it touched and their free before."""
 
     # ----------------------------------------------------------------- reads
     def all(self) -> list[Held]:
@@ -131,8 +133,27 @@ class HoldBook:
         """`arrays` as a plan for `for_gang` sees them (the holds before it taken out of free), restored
         on exit. Touches only the held rows: O(rows held), not O(cluster). Nothing may change `arrays`
         inside the block except through it (plans are applied after the block)."""
-        with backfill.withheld(arrays, [h.hold for h in self.before(for_gang, priority)]) as seen:
-            yield seen
+        around = [h.hold for h in self.before(for_gang, priority)]
+        rows = np.unique(np.concatenate([h.rows for h in around]).astype(np.int64)) if around else None
+        outer = self._withheld
+        if rows is not None and rows.size:
+            self._withheld = (arrays, rows, arrays.free[rows].copy())
+        try:
+            with backfill.withheld(arrays, around) as seen:
+                yield seen
+        finally:
+            self._withheld = outer
+
+    def unheld_free(self, arrays: ClusterArrays) -> np.ndarray:
+        """`arrays.free` as the cluster has it, the holds a `withheld` block took out given back (a
+        copy when a block is open, else `arrays.free` itself): what is in use, for a reader that must
+        not mistake a hold for a pod (the size-class pools' classes)."""
+        if self._withheld is None or self._withheld[0] is not arrays:
+            return arrays.free
+        _, rows, saved = self._withheld
+        free = arrays.free.copy()
+        free[rows] = saved
+        return free
 
     # ----------------------------------------------------------------- writes (the ledger's)
     def replace(self, held: list[Held], none: Mapping[GroupKey, str]) -> None:

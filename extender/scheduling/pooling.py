@@ -14,6 +14,7 @@ holds off a gang plans where it fits, as before.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -87,7 +88,12 @@ class PoolMap:
         key = (self.store.change_gen, self._marks, id(large))
         hit = self._classes.get(level)
         if hit is None or hit[0] != key:
-            hit = self._classes[level] = (key, pools.classes_of(self.store.arrays, level, large > 0))
+            arrays = self.store.arrays
+            free = self.ledger.holds.unheld_free(arrays)
+            if free is not arrays.free:  # inside a plan's view: the holds are not in use
+                arrays = copy.copy(arrays)
+                arrays.free = free
+            hit = self._classes[level] = (key, pools.classes_of(arrays, level, large > 0))
         return hit[1]
 
     def large_rows(self, level: int) -> np.ndarray:

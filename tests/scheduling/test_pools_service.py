@@ -8,10 +8,13 @@ Racks of 4 nodes of 8 cpu (32 cpu a rack): a gang asking 16 cpu or more is large
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from extender.placement import api as placement
+from extender.placement import backfill
 from extender.scheduling.decisions import Verdict
-from extender.scheduling.holds import HoldSettings
+from extender.scheduling.holds import Held, HoldSettings
 from tests.scheduling.test_holds import HoldWorld
 from tests.scheduling.test_queues import World
 
@@ -118,3 +121,30 @@ def test_a_small_gang_its_pool_keeps_waiting_does_not_wait_behind_a_large_gangs_
     assert {e.name for e in effects if e.kind == "nudge"} >= {small[0]}  # ready at once
     w.schedule(*small)
     assert w.bound(*small) and w.rack_of(small[0]) != held
+
+
+def test_a_hold_on_an_empty_rack_is_not_taken_for_a_pod_in_it() -> None:
+    """Inside a plan's view the holds are taken out of free: the classes are read with them given back,
+    so an empty rack held for a gang stays empty (no class), not a rack of small gangs."""
+    w = HoldWorld([])
+    small = w.rack_gang("s", 2, "4")
+    w.schedule(*small)
+    used = w.rack_of(small[0])
+    store, book = w.store, w.scheduler.ledger.holds
+    level = store.arrays.level("topology.kubernetes.io/rack")
+    empty_rows = np.array(
+        sorted(r for r, name in store.row_names.items() if w.node_rack(name) != used), dtype=np.int32
+    )
+    amounts = np.zeros((len(empty_rows), store.arrays.n_res), dtype=np.int64)
+    amounts[:, 0] = 8000  # a whole node's cpu on each
+    plan = placement.Plan(placement.Outcome.PLACED, (empty_rows,), {}, None)
+    hold = backfill.Hold("default/big", empty_rows, amounts, plan)
+    names = tuple(store.row_names[int(r)] for r in empty_rows)
+    book.replace([Held("default/big", hold, names, None, {}, 0, 0.0, "")], {})
+    pools = w.scheduler.pools
+    outside = pools.classes(level)
+    with book.withheld(store.arrays, for_gang=None) as seen:
+        assert (seen.free[empty_rows, 0] == 0).all()  # the view: the hold taken out
+        store.change_gen += 1  # read again inside the block
+        inside = pools.classes(level)
+    assert outside == inside and len(inside) == 1  # only the small gang's rack is in use
