@@ -101,6 +101,15 @@ def _amounts(arrays: ClusterArrays, request: GangRequest, plan: Plan) -> tuple[n
     return rows, amounts
 
 
+def gang_demand(arrays: ClusterArrays, request: GangRequest) -> np.ndarray:
+    """int64[n_res]: what the gang asks for in all."""
+    total = np.zeros(arrays.n_res, dtype=np.int64)
+    for leaf in request.leaves:
+        req = np.asarray(leaf.request, dtype=np.int64)
+        total[: req.size] += req * int(leaf.count)
+    return total
+
+
 def choose_hold(
     arrays: ClusterArrays,
     request: GangRequest,
@@ -121,9 +130,7 @@ def choose_hold(
     """
     arrays.check()
     n = arrays.n_rows
-    demand = np.zeros(arrays.n_res, dtype=np.int64)
-    for leaf in request.leaves:
-        demand += np.asarray(leaf.request, dtype=np.int64) * int(leaf.count)
+    demand = gang_demand(arrays, request)
     usable = np.flatnonzero(arrays.schedulable[:n]).astype(np.int32)
     usage = _usage(arrays, demand)
     drained = copy.copy(arrays)
@@ -192,24 +199,47 @@ def take(free: np.ndarray, holds: Sequence[Hold]) -> None:
         free[hold.rows, :width] = np.maximum(free[hold.rows, :width] - hold.amounts, 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Overlay:
+    """What an open `overlay` block took out of `arrays.free`: the rows it touched, their free before."""
+
+    arrays: ClusterArrays
+    rows: np.ndarray
+    saved: np.ndarray
+
+    def free_before(self) -> np.ndarray:
+        """A copy of `arrays.free` with what the block took given back."""
+        free = self.arrays.free.copy()
+        free[self.rows] = self.saved
+        return free
+
+
 @contextlib.contextmanager
-def withheld(arrays: ClusterArrays, holds: Sequence[Hold]) -> Iterator[ClusterArrays]:
-    """`arrays` with the holds taken out of free (never below zero), restored on exit.
+def overlay(arrays: ClusterArrays, holds: Sequence[Hold]) -> Iterator[Overlay | None]:
+    """The holds taken out of `arrays.free` (never below zero), restored on exit; what was taken, or
+    None when no hold has rows.
 
     Touches only the held rows, so it costs O(rows held), not O(cluster); nothing may change
     `arrays` inside the block except through plans read from it.
     """
     held = [h for h in holds if h.rows.size]
     if not held:
-        yield arrays
+        yield None
         return
     rows = np.unique(np.concatenate([h.rows for h in held]))
     saved = arrays.free[rows].copy()
     try:
         take(arrays.free, held)
-        yield arrays
+        yield Overlay(arrays, rows, saved)
     finally:
         arrays.free[rows] = saved
+
+
+@contextlib.contextmanager
+def withheld(arrays: ClusterArrays, holds: Sequence[Hold]) -> Iterator[ClusterArrays]:
+    """`arrays` with the holds taken out of free (never below zero), restored on exit (`overlay`)."""
+    with overlay(arrays, holds):
+        yield arrays
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,12 +21,11 @@ scheduling.filtering, scheduling.holding) and `bench quality`'s pool policy (`ad
    head), a small one within the rows its pool lets it start on (`allowed_rows`) when those
    could fit it drained (so the reserve stays whole); otherwise, and for a large one, where it
    fits now if it does (no room stands free while it waits for rows to drain), else on the least
-   used rows anywhere (a small domain that drains for a large gang is as good as an empty one). A
-   holder whose hold is ready
-   starts on its held rows, whatever their class or the reserve (`plan_on_hold`), so the backfill
-   rule's argument holds unchanged: the head starts in finite time once the pods on its held rows
-   leave, and every gang becomes the head in its turn. Classes and the reserve only narrow where
-   the gangs behind the head may start now.
+   used rows anywhere (a small domain that drains for a large gang is as good as an empty one).
+   A holder whose hold is ready starts on its held rows, whatever their class or the reserve
+   (`plan_on_hold`), so the backfill rule's argument holds unchanged: the head starts in finite
+   time once the pods on its held rows leave, and every gang becomes the head in its turn.
+   Classes and the reserve only narrow where the gangs behind the head may start now.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 
 from extender.placement.api import DomainOrder, GangRequest, Outcome, Plan, plan_gang
-from extender.placement.backfill import Hold, charge, choose_holds, withheld
+from extender.placement.backfill import Hold, charge, choose_holds, gang_demand, withheld
 from extender.placement.layout import ClusterArrays
 
 
@@ -89,15 +88,6 @@ class PoolAdmission:
     starts: tuple[tuple[int, Plan], ...]
     holds: tuple[Hold, ...]
     large_rows: np.ndarray
-
-
-def gang_demand(arrays: ClusterArrays, request: GangRequest) -> np.ndarray:
-    """int64[n_res]: what the gang asks for in all."""
-    total = np.zeros(arrays.n_res, dtype=np.int64)
-    for leaf in request.leaves:
-        req = np.asarray(leaf.request, dtype=np.int64)
-        total[: req.size] += req * int(leaf.count)
-    return total
 
 
 def typical_domain(arrays: ClusterArrays, level: int) -> np.ndarray:

@@ -71,8 +71,8 @@ class HoldBook:
         self._none: dict[GroupKey, str] = {}  # gangs given no hold, and why
         self.gen = 0
         """Bumps whenever what is held changes: a no-fit found around the old holds may fit now."""
-        self._withheld: tuple[ClusterArrays, np.ndarray, np.ndarray] | None = None
-        """While a `withheld` block is open: its arrays, the rows it touched and their free before."""
+        self._overlay: backfill.Overlay | None = None
+        """While a `withheld` block is open: what it took out of which arrays."""
 
     # ----------------------------------------------------------------- reads
     def all(self) -> list[Held]:
@@ -134,26 +134,22 @@ class HoldBook:
         on exit. Touches only the held rows: O(rows held), not O(cluster). Nothing may change `arrays`
         inside the block except through it (plans are applied after the block)."""
         around = [h.hold for h in self.before(for_gang, priority)]
-        rows = np.unique(np.concatenate([h.rows for h in around]).astype(np.int64)) if around else None
-        outer = self._withheld
-        if rows is not None and rows.size:
-            self._withheld = (arrays, rows, arrays.free[rows].copy())
+        outer = self._overlay
         try:
-            with backfill.withheld(arrays, around) as seen:
-                yield seen
+            with backfill.overlay(arrays, around) as taken:
+                if taken is not None:
+                    self._overlay = taken
+                yield arrays
         finally:
-            self._withheld = outer
+            self._overlay = outer
 
     def unheld_free(self, arrays: ClusterArrays) -> np.ndarray:
         """`arrays.free` as the cluster has it, the holds a `withheld` block took out given back (a
         copy when a block is open, else `arrays.free` itself): what is in use, for a reader that must
         not mistake a hold for a pod (the size-class pools' classes)."""
-        if self._withheld is None or self._withheld[0] is not arrays:
+        if self._overlay is None or self._overlay.arrays is not arrays:
             return arrays.free
-        _, rows, saved = self._withheld
-        free = arrays.free.copy()
-        free[rows] = saved
-        return free
+        return self._overlay.free_before()
 
     # ----------------------------------------------------------------- writes (the ledger's)
     def replace(self, held: list[Held], none: Mapping[GroupKey, str]) -> None:

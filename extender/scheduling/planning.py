@@ -278,7 +278,7 @@ def plan_members(
         plan = _plan_one_per_node(arrays, demand.request, slot, list(demand.spread_rows))
     elif pools is not None and (pooled := pools.plan(arrays, demand.request, group.key)) is not None:
         plan = pooled.plan
-        if pooled.fit is pooling.pools.PoolFit.OUTSIDE and not pooled.on_hold:
+        if pooled.waits:
             reason = pools.text(pooled, group.key, demand.needed)
             return GangPlan({}, reason=reason, pooled=pooled, pool_wait=True)
     else:

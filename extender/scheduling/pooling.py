@@ -41,6 +41,11 @@ class Pooled:
     level: int
     on_hold: bool = False  # started on its ready hold, outside its pool
 
+    @property
+    def waits(self) -> bool:
+        """It fits only outside its pool and holds no ready hold: it does not start now."""
+        return self.fit is pools.PoolFit.OUTSIDE and not self.on_hold
+
 
 class PoolMap:
     def __init__(self, store: ClusterStore, ledger: GangLedger) -> None:
@@ -54,6 +59,7 @@ class PoolMap:
         self._derived: tuple[int, float] = (-1, float("-inf"))  # (change_gen, when)
         self._classes: dict[int, tuple[tuple[int, int, int], dict[int, pools.SizeClass]]] = {}
         self._marks = 0  # bumps when a plan marks rows large
+        self._derivations = 0  # bumps when the large rows of a level are derived again
 
     @property
     def enabled(self) -> bool:
@@ -85,7 +91,9 @@ class PoolMap:
         """Each domain in use at `level` and its class, read off the store's own arrays (the holds are
         an overlay on a plan's view, never in use); kept while nothing changed."""
         large = self.large_rows(level)
-        key = (self.store.change_gen, self._marks, id(large))
+        # the large rows may be derived again while change_gen stands (a derivation put off by the
+        # interval), so their own count is in the key
+        key = (self.store.change_gen, self._marks, self._derivations)
         hit = self._classes.get(level)
         if hit is None or hit[0] != key:
             arrays = self.store.arrays
@@ -103,6 +111,7 @@ class PoolMap:
         rows = self._large.get(level)
         if rows is None or rows.size != arrays.capacity:
             rows = self._large[level] = self._derive_level(level)
+            self._derivations += 1
         return rows
 
     def allowed(self, request: placement.GangRequest) -> tuple[np.ndarray, pools.SizeClass] | None:

@@ -13,6 +13,7 @@ import pytest
 
 from extender.placement import api as placement
 from extender.placement import backfill
+from extender.scheduling import pooling
 from extender.scheduling.decisions import Verdict
 from extender.scheduling.holds import Held, HoldSettings
 from tests.scheduling.test_holds import HoldWorld
@@ -148,3 +149,18 @@ def test_a_hold_on_an_empty_rack_is_not_taken_for_a_pod_in_it() -> None:
         store.change_gen += 1  # read again inside the block
         inside = pools.classes(level)
     assert outside == inside and len(inside) == 1  # only the small gang's rack is in use
+
+
+def test_classes_follow_a_derivation_the_interval_put_off() -> None:
+    """The large rows are derived at most once per interval: a read between sees the old ones, and
+    the first read after it sees the new ones, though the store has not changed since."""
+    w = HoldWorld([])
+    big, large_rack = large_in_one_rack(w)
+    pools = w.scheduler.pools
+    level = w.store.arrays.level("topology.kubernetes.io/rack")
+    rack_id = next(d for d, c in pools.classes(level).items() if c.value == "large")
+    assert w.store.arrays.domain_name(level, rack_id) == large_rack
+    w.delete(*big)
+    assert pools.classes(level).get(rack_id) is not None  # put off: the rows read last still say large
+    w.scheduler.ledger.clock.now += pooling.DERIVE_INTERVAL_S
+    assert rack_id not in pools.classes(level)  # derived again: the rack is empty
