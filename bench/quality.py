@@ -17,7 +17,8 @@ One JSON line per policy, over the `--gangs` measured gangs; `large_*` are the b
 (block required: 128 and 256 whole nodes), `small_*` the others. Arrivals go on after the last
 measured gang (its own seeded generator, so the measured gangs are the same) until every measured
 gang has started or `--tail` time units have passed: a measured gang still waiting then is
-unplaced, and its wait counts up to that time. Racks partly used (some GPU in use, not all) and
+unplaced, and its wait counts up to that time. Racks partly used (some GPU in use, not all), those
+of them with no held row (`_unheld`: not draining for a waiting gang), racks with a held row, and
 GPUs busy are sampled as each measured gang arrives.
 """
 
@@ -102,6 +103,8 @@ def run(
     started: dict[int, float] = {}
     running: dict[int, np.ndarray] = {}
     partly_used: list[float] = []
+    partly_used_unheld: list[float] = []  # those with no held row: not draining for a waiting gang
+    racks_held: list[float] = []
     busy: list[float] = []
     held: tuple[Hold, ...] = ()
     typical = pools.typical_domain(arrays, BLOCK)
@@ -168,7 +171,13 @@ def run(
         if what == 1 and i < n:  # the cluster as measured gangs find it on arrival
             used = 8 - arrays.free[:N_NODES, gpu_col]
             per_rack = np.bincount(rack_of, weights=used, minlength=n_racks)
-            partly_used.append(float(np.mean((per_rack > 0) & (per_rack < RACK_NODES * 8))))
+            partly = (per_rack > 0) & (per_rack < RACK_NODES * 8)
+            held_rack = np.zeros(n_racks, dtype=bool)
+            for h in held:
+                held_rack[rack_of[h.rows[h.rows < N_NODES]]] = True
+            partly_used.append(float(np.mean(partly)))
+            partly_used_unheld.append(float(np.mean(partly & ~held_rack)))
+            racks_held.append(float(np.mean(held_rack)))
             busy.append(float(used.sum()) / (N_NODES * 8))
         if what == 1:
             if hold or pool is not None:
@@ -223,6 +232,8 @@ def run(
             for w in ([censored[i] for i in range(n) if stream[i][1] == k] for k in range(len(MIX)))
         ],
         "racks_partly_used_mean": round(statistics.fmean(partly_used), 4),
+        "racks_partly_used_unheld_mean": round(statistics.fmean(partly_used_unheld), 4),
+        "racks_held_mean": round(statistics.fmean(racks_held), 4),
         "gpus_busy_mean": round(statistics.fmean(busy), 4),
         "holds": holds,
         "plan_ms_mean": round(plan_s * 1e3 / max(len(started) + len(waiting), 1), 3),

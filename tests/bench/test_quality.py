@@ -41,3 +41,12 @@ def test_a_gang_waiting_at_the_last_arrival_is_followed_until_the_tail_ends(
     assert out["large_placed_share"] == placed
     assert out["large_wait_max"] == wait
     assert out["ended_at"] == ended_at
+
+
+def test_racks_held_for_a_waiting_gang_are_counted_apart() -> None:
+    # the 17th block gang waits from t=1 and holds a block (8 racks of 128); an 8-pod gang arriving
+    # at t=2 samples it (1 sample of 18): every rack is full, so none is partly used, held or not
+    stream = [*_stream()[:17], (2.0, 0, 1.0)]
+    out = quality.run(DomainOrder.TIGHTEST, stream, seed=0, hold=True, measured=18, tail_s=50.0)
+    assert out["racks_held_mean"] == round(8 / 128 / 18, 4)
+    assert out["racks_partly_used_mean"] == out["racks_partly_used_unheld_mean"] == 0.0
