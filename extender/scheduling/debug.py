@@ -9,15 +9,18 @@ from typing import Any
 from extender.gang.entry import Phase
 from extender.model.keys import GroupKey
 from extender.model.priority import member_priority
-from extender.scheduling import queues
+from extender.scheduling import planning, queues
 from extender.scheduling.admission import Admission
 from extender.scheduling.holding import Holding
+from extender.scheduling.pooling import PoolMap
+from extender.scheduling.topology import TopologyError
 from extender.scheduling.view import View
 
 
 class Debug:
-    def __init__(self, view: View, admission: Admission, holding: Holding) -> None:
+    def __init__(self, view: View, admission: Admission, holding: Holding, pools: PoolMap) -> None:
         self.view = view
+        self.pools = pools
         self.store = view.store
         self.ledger = view.ledger
         self.admission = admission
@@ -73,6 +76,7 @@ class Debug:
             "queueHold": self.admission.queue_holds[gang][1] if gang in self.admission.queue_holds else None,
             "preemption": self._describe_preemption(gang),
             "hold": self._describe_hold(gang),
+            "pool": self._describe_pool(gang, spec),
             "heldFor": self._held_for(
                 gang, phase, member_priority(members[0].obj, spec) if members else None
             ),
@@ -98,6 +102,21 @@ class Debug:
             "heldForS": round(max(0.0, self.ledger.clock() - h.since_s), 3),
             "text": self.holding.holds_text(h),
         }
+
+    def _describe_pool(self, gang: GroupKey, spec: Any) -> dict[str, Any] | None:
+        """The gang's size-class pool (pools.py): the level its pools are domains of, and its class
+        there. None: pools are off, or the gang has no pool level."""
+        if spec is None:
+            return None
+        try:
+            required = planning.tree_node(self.store, -1, spec.topology).required_level
+        except TopologyError:
+            return None  # its reason says why it cannot be planned at all
+        got = self.pools.class_of(gang, required)
+        if got is None:
+            return None
+        level, size = got
+        return {"level": self.store.arrays.level_key(level), "class": size.value}
 
     def _amounts(self, h: Any) -> dict[str, dict[str, int]]:
         """node -> resource -> what the hold wants free there (what every other plan leaves it)."""

@@ -69,12 +69,27 @@ class PoolMap:
     # ----------------------------------------------------------------- reads
     def level_of(self, request: placement.GangRequest) -> int:
         """The pool level for this gang, or -1: not pooled."""
+        return self._level(request.tree[0].required_level if request.tree else -1)
+
+    def _level(self, required_level: int) -> int:
         if not self.enabled:
             return -1
         label = self.ledger.holds.settings.pool_label
         if label:
             return self.store.arrays.level(label)
-        return request.tree[0].required_level if request.tree else -1
+        return required_level
+
+    def class_of(self, gang: GroupKey, required_level: int) -> tuple[int, pools.SizeClass] | None:
+        """The gang's pool level and size class, its members' summed requests against a typical domain
+        of that level (what /debug says); None: not pooled."""
+        level = self._level(required_level)
+        if not 0 <= level < self.store.arrays.n_levels:
+            return None
+        demand = self._gang_demand(gang)
+        n_res = self.store.arrays.n_res
+        if demand.size < n_res:
+            demand = np.pad(demand, (0, n_res - demand.size))
+        return level, pools.size_class(demand[:n_res], self.typical(level), self.settings.large_share)
 
     def typical(self, level: int) -> np.ndarray:
         hit = self._typical.get(level)

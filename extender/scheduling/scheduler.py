@@ -117,7 +117,7 @@ class Scheduler:
             self.admission.hold_refused,
             self.pools,
         )
-        self.debug = Debug(self.view, self.admission, self.holding)
+        self.debug = Debug(self.view, self.admission, self.holding, self.pools)
         self.podgrouper = podgrouper
         self.disruption = disruption
         self._startup_nudged = False

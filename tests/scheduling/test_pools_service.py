@@ -45,6 +45,12 @@ def test_a_small_gang_keeps_off_the_rack_a_large_gang_runs_in(
     w.schedule(*small)
     assert w.bound(*small)
     assert (w.rack_of(small[0]) == large_rack) is into_large_rack
+    pooled = holds.enabled and holds.pools
+    for gang, size in (("default/big", "large"), ("default/s", "small")):  # /debug says the class
+        described = w.scheduler.debug.describe(gang)
+        assert described is not None
+        want = {"level": "topology.kubernetes.io/rack", "class": size} if pooled else None
+        assert described["pool"] == want
 
 
 def test_small_gangs_pack_together_and_one_that_fits_only_in_the_large_rack_waits_for_its_own() -> None:
