@@ -134,6 +134,8 @@ def run(
         return True
 
     def start(i: int, plan: Plan, now: float) -> None:
+        if i in started:
+            raise AssertionError(f"gang {i} started twice (at {started[i]} and {now})")
         kind = stream[i][1]
         rows = plan.rows[0]
         for r in rows:
@@ -181,9 +183,12 @@ def run(
             busy.append(float(used.sum()) / (N_NODES * 8))
         if what == 1:
             if hold or pool is not None:
-                # an arrival frees nothing: only the newcomer can start, around the holds
+                # an arrival frees nothing: only the newcomer can start, around the holds, or a holder
+                # whose hold the last pass chose ready (it fits now, outside its pool)
                 holders = {h.owner for h in held}
-                if not serve([*(j for j in waiting if j in holders), i], now):
+                gone = serve([*(j for j in waiting if j in holders), i], now)
+                waiting = [j for j in waiting if j not in gone]  # a holder may start too (its hold ready)
+                if i not in gone:
                     waiting.append(i)
             elif not try_start(i, now):
                 waiting.append(i)

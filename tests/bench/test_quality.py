@@ -8,6 +8,8 @@ from bench import quality
 from extender.placement import DomainOrder
 
 BLOCK_GANG = 5  # MIX index: 256 whole nodes, one block
+RACK_GANG = 3  # MIX index: 32 whole nodes, one rack
+HALF_BLOCK_GANG = 4  # MIX index: 128 whole nodes, half a block
 
 
 def _stream() -> list[tuple[float, int, float]]:
@@ -50,3 +52,17 @@ def test_racks_held_for_a_waiting_gang_are_counted_apart() -> None:
     out = quality.run(DomainOrder.TIGHTEST, stream, seed=0, hold=True, measured=18, tail_s=50.0)
     assert out["racks_held_mean"] == round(8 / 128 / 18, 4)
     assert out["racks_partly_used_mean"] == out["racks_partly_used_unheld_mean"] == 0.0
+
+
+def test_a_holder_that_starts_on_an_arrival_leaves_the_wait() -> None:
+    # 15 block gangs fill 15 blocks, two half-block gangs the last; rack gangs A (t=1) and B (t=1.5)
+    # wait. A half-block gang leaves at t=3: A starts there on its hold; B, behind it in its class,
+    # fits only in that large block: its hold (chosen after A started) is ready at once, and it
+    # starts as the next gang arrives (t=4); the block gang that leaves at t=5 must not start it again
+    stream = [(k * 0.01, BLOCK_GANG, 5.0 if k == 1 else 100.0) for k in range(15)]
+    stream += [(0.15, HALF_BLOCK_GANG, 2.85), (0.16, HALF_BLOCK_GANG, 100.0)]
+    stream += [(1.0, RACK_GANG, 100.0), (1.5, RACK_GANG, 100.0), (4.0, 0, 100.0)]
+    pool = quality.pools.PoolSettings(reserve=4.0)
+    out = quality.run(DomainOrder.TIGHTEST, stream, seed=0, pool=pool, measured=len(stream), tail_s=50.0)
+    assert out["placed_share"] == 1.0
+    assert out["wait_mean_by_kind"][RACK_GANG] == (2.0 + 2.5) / 2
