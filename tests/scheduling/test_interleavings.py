@@ -55,8 +55,9 @@ After every step it checks, from the API's objects and the service's public surf
 - no pod is asked to be evicted twice by the service, whichever features asked (a reclaim's victim is
   not also evicted as its gang's disruption);
 - a hold is for a waiting gang (none with a plan), never more of a node than it has, counted toward
-  its queue's limit with the rest; the head's hold, once every held node has its amount free, starts
-  its gang within HOLD_READY_STEPS steps (nobody else takes the room: it does not starve);
+  its queue's limit with the rest; the head's hold (or any hold no hold ranked before it shares a
+  node with: a size class's head), once every held node has its amount free, starts its gang within
+  HOLD_READY_STEPS steps (nobody else takes the room: it does not starve);
 - the event loop never stalls: a watchdog task on the loop samples its lag in real time (the
   driver's clock is fake), and a lag over STALL_S while the loop's thread itself was busy (its CPU
   time, so that a machine busy with other work is no stall) fails the step it fell in, except while
@@ -1747,10 +1748,20 @@ class Driver:
 
     def check_holds(self) -> None:
         """A hold is for a gang that waits: none has a plan (its plan replaces it at once); the rows
-        held for one gang fit it drained (never more than a node's allocatable); and the head's hold,
-        once every held node has its amount free, starts its gang within HOLD_READY_STEPS steps (no
-        one else can take that room: it does not starve)."""
+        held for one gang fit it drained (never more than a node's allocatable); and a hold, once
+        every held node has its amount free, starts its gang within HOLD_READY_STEPS steps (no one
+        else can take that room: it does not starve) when it is the head, or when no hold ranked
+        before it shares a node with it (a size class's head behind the other class's: the pools)."""
         nodes = self.nodes()
+        holds = sorted(
+            ((g["gang"], g["hold"]) for g in self.debug if "amounts" in (g.get("hold") or {})),
+            key=lambda gh: gh[1]["rank"],
+        )
+        before: dict[str, set[str]] = {}  # gang -> the nodes of the holds ranked before its own
+        seen: set[str] = set()
+        for gang, hold in holds:
+            before[gang] = set(seen)
+            seen |= set(hold["nodes"])
         for g in self.debug:
             hold = g.get("hold") or {}
             if "amounts" not in hold:
@@ -1765,7 +1776,8 @@ class Driver:
                 over = {r: v for r, v in amounts.items() if r in ("cpu",) and v > alloc.get(r, 0)}
                 if over:
                     self.fail(f"gang {gang} holds more of {node} than it has: {over} (allocatable {alloc})")
-            ready = hold["drainedNodes"] == hold["heldNodes"] and hold["rank"] == 1
+            alone = hold["rank"] == 1 or not before.get(gang, set()) & set(hold["nodes"])
+            ready = hold["drainedNodes"] == hold["heldNodes"] and alone
             if not ready or self.following:
                 self.hold_ready_since.pop(gang, None)
                 continue
