@@ -19,7 +19,9 @@ measured gang (its own seeded generator, so the measured gangs are the same) unt
 gang has started or `--tail` time units have passed: a measured gang still waiting then is
 unplaced, and its wait counts up to that time. Racks partly used (some GPU in use, not all), those
 of them with no held row (`_unheld`: not draining for a waiting gang), racks with a held row, and
-GPUs busy are sampled as each measured gang arrives.
+GPUs busy are sampled as each measured gang arrives. A block-sized gang's wait is split in two where it
+held: `large_wait_before_hold_mean` (queued behind other gangs, holding nothing) and
+`large_draining_mean` (from its first hold to its start: its rows draining).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import heapq
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -115,6 +117,7 @@ def run(
     ]
     large_count = np.zeros(arrays.capacity, dtype=np.int32)  # members of large gangs running, by row
     holds = 0
+    first_held: dict[Hashable, float] = {}  # gang -> when it first held
     plan_s = 0.0
     last = stream[n - 1][0]
     end = last + tail_s
@@ -161,6 +164,8 @@ def run(
             decision_starts, new_holds = decision.starts, decision.holds
         plan_s += time.perf_counter() - t0
         holds += len({h.owner for h in new_holds} - {h.owner for h in held})
+        for h in new_holds:
+            first_held.setdefault(h.owner, now)
         held = new_holds
         for pos, plan in decision_starts:
             start(queue[pos], plan, now)
@@ -213,6 +218,10 @@ def run(
     small = [i for i in range(n) if MIX[stream[i][1]][3] != BLOCK]
     large = [i for i in range(n) if MIX[stream[i][1]][3] == BLOCK]
     large_waits = [censored[i] for i in large]
+    # a block-sized gang's wait in two parts: queued behind other gangs before it held, then draining
+    large_held = [i for i in large if i in first_held]
+    before_hold = [first_held[i] - stream[i][0] for i in large_held]
+    draining = [(started[i] if i in started else end) - first_held[i] for i in large_held]
     return {
         "bench": "quality",
         "policy": POOL if pool is not None else HOLD if hold else policy.value,
@@ -230,6 +239,9 @@ def run(
         "large_to_all_wait": round(statistics.fmean(large_waits) / statistics.fmean(censored), 2)
         if large and statistics.fmean(censored) > 0
         else None,
+        "large_held_share": round(len(large_held) / max(len(large), 1), 4),
+        "large_wait_before_hold_mean": round(statistics.fmean(before_hold), 2) if before_hold else None,
+        "large_draining_mean": round(statistics.fmean(draining), 2) if draining else None,
         "large_unplaced": [round(end - stream[i][0], 1) for i in large if i not in started],
         # per MIX entry (8x1, 32x1, 16 nodes, 32 nodes, 128 nodes, 256 nodes): mean wait incl. unplaced
         "wait_mean_by_kind": [

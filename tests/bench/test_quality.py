@@ -51,6 +51,12 @@ def test_racks_held_for_a_waiting_gang_are_counted_apart() -> None:
     stream = [*_stream()[:17], (2.0, 0, 1.0)]
     out = quality.run(DomainOrder.TIGHTEST, stream, seed=0, hold=True, measured=18, tail_s=50.0)
     assert out["racks_held_mean"] == round(8 / 128 / 18, 4)
+    # it held from t=1 to its start at t=10: its whole wait of 9 is draining
+    assert (out["large_held_share"], out["large_wait_before_hold_mean"], out["large_draining_mean"]) == (
+        round(1 / 17, 4),
+        0.0,
+        9.0,
+    )
     assert out["racks_partly_used_mean"] == out["racks_partly_used_unheld_mean"] == 0.0
 
 
