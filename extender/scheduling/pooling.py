@@ -86,10 +86,7 @@ class PoolMap:
         if not 0 <= level < self.store.arrays.n_levels:
             return None
         demand = self._gang_demand(gang)
-        n_res = self.store.arrays.n_res
-        if demand.size < n_res:
-            demand = np.pad(demand, (0, n_res - demand.size))
-        return level, pools.size_class(demand[:n_res], self.typical(level), self.settings.large_share)
+        return level, pools.size_class(demand, self.typical(level), self.settings.large_share)
 
     def typical(self, level: int) -> np.ndarray:
         hit = self._typical.get(level)
@@ -177,8 +174,8 @@ class PoolMap:
             self._derived = (self.store.change_gen, now)
 
     def _gang_demand(self, key: GroupKey) -> np.ndarray:
-        """The gang's summed requests, summed again only when its member count changed: a pass over
-        every gang costs O(gangs), not O(pods), unless gangs changed."""
+        """The gang's summed requests (int64[n_res]), summed again only when its member count changed:
+        a pass over every gang costs O(gangs), not O(pods), unless gangs changed."""
         size = self.store.group_size(key)
         hit = self._demand.get(key)
         if hit is None or hit[0] != size:
@@ -187,7 +184,9 @@ class PoolMap:
                 vec, _ = self.store.request_vector(rec.requests)
                 total[: vec.size] += vec[: total.size]
             hit = self._demand[key] = (size, total)
-        return hit[1]
+        total = hit[1]
+        n_res = self.store.arrays.n_res  # a resource name new since it was summed: nothing of it asked
+        return total if total.size >= n_res else np.pad(total, (0, n_res - total.size))
 
     def _derive_level(self, level: int) -> np.ndarray:
         store = self.store
@@ -199,8 +198,6 @@ class PoolMap:
             del self._demand[key]
         for key in keys:
             demand = self._gang_demand(key)
-            if demand.size < arrays.n_res:
-                demand = np.pad(demand, (0, arrays.n_res - demand.size))
             if pools.size_class(demand, typical, self.settings.large_share) is not pools.SizeClass.LARGE:
                 continue
             for rec in store.group_members(key):
