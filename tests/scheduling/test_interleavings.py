@@ -1753,13 +1753,9 @@ class Driver:
         else can take that room: it does not starve) when it is the head, or when no hold ranked
         before it shares a node with it (a size class's head behind the other class's: the pools)."""
         nodes = self.nodes()
-        holds = sorted(
-            ((g["gang"], g["hold"]) for g in self.debug if "amounts" in (g.get("hold") or {})),
-            key=lambda gh: gh[1]["rank"],
-        )
         before: dict[str, set[str]] = {}  # gang -> the nodes of the holds ranked before its own
         seen: set[str] = set()
-        for gang, hold in holds:
+        for gang, hold in self.ranked_holds():
             before[gang] = set(seen)
             seen |= set(hold["nodes"])
         for g in self.debug:
@@ -1791,14 +1787,18 @@ class Driver:
         for gang in [g for g in self.hold_ready_since if g not in holding]:
             del self.hold_ready_since[gang]
 
+    def ranked_holds(self) -> list[tuple[str, dict]]:
+        """(gang, its hold as /debug shows it) for every gang that holds, in rank order."""
+        return sorted(
+            ((g["gang"], g["hold"]) for g in self.debug if "amounts" in (g.get("hold") or {})),
+            key=lambda gh: gh[1]["rank"],
+        )
+
     def held_rooms(self, gang: str | None, prio: int) -> list[dict[str, dict[str, int]]]:
         """The per-node amounts of the holds a plan for `gang` (of priority `prio`) goes around: those
         ranked before its own when it holds; when it does not (None: a plain pod), every hold of a
         gang of at least its priority."""
-        holds = sorted(
-            ((g["gang"], g["hold"]) for g in self.debug if "amounts" in (g.get("hold") or {})),
-            key=lambda gh: gh[1]["rank"],
-        )
+        holds = self.ranked_holds()
         holding = gang is not None and any(holder == f"default/{gang}" for holder, _ in holds)
         out = []
         for holder, hold in holds:
