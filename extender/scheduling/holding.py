@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -78,11 +79,11 @@ class Holding:
         self._queue_waiting = queue_waiting
         self._queue_refuses = queue_refuses
         self._parked: dict[GroupKey, float] = {}  # gang -> when first seen parked (its rank's age)
-        """Gangs with a member kube-scheduler parked (PodScheduled=False) that no filter call has shown
-        the service (the ledger has no entry for them): a member that fits no node's free room alone
-        (a whole-node GPU pod on a busy cluster) fails kube-scheduler's own filters, and the extender
-        is never asked for it. Kept by the store's events; a gang with no parked member left, or one
-        a filter has shown since, is dropped at the next pass."""
+        """Gangs with a member kube-scheduler parked (PodScheduled=False): a member that fits no node's
+        free room alone (a whole-node GPU pod on a busy cluster) fails kube-scheduler's own filters,
+        and the extender is never asked for it. Kept by the store's events, also once a filter has
+        shown the gang (its age stays the earlier); a gang with no parked member left is dropped at
+        the next pass."""
         view.store.add_listener(self._on_change)
         self._seen: tuple[int, int, int] = (-1, -1, -1)
         self._unfit: frozenset[GroupKey] = frozenset()  # the unfit gangs the last pass saw
@@ -136,22 +137,21 @@ class Holding:
             return
         m = self.store.membership_of(obj)
         if m.state is MembershipState.MEMBER and m.group is not None and m.group.is_gang():
-            if self.ledger.entry(m.group.key) is None:  # a filter saw it: the ledger says if it fits
-                self._parked.setdefault(m.group.key, self.ledger.clock())
+            self._parked.setdefault(m.group.key, self.ledger.clock())
 
     def _candidates(self) -> list[tuple[GroupKey, GroupSpec]]:
         """The gangs found to fit nowhere by a filter (the ledger's), and those kube-scheduler parked
         that hold no plan (their current definition), once each."""
         out = dict(self.ledger.unfit_gangs())
         for key in sorted(self._parked):
-            if key in out:
-                continue
             members = [r for r in self.store.group_members(key) if is_live(r.obj)]
             parked = [r for r in members if not r.node_name and marked_unschedulable(r.obj)]
-            if not parked or self.ledger.entry(key) is not None:
-                # bound or gone; or a filter saw it since (the ledger's no-fit is what counts then)
-                del self._parked[key]
+            if not parked:
+                del self._parked[key]  # bound or gone
                 continue
+            entry = self.ledger.entry(key)
+            if key in out or (entry is not None and entry.plan):
+                continue  # the ledger's no-fit is the definition; a planned gang waits for nothing
             spec = self.view.spec_of(key, members)
             if spec is not None:
                 out[key] = spec
@@ -177,9 +177,13 @@ class Holding:
                 continue
             planned = [planning.Member(r, self.store.membership(r).subgroup) for r in members]
             entry = self.ledger.entry(key)
-            since = entry.since if entry is not None and entry.since is not None else None
-            if since is None:  # parked without a filter: its age is when it was first seen parked
-                since = self._parked.get(key, self.ledger.clock())
+            # its age: when it was first seen waiting, by a filter (the ledger's entry) or parked by
+            # kube-scheduler's own filters, whichever came first. A parked gang a filter sees later
+            # (a node freed in kube-scheduler's view) must not lose its place to gangs since
+            since = entry.since if entry is not None and entry.since is not None else math.inf
+            since = min(since, self._parked.get(key, math.inf))
+            if since == math.inf:
+                since = self.ledger.clock()
             queue, _ = self._queue_of(spec, members[0].obj)
             try:
                 demand = planning.gang_demand(self.store, self.ledger, spec, planned, leaves, me=None)

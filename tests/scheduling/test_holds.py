@@ -247,6 +247,28 @@ def test_a_parked_gang_ranks_by_when_it_was_first_parked_not_by_each_pass() -> N
     assert ranked[0] == ("default/big", parked_at)  # older than the gang a filter saw 30 s later
 
 
+def test_a_parked_gang_a_filter_sees_later_keeps_its_place_ahead_of_gangs_since() -> None:
+    """The e2e's defect: kube-scheduler saw room on one node and asked about the parked gang at last;
+    the ledger's entry, made then, must not make it younger than the gang that came in between
+    (which then held the rack held for it, and bound there)."""
+    w = HoldWorld([])
+    fill(w)
+    big = w.rack_gang("big", 4, "8")
+    clock = w.scheduler.ledger.clock
+    parked_at = clock()
+    park(w, big)
+    w.tick()
+    clock.now += 30  # type: ignore[attr-defined]
+    later = w.rack_gang("ahead", 4, "8")
+    assert w.filter(later[0]).verdict is Verdict.NO_FIT
+    clock.now += 1  # type: ignore[attr-defined]
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT  # the ledger's entry for big is made now
+    ranked = [(x.key, x.since_s) for x in w.scheduler.holding.waiting()]
+    assert ranked[0] == ("default/big", parked_at), ranked
+    w.tick()
+    assert w.scheduler.ledger.holds.all()[0].gang == "default/big"
+
+
 def test_a_gang_kube_scheduler_parked_without_asking_the_service_holds_too() -> None:
     """Members that each fit no node's free room fail kube-scheduler's own filters: the extender is
     never asked. Parked (PodScheduled=False), the gang still holds, and its members are brought back
