@@ -39,6 +39,9 @@ class FilterDecision:
     reason: str = ""
     unresolvable: bool = True
     effects: list[Effect] = dataclasses.field(default_factory=list)
+    lagging_on: str = ""
+    """A refusal only: an offered node where kube-scheduler found room this cache does not see yet
+    (scheduling.lagging); the refusal is answered as an error kube-scheduler retries after backoff."""
 
 
 class BindVerdict(enum.Enum):

@@ -4,8 +4,9 @@ the whole quorum at once the first time quorum pods exist, after its queue admit
 preemption or reclaim when it fits nowhere; a planned member passes only its planned node, moved
 inside the plan's domain when kube-scheduler does not offer it.
 
-Owns the rows settling after a change (kube-scheduler's cache may not have seen it yet) and the
-bound on the refusals a plain pod's fast answer lists.
+Owns the rows settling after a change (kube-scheduler's cache may not have seen it yet), the
+refusals answered as a retry because this cache may not have seen one (lagging), and the bound on
+the refusals a plain pod's fast answer lists.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from extender.scheduling import messages, planning, queues, topology
 from extender.scheduling.admission import Admission
 from extender.scheduling.decisions import Effect, FilterDecision, Verdict, pod_ref
 from extender.scheduling.gang_preemption import GangPreemption
+from extender.scheduling.lagging import Lagging
 from extender.scheduling.pooling import PoolMap
 from extender.scheduling.settling import SettlingRows
 from extender.scheduling.telling import Telling, gang_message
@@ -57,6 +59,7 @@ class Filtering:
         self.admission = admission
         self.gang_preemption = gang_preemption
         self.settling = SettlingRows(settle_s=settle_s, clock=self.ledger.clock)
+        self.lagging = Lagging(self.store, clock=self.ledger.clock)
         self.exact_refusals_max = exact_refusals_max
         self._all_rows = np.zeros(0, dtype=np.int32)  # 0..n_rows-1, for a fit over the whole cache
 
@@ -136,6 +139,7 @@ class Filtering:
         self.ledger.note_answer(key, turned_away=decision.verdict is not Verdict.PASS)
         gang = self.view.gang_of_pod(pod)
         if decision.verdict is Verdict.PASS:
+            self.lagging.forget(key)
             self.telling.told.forget_pod(key)  # sent to bind: kube-scheduler tells it what comes of that
         elif gang is not None:
             self.telling.told.told(key, decision.reason)  # kube-scheduler writes it on the pod
@@ -174,9 +178,10 @@ class Filtering:
         settled = self._settle_stale_plan(call)
         if settled is not None:
             return settled
-        if not call.group.is_gang():
-            return self._filter_single(call)
-        return self._filter_gang(call)
+        decision = self._filter_gang(call) if call.group.is_gang() else self._filter_single(call)
+        if decision.verdict is Verdict.NO_FIT:
+            decision.lagging_on = self.lagging.retry(key, rows, node_names, requests) or ""
+        return decision
 
     def _settle_stale_plan(self, call: FilterCall) -> FilterDecision | None:
         """A plan held for this name that the answer above could not use: its node is gone or not

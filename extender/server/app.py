@@ -32,7 +32,7 @@ from extender.config import ServerSettings, Settings
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.model.resources import QuantityError
 from extender.placement import api as placement
-from extender.scheduling import leadership
+from extender.scheduling import lagging, leadership
 from extender.scheduling.decisions import (
     BindDecision,
     BindVerdict,
@@ -145,6 +145,10 @@ def _pod_ref(pod: dict[str, Any]) -> str:
 def _filter_reply(args: wire.ExtenderArgs, decision: FilterDecision, reason_nodes: int) -> bytes:
     if decision.verdict is Verdict.PASS:
         return wire.filter_result(args=args, passed=decision.passed, failed=None, unresolvable=None)
+    if decision.lagging_on:
+        # an error names no plugin that rejected the pod: kube-scheduler retries it after its backoff
+        error = lagging.retry_text(decision.reason, decision.lagging_on)
+        return wire.filter_result(args=args, passed=[], failed=None, unresolvable=None, error=error)
     # A bounded sample carries the reason: kube-scheduler 1.20 reads only FailedNodes, newer ones
     # prefer FailedAndUnresolvableNodes when a node is in both; nodes left out count as unresolvable.
     sample = args.node_names[:reason_nodes]

@@ -355,6 +355,7 @@ class ClusterStore:
         self.pods: dict[PodKey, PodRecord] = {}
         self.objects[POD] = _PodObjects(self.pods)
         self.reservations: dict[PodKey, Reservation] = {}
+        self._reserved_rows: dict[int, int] = {}  # row -> how many reservations name it
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
         self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
@@ -756,14 +757,23 @@ class ClusterStore:
         self.unhold(key)
         self.arrays.sub(row, vec)
         self.reservations[key] = Reservation(node=node, row=row, requests=dict(requests))
+        self._reserved_rows[row] = self._reserved_rows.get(row, 0) + 1
 
     def unhold(self, key: PodKey) -> None:
         res = self.reservations.pop(key, None)
         if res is not None:
+            left = self._reserved_rows.pop(res.row, 0) - 1
+            if left > 0:
+                self._reserved_rows[res.row] = left
             self.change_gen += 1
             self.release_gen += 1
             if self.row_names.get(res.row) == res.node:
                 self.arrays.add(res.row, self.vector(res.requests))
+
+    def reserved_on(self, row: int) -> bool:
+        """Whether a reservation names the row (a reservation of a node since removed counts on the
+        row until the ledger drops it: the answer errs toward reserved)."""
+        return row in self._reserved_rows
 
     # ----------------------------------------------------------------- grouping
     def rank(self, rec: PodRecord) -> int:
