@@ -10,7 +10,6 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender.config import default_settings
-from extender.model.resources import node_allocatable, pod_requests
 from extender.server.app import BARRIER, READY, SCHEDULER, STORE, build_app
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import is_live, is_terminal
@@ -45,26 +44,6 @@ class Service:
         resp = await self.client.post("/filter", data=orjson.dumps(doc))
         assert resp.status == 200, await resp.text()
         return orjson.loads(await resp.read())
-
-    def with_room(self, name: str, namespace: str = "default") -> list[str]:
-        """The nodes kube-scheduler's own NodeResourcesFit passes for the pod, on a cache in step with
-        the cluster: room for its requests beside the pods bound there (what it offers the extender)."""
-        want = pod_requests(self.pod(name, namespace))
-        used: dict[str, dict[str, int]] = {n: {} for n in self.node_names}
-        for p in self.cluster.list("", "Pod"):
-            node = (p.get("spec") or {}).get("nodeName")
-            if node in used and is_live(p) and not is_terminal(p):
-                for k, v in pod_requests(p).items():
-                    used[node][k] = used[node].get(k, 0) + v
-        return [
-            n
-            for n in self.node_names
-            if all(
-                node_allocatable(self.cluster.get("", "Node", None, n)).get(k, 0) - used[n].get(k, 0) >= v
-                for k, v in want.items()
-                if v
-            )
-        ]
 
     async def prioritize(self, name: str, names: list[str]) -> dict[str, int]:
         doc = {"Pod": self.pod(name), "Nodes": None, "NodeNames": names}
