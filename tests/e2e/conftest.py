@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 import pytest
 from controlplane.fixtures import plane_fixture, plane_version_fixture, skip_outside_versions  # noqa: F401
-from controlplane.start import ControlPlane, wait_until
+from controlplane.proxies import ApiProxy
+from controlplane.start import TOKEN, ControlPlane, wait_until
 
 from extender.sim.cluster import topology
 
@@ -81,6 +82,23 @@ def cluster(plane: ControlPlane) -> Cluster:
             pytrace=False,
         )
     return Cluster(plane=plane, service_url=url, nodes=tuple(nodes))
+
+
+@pytest.fixture
+def lagging_api(cluster: Cluster) -> Iterator[ApiProxy]:
+    """The service talks to kube-apiserver through an ApiProxy for this test (restarted on its port;
+    `delay_pod_watches_s` makes its pod watch lag kube-scheduler's); afterwards a fresh service goes
+    straight to the API server again."""
+    plane = cluster.plane
+    proxy = ApiProxy(plane.server, token=plane.extender_token or TOKEN).start()
+    plane.service_kubeconfig = str(proxy.write_kubeconfig(plane.workdir / "kubeconfig.api-proxy"))
+    plane.restart_service()
+    try:
+        yield proxy
+    finally:
+        plane.service_kubeconfig = None
+        plane.restart_service()
+        proxy.stop()
 
 
 @pytest.fixture

@@ -416,6 +416,8 @@ class ApiProxy(_Proxy):
       random.Random (one draw per binding while the fraction is > 0), are answered by the proxy
       with `status` and a Kubernetes Status body and never reach the API server. The delay, if
       any, applies to them too (a slow server that then fails).
+    - `delay_pod_watches_s(x)`: every event on a pod watch reaches the client x s after the API server
+      sent it, in order (a watch that lags another client's, as a busy process's does).
     - `cut_watches()`: aborts every open watch's connection mid-stream (no terminating chunk),
       as a killed TCP connection would; new watches work.
     - `refuse(True)`: every request is refused by closing its connection without a response (the
@@ -430,6 +432,7 @@ class ApiProxy(_Proxy):
         self.token = token
         self._rng = random.Random(seed)
         self._delay_s = 0.0
+        self._pod_watch_delay_s = 0.0
         self._fail_fraction = 0.0
         self._fail_status = 503
         self._refusing = False
@@ -453,6 +456,11 @@ class ApiProxy(_Proxy):
         """Binding POSTs arriving from now on wait `delay_s` seconds before being forwarded."""
         with self._lock:
             self._delay_s = max(0.0, delay_s)
+
+    def delay_pod_watches_s(self, delay_s: float) -> None:
+        """Pod watch events the API server sends from now on reach the client `delay_s` seconds late."""
+        with self._lock:
+            self._pod_watch_delay_s = max(0.0, delay_s)
 
     def fail_bindings(self, fraction: float, status: int = 503, *, seed: int | None = None) -> None:
         """Answer `fraction` (0..1) of binding POSTs with `status` ourselves; `seed` restarts the draws."""
@@ -587,10 +595,39 @@ class ApiProxy(_Proxy):
         async for chunk in up.content.iter_any():  # each chunk as it comes, never the whole body
             await resp.write(chunk)
 
+    async def _pump_late(self, up: aiohttp.ClientResponse, resp: web.StreamResponse) -> None:
+        """`_pump`, each chunk written `delay_pod_watches_s` after it arrived (read at its arrival)."""
+        loop = asyncio.get_running_loop()
+        late: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue()
+
+        async def write() -> None:
+            while True:
+                due, chunk = await late.get()
+                if due > loop.time():
+                    await asyncio.sleep(due - loop.time())
+                if chunk is None:
+                    return
+                await resp.write(chunk)
+
+        writer = asyncio.create_task(write())
+        try:
+            async for chunk in up.content.iter_any():
+                with self._lock:
+                    delay_s = self._pod_watch_delay_s
+                late.put_nowait((loop.time() + delay_s, chunk))
+                if writer.done():
+                    break  # the client went away: its error is raised below
+            late.put_nowait((loop.time(), None))
+            await writer
+        finally:
+            writer.cancel()
+
     async def _stream_watch(
         self, request: web.Request, up: aiohttp.ClientResponse, resp: web.StreamResponse
     ) -> None:
-        w = _Watch(request.transport, asyncio.create_task(self._pump(up, resp)))
+        pods = request.path.rstrip("/").endswith("/pods")
+        pump = self._pump_late(up, resp) if pods else self._pump(up, resp)
+        w = _Watch(request.transport, asyncio.create_task(pump))
         self._watches.append(w)
         self._count("watches_open")
         try:
