@@ -81,9 +81,9 @@ class Holding:
         self._parked: dict[GroupKey, float] = {}  # gang -> when first seen parked (its rank's age)
         """Gangs with a member kube-scheduler parked (PodScheduled=False): a member that fits no node's
         free room alone (a whole-node GPU pod on a busy cluster) fails kube-scheduler's own filters,
-        and the extender is never asked for it. Kept by the store's events, also once a filter has
-        shown the gang (its age stays the earlier); a gang with no parked member left is dropped at
-        the next pass."""
+        and the extender is never asked for it. Kept by the store's events; once a filter has shown
+        the gang, the ledger's no-fit decides whether it may hold, and its age here stays the earlier
+        one; a gang with no parked member left is dropped at the next pass."""
         view.store.add_listener(self._on_change)
         self._seen: tuple[int, int, int] = (-1, -1, -1)
         self._unfit: frozenset[GroupKey] = frozenset()  # the unfit gangs the last pass saw
@@ -149,9 +149,8 @@ class Holding:
             if not parked:
                 del self._parked[key]  # bound or gone
                 continue
-            entry = self.ledger.entry(key)
-            if key in out or (entry is not None and entry.plan):
-                continue  # the ledger's no-fit is the definition; a planned gang waits for nothing
+            if key in out or self.ledger.entry(key) is not None:
+                continue  # a filter has seen it: the ledger says whether it fits (its age stays here)
             spec = self.view.spec_of(key, members)
             if spec is not None:
                 out[key] = spec
