@@ -232,6 +232,8 @@ async def handle_filter(request: web.Request) -> web.Response:
         finally:
             _answer_dropped(app)
         _spawn_effects(app, decision.effects)
+        if decision.lagging_on:
+            app[METRICS].lag_retries.inc()
         return _json(_filter_reply(args, decision, reason_nodes))
 
     return await _handle(request, "filter", work)

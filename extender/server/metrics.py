@@ -97,6 +97,12 @@ class Metrics:
             "Filter calls for plain pods answered by checking only held, cordoned or settling nodes",
             registry=r,
         )
+        self.lag_retries = Counter(
+            "gang_extender_filter_lag_retries",
+            "Refusals answered as an error kube-scheduler retries: an offered node had room in its cache "
+            "that this one does not see yet (its pod watch behind)",
+            registry=r,
+        )
         self.gangs_bound = Counter(
             "gang_extender_gangs_bound", "Gangs whose quorum was bound together", registry=r
         )

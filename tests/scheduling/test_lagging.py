@@ -21,6 +21,7 @@ from extender.scheduling.decisions import Verdict
 from extender.scheduling.lagging import RETRY_S, RETRY_TEXT
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
+from extender.server.app import METRICS
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
@@ -170,5 +171,8 @@ async def test_the_wire_answer_is_an_error_naming_no_node(make_service: Any) -> 
     svc = await make_service(
         [make_node("n1", cpu="4"), make_pod("o1", cpu="4", node="n1"), make_pod("ask", cpu="4")]
     )
+    retries = svc.app[METRICS].lag_retries
+    before = retries._value.get()
     doc = await svc.filter("ask", ["n1"])
     assert RETRY_TEXT in doc["Error"] and doc["NodeNames"] == [] and not doc["FailedNodes"], doc
+    assert retries._value.get() == before + 1  # gang_extender_filter_lag_retries_total
