@@ -7,8 +7,10 @@ reservation of its own on that node, has less, the two disagree about the pods b
 often one ended that kube-scheduler has seen go and this cache has not yet. Refused then, the pod
 would wait in kube-scheduler's unschedulable queue with NodeResourcesFit among the plugins that
 rejected it (on the nodes not offered), and since kube-scheduler 1.31 only an event that plugin's
-queueing hint accepts brings it back: not the end of a pod kube-scheduler already saw end, and not
-this service's annotation nudge. The pod could wait for kube-scheduler's five-minute flush.
+queueing hint accepts brings it back (the end of a pod it already saw end is not one), or a nudge
+where one follows (a hold made ready). A plain pod, or a gang with no hold, could wait for
+kube-scheduler's five-minute flush: on 1.37.2 a plain pod was still pending a minute after the
+service caught up (tests/e2e/test_e2e_requeue.py, before this answer).
 
 So such a refusal is answered as an error, which kube-scheduler retries after the pod's backoff
 (an error names no rejecting plugin); for at most `retry_s` per pod, past which the two caches
