@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import datetime
 import enum
 import math
 import time
@@ -33,6 +32,7 @@ from typing import Any
 
 from extender.model.group import Disruption, GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.model.timestamps import parse_time_s
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.ledger import GangLedger
 from extender.state.store import POD, ClusterStore, PodRecord, is_live, is_terminal
@@ -109,16 +109,6 @@ class _View:
     signals: list[_Signal]
     healthy: dict[str | None, int]  # per leaf: running and not disrupted, or finished (Succeeded)
     ever_bound: dict[str | None, int]  # per leaf: every member known to have been bound
-
-
-def parse_time_s(value: Any) -> float | None:
-    """An RFC 3339 timestamp as Unix seconds; None when absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _deleted_at(meta: dict[str, Any]) -> float | None:

@@ -13,11 +13,11 @@ the duration) means follow. The decision is a pure function of the cached Lease 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import enum
 from typing import Any
 
 from extender.model.lease import split_lease_ref
+from extender.model.timestamps import parse_time_s
 
 LEASE_KIND = ("coordination.k8s.io", "Lease")
 
@@ -54,13 +54,7 @@ class LeaderLease:
 
 
 def _renewed_s(spec: dict[str, Any]) -> float | None:
-    stamp = spec.get("renewTime") or spec.get("acquireTime")
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return parse_time_s(spec.get("renewTime") or spec.get("acquireTime"))
 
 
 def role(lease: LeaderLease | None, obj: dict[str, Any] | None, now_s: float) -> tuple[Role, str]:
