@@ -54,6 +54,7 @@ from extender.scheduling.ledger import Answer, Expiry, GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.pooling import PoolMap
 from extender.scheduling.reasons import ReasonsTold
+from extender.scheduling.repair import ConditionRepair
 from extender.scheduling.status import status_now
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import View, pod_identity
@@ -133,6 +134,7 @@ class Scheduler:
             pools=self.pools,
             evicting=disruption.evicting if disruption is not None else lambda key: None,
         )
+        self.repair = ConditionRepair(store)
         store.add_listener(self._on_change)
         for row in sorted(store.row_names):
             # in the store before this listener (an embedded cluster, attached first): its bindings
@@ -160,6 +162,7 @@ class Scheduler:
         return self.filtering.planned_node_for(pod)
 
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
+        self.repair.saw_filter(pod)
         return self.filtering.filter(pod, node_names)
 
     # ----------------------------------------------------------------- queues
@@ -285,6 +288,7 @@ class Scheduler:
             out.effects += self.admission.queue_status()
             out.effects += self.admission.holds_over()
             out.effects += self.gang_preemption.reclaims_tick()
+            out.effects += self.repair.take()
         out.effects += self.telling.fresh_reasons()
         out.answers = self.ledger.take_answers()
         if not acting:
@@ -310,6 +314,7 @@ class Scheduler:
             return
         if kind != POD:
             return
+        self.repair.on_pod(event, obj)
         node = (obj.get("spec") or {}).get("nodeName")
         if node and event != "DELETED" and not is_terminal(obj):
             row = self.store.node_rows.get(node)
