@@ -754,6 +754,7 @@ class Driver:
         self.loose: set[str] = set()  # gang pods whose pod-group-name names no PodGroup
         self.gone_done: dict[str, str] = {}  # finished gang pods since deleted -> their gang
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
+        self.evictions_seen = 0  # every eviction of the run: settling waits for a round without one
         self.evict_asked: dict[str, list[str]] = {}  # pod uid -> why the service asked to evict it, each time
         self.evicted_twice: list[str] = []  # see note_evict_request
         self.broken_reclaims: list[str] = []  # see check_reclaim
@@ -883,6 +884,7 @@ class Driver:
                 f"of priority {preempted[2]}: a victim must rank strictly lower"
             )
         self.evicted.append((name, self.pod_gang.get(name), by))
+        self.evictions_seen += 1
         self.lines.append(f"      {by} evicts {name}")
         again = copy.deepcopy(pod)
         self.counter += 1
@@ -2123,6 +2125,7 @@ class Driver:
         loop = asyncio.get_running_loop()
         for _ in range(SETTLE_ROUNDS):
             self.step += 1
+            evictions = self.evictions_seen
             self.end_graces(every=True)  # what was evicted meanwhile goes
             self.recreate()  # and its controller creates it again
             await self.advance(GANG_WAIT_S + 0.5)  # barriers left waiting time out, backoffs start
@@ -2147,9 +2150,12 @@ class Driver:
             while self.in_flight() and loop.time() < until:
                 await asyncio.sleep(0.005)
             await self.check()
-            # settled: two rounds in a row where no filter passed and nothing got bound (one is not
-            # enough: a barrier re-armed during the round's clock moves can still be backing off)
-            quiet = quiet + 1 if not started and self.bound() == before else 0
+            # settled: two rounds in a row where no filter passed, nothing got bound, nothing was
+            # evicted and no preemption or reclaim is under way (one is not enough: a barrier re-armed
+            # during the round's clock moves can still be backing off; a reclaim that began in the
+            # round's clock moves has victims still to go, and gangs of its queue's rivals held for it)
+            busy = self.evictions_seen != evictions or bool(self.svc.scheduler.ledger.preemptions_now())
+            quiet = quiet + 1 if not started and self.bound() == before and not busy else 0
             if quiet == 2:
                 stable = True
                 break
