@@ -96,7 +96,14 @@ from extender.model.queue import (
     amount_text,
     read_queue,
 )
-from extender.state.store import POD, ClusterStore, is_live, is_terminal
+from extender.state.store import (
+    DEFAULT_SCHEDULER_NAME,
+    POD,
+    ClusterStore,
+    is_live,
+    is_terminal,
+    scheduler_name,
+)
 
 
 def in_use(store: ClusterStore) -> bool:
@@ -299,7 +306,7 @@ def charged_queue(
 def _another_schedulers(pod: dict[str, Any]) -> bool:
     """Placed by the default scheduler (the cluster's other pods: system daemons, services), which
     this service never sees; such a pod counts toward a queue only when it names one."""
-    return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") == "default-scheduler"
+    return scheduler_name(pod) == DEFAULT_SCHEDULER_NAME
 
 
 # ================================================================= accounting

@@ -16,20 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.model.keys import PodKey, pod_key
+from extender.model.keys import PodKey
 from extender.scheduling.decisions import Effect, pod_ref
-from extender.scheduling.view import marked_unschedulable
-from extender.state.store import ClusterStore, is_live, is_terminal
+from extender.scheduling.view import marked_unschedulable, pod_identity
+from extender.state.store import ClusterStore, is_live, is_terminal, scheduler_name
 
 DUE_KEPT = 4096
 """Pods waiting for the repair at most (a tick drains them all); past it, new sightings wait for the
 pod's next change."""
 
 SCHEDULERS_KEPT = 16
-
-
-def scheduler_of(pod: dict[str, Any]) -> str:
-    return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
 
 
 class ConditionRepair:
@@ -39,7 +35,7 @@ class ConditionRepair:
         self._due: dict[PodKey, None] = {}
 
     def saw_filter(self, pod: dict[str, Any]) -> None:
-        name = scheduler_of(pod)
+        name = scheduler_name(pod)
         if name not in self._schedulers and len(self._schedulers) < SCHEDULERS_KEPT:
             self._schedulers.add(name)
 
@@ -47,11 +43,10 @@ class ConditionRepair:
         """A pod event from the store: note a bound pod of ours still marked unschedulable."""
         if event == "DELETED" or not (obj.get("spec") or {}).get("nodeName") or is_terminal(obj):
             return
-        if scheduler_of(obj) not in self._schedulers or not marked_unschedulable(obj):
+        if scheduler_name(obj) not in self._schedulers or not marked_unschedulable(obj):
             return
         if len(self._due) < DUE_KEPT:
-            meta = obj.get("metadata") or {}
-            self._due[pod_key(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))] = None
+            self._due[pod_identity(obj)[0]] = None
 
     def take(self) -> list[Effect]:
         """PodScheduled=True for each noted pod still bound and still marked False."""

@@ -92,6 +92,13 @@ def is_terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+DEFAULT_SCHEDULER_NAME = "default-scheduler"  # what the API server writes when a pod names none
+
+
+def scheduler_name(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME)
+
+
 def is_live(pod: dict[str, Any]) -> bool:
     """Counts toward a gang's quorum: not finished, not being deleted, not held by scheduling gates."""
     if is_terminal(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):

@@ -17,11 +17,8 @@ from typing import Any
 import pytest
 
 from extender.scheduling.decisions import BindVerdict, Verdict
-from extender.scheduling.ledger import GangLedger
-from extender.scheduling.scheduler import Scheduler
-from extender.state.embedded import EmbeddedCluster
-from extender.state.store import ClusterStore
 from tests.builders import make_node, make_pod
+from tests.scheduling.worlds import ClockedWorld
 
 
 def pod(name: str, node: str | None, priority: int, *, nominated: str | None = None) -> dict[str, Any]:
@@ -32,12 +29,11 @@ def pod(name: str, node: str | None, priority: int, *, nominated: str | None = N
     return p
 
 
-class World:
+class World(ClockedWorld):
     """n1 holds victim v1, n2 holds o2; both full. `urgent` (and `rival`) wait for 4 cpu."""
 
     def __init__(self) -> None:
-        self.store = ClusterStore()
-        self.cluster = EmbeddedCluster(
+        super().__init__(
             [
                 make_node("n1", cpu="4"),
                 make_node("n2", cpu="4"),
@@ -46,14 +42,6 @@ class World:
                 pod("urgent", None, 1000),
                 pod("rival", None, 1000),
             ]
-        )
-        self.cluster.attach(self.store)
-        self.clock_s = 0.0
-        self.scheduler = Scheduler(
-            self.store,
-            GangLedger(
-                self.store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: self.clock_s
-            ),
         )
 
     def preempt(self, name: str, victims: dict[str, list[str]]) -> set[str]:

@@ -8,26 +8,18 @@ from typing import Any
 
 import pytest
 
-from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
 from extender.state.embedded import EmbeddedCluster
-from extender.state.store import ClusterStore
 from tests.builders import make_node, make_pod
+from tests.scheduling.worlds import ClockedWorld
 
 STALE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes"}
 
 
 def world() -> tuple[EmbeddedCluster, Scheduler]:
-    store = ClusterStore()
-    cluster = EmbeddedCluster([make_node("n1", cpu="8"), make_pod("asked", cpu="1")])
-    cluster.attach(store)
-    clock = iter(range(10_000))
-    ledger = GangLedger(
-        store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: float(next(clock))
-    )
-    scheduler = Scheduler(store, ledger)
-    scheduler.filter(cluster.get("", "Pod", "default", "asked"), ["n1"])  # gang-scheduler calls us
-    return cluster, scheduler
+    w = ClockedWorld([make_node("n1", cpu="8"), make_pod("asked", cpu="1")])
+    w.scheduler.filter(w.cluster.get("", "Pod", "default", "asked"), ["n1"])  # gang-scheduler calls us
+    return w.cluster, w.scheduler
 
 
 def pod(

@@ -19,21 +19,17 @@ from extender.model.keys import pod_key
 from extender.model.resources import pod_requests
 from extender.scheduling.decisions import Verdict
 from extender.scheduling.lagging import RETRY_S, RETRY_TEXT
-from extender.scheduling.ledger import GangLedger
-from extender.scheduling.scheduler import Scheduler
 from extender.server.app import METRICS
-from extender.state.embedded import EmbeddedCluster
-from extender.state.store import ClusterStore
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
+from tests.scheduling.worlds import ClockedWorld
 
 
-class World:
+class World(ClockedWorld):
     """n1 and n2 of 4 cpu, each full with a bound pod (o1, o2) as this cache sees them; `ask` and
     the gang `g` (two members of 4 cpu) wait."""
 
     def __init__(self) -> None:
-        self.store = ClusterStore()
-        self.cluster = EmbeddedCluster(
+        super().__init__(
             [
                 make_node("n1", cpu="4"),
                 make_node("n2", cpu="4"),
@@ -47,14 +43,6 @@ class World:
                 gang_pod("g-0", "g", cpu="4", uid="uid-g-0"),
                 gang_pod("g-1", "g", cpu="4", uid="uid-g-1"),
             ]
-        )
-        self.cluster.attach(self.store)
-        self.clock_s = 0.0
-        self.scheduler = Scheduler(
-            self.store,
-            GangLedger(
-                self.store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: self.clock_s
-            ),
         )
 
     def filter(self, name: str, nodes: list[str]) -> tuple[str, str]:
