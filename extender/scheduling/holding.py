@@ -192,8 +192,6 @@ class Holding:
             why = ""
             if demand.unoffered:
                 why = messages.unoffered_text(list(demand.unoffered))
-            elif demand.one_per_node:
-                why = "members that must be alone on their nodes are not held for (a limit of holds)"
             out.append(
                 Waiting(
                     key,
@@ -217,6 +215,7 @@ class Holding:
         by_key = {w.key: w for w in waiting}
         none = {w.key: f"no hold: {w.why}" for w in waiting if w.demand is None}
         candidates = [(w.key, w.demand.request) for w in waiting if w.demand is not None]
+        arrays = planning.with_slots(self.store, [w.demand for w in waiting if w.demand is not None])
 
         def refuse(key: Hashable, hold: backfill.Hold, kept: Sequence[backfill.Hold]) -> str | None:
             return self._refused_by_queue(by_key[str(key)], [by_key[str(h.owner)] for h in kept], previous)
@@ -225,13 +224,15 @@ class Holding:
         small: dict[Hashable, np.ndarray] = {}
         classes: dict[Hashable, Hashable] = {}  # the hold depth counts per size class
         for key, request in candidates if self.pools is not None else ():
+            if by_key[str(key)].demand.one_per_node:
+                continue  # planned apart from the pools (planning.plan_members): held as planned
             pooled = self.pools.allowed(request)
             if pooled is not None:
                 within[key], classes[key] = pooled
                 if pooled[1] is SizeClass.SMALL:
                     small[key] = pooled[0]  # a small gang holds in its pool when that could fit it
         chosen = backfill.choose_holds(
-            self.store.arrays,
+            arrays,
             candidates,
             [h.hold for h in previous.values()],
             depth=self.book.settings.depth,
@@ -246,6 +247,7 @@ class Holding:
             if old is not None and old.hold is hold:
                 kept.append(old)
             else:
+                hold = dataclasses.replace(hold, amounts=planning.without_slots(self.store, hold.amounts))
                 kept.append(self._held(by_key[str(hold.owner)], hold, since_s=old.since_s if old else None))
         none.update({str(k): f"no hold: {why}" for k, why in chosen.none.items()})
         return kept, none

@@ -6,6 +6,7 @@ Pure computation over the store and the ledger's current plans; nothing here hol
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -309,6 +310,37 @@ def _plan_one_per_node(
         return placement.plan_gang(arrays, request)
     finally:
         free[:, slot] = 0
+
+
+def with_slots(store: ClusterStore, demands: Sequence[Demand]) -> ClusterArrays:
+    """The store's arrays as a hold's pass sees them when some of `demands` have members that must be
+    alone: a copy whose slot column offers one per node, free and once drained, but on the rows
+    their placed members take (any of them: conservative where two such gangs wait at once). The
+    store's own arrays otherwise (nothing is copied)."""
+    arrays = store.arrays
+    slot = store.resources.find(podaffinity.ONE_PER_NODE)
+    if slot is None or not any(d.one_per_node for d in demands):
+        return arrays
+    view = copy.copy(arrays)
+    view.free = arrays.free.copy()
+    view.allocatable = arrays.allocatable.copy()
+    view.free[: arrays.n_rows, slot] = 1
+    view.allocatable[: arrays.n_rows, slot] = 1
+    taken = np.array(sorted({r for d in demands for r in d.spread_rows}), dtype=np.int64)
+    view.free[taken, slot] = 0
+    view.allocatable[taken, slot] = 0
+    return view
+
+
+def without_slots(store: ClusterStore, amounts: np.ndarray) -> np.ndarray:
+    """A hold's amounts with the slot column cleared: outside a plan nothing offers it, so a held
+    row counts as drained by the resources its pods request."""
+    slot = store.resources.find(podaffinity.ONE_PER_NODE)
+    if slot is None or slot >= amounts.shape[1] or not amounts[:, slot].any():
+        return amounts
+    out = amounts.copy()
+    out[:, slot] = 0
+    return out
 
 
 def repair(

@@ -39,13 +39,29 @@ class HoldWorld(World):
         self.scheduler = Scheduler(self.store, ledger)
 
     def rack_gang(
-        self, name: str, size: int, cpu: str, *, queue: str = "default-queue", prio: int = 0
+        self,
+        name: str,
+        size: int,
+        cpu: str,
+        *,
+        queue: str = "default-queue",
+        prio: int = 0,
+        apart: bool = False,
     ) -> list[str]:
+        """`apart`: each member must be alone on its node (anti-affinity to its gang on the hostname)."""
         self.cluster.apply(make_kai_podgroup(name, min_member=size, queue=queue, topology=RACK))
         names = [f"{name}-{i}" for i in range(size)]
         for pod in names:
-            obj = gang_pod(pod, name, cpu=cpu, memory="1Gi")
+            obj = gang_pod(pod, name, cpu=cpu, memory="1Gi", labels={"job": name})
             obj["spec"]["priority"] = prio
+            if apart:
+                term = {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"job": name}},
+                }
+                obj["spec"]["affinity"] = {
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+                }
             self.cluster.apply(obj)
         return names
 
@@ -110,6 +126,32 @@ def test_a_large_gang_holds_the_least_used_rack_others_go_around_it_and_it_start
     w.tick()
     assert w.hold("big") is None  # it started: the hold is its plan's, then its pods'
     assert [h.gang for h in w.scheduler.ledger.holds.all()] == ["default/c"]  # the next in line holds
+
+
+def test_a_gang_whose_members_must_be_alone_holds_a_node_for_each_and_starts_one_per_node() -> None:
+    """Four members of 2 cpu, one per node, in one rack: the rack of a has room for each but on three
+    nodes only; b's has one free node. Held one node each in a's rack (the least used); a small gang
+    still uses what the hold leaves on the held nodes; once a ends, the gang starts one per node."""
+    w = HoldWorld([])
+    a, b = fill(w)
+    apart = w.rack_gang("apart", 4, "2", apart=True)
+    assert w.filter(apart[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    hold = w.hold("apart")
+    assert hold is not None, w.scheduler.describe("default/apart")
+    assert hold["domain"] == f"rack {w.rack_of(a[0])}" and hold["heldNodes"] == 4
+    assert hold["drainedNodes"] == 3  # a's full node must drain; 2 cpu is free on the others
+    # the room the hold leaves on its nodes is not withheld: 4 cpu beside a's half-used node
+    w.cluster.apply(make_pod("plain", cpu="6", memory="1Gi"))
+    passed = w.filter("plain").passed
+    assert w.rack_of(a[0]) in {w.node_rack(n) for n in passed}
+    w.delete(*a)
+    effects = w.tick()
+    assert ("nudge", apart[0]) in {(e.kind, e.name) for e in effects}
+    w.schedule(*apart)
+    nodes = [w.pod(n)["spec"]["nodeName"] for n in apart]
+    assert w.bound(*apart) and len(set(nodes)) == 4
+    assert {w.node_rack(n) for n in nodes} == {hold["domain"].split()[1]} != {w.rack_of(b[0])}
 
 
 def test_without_holds_the_small_gang_takes_the_draining_rack_and_the_large_one_still_waits() -> None:

@@ -125,6 +125,7 @@ SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 UNKNOWN = "example.com/foo"
 QUEUE_LABEL = "kai.scheduler/queue"
+APART_LABEL = "apart-of"  # an apart gang's pods carry their gang's name here, and shun each other by it
 GROUP_ANNOTATION = "pod-group-name"
 NATIVE_API = "scheduling.k8s.io/v1beta1"
 PREEMPTED_BY = re.compile(r"preempted by gang (\S+) \(priority (-?\d+)\)")
@@ -455,6 +456,7 @@ class Gang:
     native: bool = False  # a scheduling.k8s.io/v1beta1 PodGroup (1.37): its priority is its members'
     tree: bool = False  # a 1.37 CompositePodGroup (its name) over one PodGroup per subgroup (theirs)
     pod_priority: int = 0  # a native gang's pods' own priority, which its PodGroup's overrides
+    apart: bool = False  # its members must be alone on their nodes (required anti-affinity to each other)
 
     def objects(self) -> list[dict]:
         """Its group objects: one PodGroup, or a CompositePodGroup and its children."""
@@ -523,11 +525,20 @@ class Gang:
             pod["spec"]["schedulingGroup"] = {"podGroupName": subgroup if self.tree else self.name}
             if self.pod_priority:
                 pod["spec"]["priority"] = self.pod_priority
-            return pod
-        labels = {SUBGROUP_LABEL: subgroup} if subgroup else None
-        pod = gang_pod(name, self.name, cpu=self.cpu, labels=labels, uid=uid)
-        if self.priority:
-            pod["spec"]["priority"] = self.priority
+        else:
+            labels = {SUBGROUP_LABEL: subgroup} if subgroup else None
+            pod = gang_pod(name, self.name, cpu=self.cpu, labels=labels, uid=uid)
+            if self.priority:
+                pod["spec"]["priority"] = self.priority
+        if self.apart:
+            pod["metadata"]["labels"][APART_LABEL] = self.name
+            term = {
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {APART_LABEL: self.name}},
+            }
+            pod["spec"]["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+            }
         return pod
 
     def nativize(self, rng: random.Random, *, tree: bool = False) -> None:
@@ -605,6 +616,16 @@ def add_features(rng: random.Random, objects: list[dict], gangs: list[Gang], pla
             ):
                 sub = (obj["metadata"].get("labels") or {}).get(SUBGROUP_LABEL)
                 objects[i] = composite.pod(obj["metadata"]["name"], sub)
+    wide = by_name.get("wide")
+    if wide is not None and "apart" not in SKIP and rng.random() < 0.4:
+        wide.apart = True  # one member per node: it holds a node for each when it fits nowhere
+        wide_pods = {f"wide-{i}" for i in range(wide.size)}
+        objects[:] = [
+            wide.pod(o["metadata"]["name"], None)
+            if o["kind"] == "Pod" and o["metadata"]["name"] in wide_pods
+            else o
+            for o in objects
+        ]
     for obj in objects:
         name = obj["metadata"]["name"]
         if obj["apiVersion"].startswith("scheduling.k8s.io/"):
@@ -1018,11 +1039,39 @@ class Driver:
             if not b.task.done() and b.pod in pods and not pods[b.pod]["spec"].get("nodeName"):
                 used[b.node].update(pod_requests(pods[b.pod]))
         req = pod_requests(pods[name])
+        shunned = self.shunned(name, in_flight=in_flight)
         return [
             n
             for n in self.schedulable()
-            if all(allocatable(nodes[n]).get(k, 0) - used[n][k] >= v for k, v in req.items() if v)
+            if n not in shunned
+            and all(allocatable(nodes[n]).get(k, 0) - used[n][k] >= v for k, v in req.items() if v)
         ]
+
+    def shunned(self, name: str, *, in_flight: bool = True) -> set[str]:
+        """The nodes the pod's required anti-affinity keeps it off (InterPodAntiAffinity): those where
+        a pod of its apart gang is bound or (`in_flight`) being bound."""
+        pods = self.pods()
+        apart = (pods[name]["metadata"].get("labels") or {}).get(APART_LABEL)
+        if not apart:
+            return set()
+        out = {
+            p["spec"]["nodeName"]
+            for n, p in pods.items()
+            if n != name
+            and p["spec"].get("nodeName")
+            and not finished(p)
+            and (p["metadata"].get("labels") or {}).get(APART_LABEL) == apart
+        }
+        for b in self.binds if in_flight else ():
+            if (
+                not b.task.done()
+                and b.pod != name
+                and b.pod in pods
+                and not pods[b.pod]["spec"].get("nodeName")
+            ):
+                if (pods[b.pod]["metadata"].get("labels") or {}).get(APART_LABEL) == apart:
+                    out.add(b.node)
+        return out
 
     def in_flight(self) -> set[str]:
         return {b.pod for b in self.binds if not b.task.done()}
@@ -1685,6 +1734,17 @@ class Driver:
                 }
                 if len(racks) > 1:
                     self.fail(f"gang {g.name} must sit in one rack; its bound members are in {sorted(racks)}")
+        # anti-affinity: an apart gang's bound members each alone on their nodes
+        on_node: dict[tuple[str, str], list[str]] = {}
+        for n, node in bound.items():
+            apart = (pods[n]["metadata"].get("labels") or {}).get(APART_LABEL)
+            if apart and not finished(pods[n]) and not leaving(pods[n]):
+                on_node.setdefault((apart, node), []).append(n)
+        for (apart, node), names in on_node.items():
+            if len(names) > 1:
+                self.fail(
+                    f"gang {apart}'s members must be alone on their nodes; {sorted(names)} share {node}"
+                )
         # partial gangs: not while a gang's API binds are in flight (they land one at a time), nor
         # one the API left short (the final report asks that it healed wherever its members fit)
         # partial evictions: a gang whole at the last check that lost members since has no member
@@ -2196,7 +2256,18 @@ class Driver:
 
         def slots(req: dict[str, int], where: list[str], gang: str | None = None, prio: int = 0) -> int:
             seen = around(gang, prio)
+            if gang is not None and gang in apart:  # one member per node, none beside a bound one
+                taken = {
+                    node
+                    for n, node in bound.items()
+                    if self.pod_gang.get(n) == gang and not finished(pods[n])
+                }
+                return sum(
+                    min(1, *(seen[n][k] // v for k, v in req.items() if v)) for n in where if n not in taken
+                )
             return sum(min(seen[n][k] // v for k, v in req.items() if v) for n in where)
+
+        apart = {g.name for g in self.gangs if g.apart}
 
         racks: dict[str, list[str]] = {}
         for n in free:
