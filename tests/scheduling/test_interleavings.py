@@ -36,7 +36,8 @@ After every step it checks, from the API's objects and the service's public surf
 - a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
   status, event, nudge, condition or eviction reaches the API while it follows);
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
-  store's free capacity of every live node is >= 0), and a rack gang's bound members share a rack;
+  store's free capacity of every live node is >= 0), a rack gang's bound members share a rack, and
+  an apart gang's (required anti-affinity to each other on the hostname) never share a node;
 - no reservation is left behind (each one is a pod in the store, planned in GET /debug/gangs or
   with a bind in flight);
 - no gang is partially bound (each subgroup all-or-nothing too), except while its API binds are in
@@ -80,7 +81,7 @@ INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resour
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
 tree), preempt, regroup, annex, succeed,
-delete-finished, holds (no holds, no whole-rack gang),
+delete-finished, holds (no holds, no whole-rack gang), apart (no gang whose members must be alone),
 stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica) and
 evict-lag (an accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later)).
 """
