@@ -7,10 +7,11 @@ the nudge of a holder whose hold is ready. The holds themselves are the ledger's
 Who holds: a gang whose quorum is ready, admitted by its queue, found to fit nowhere (and to
 preempt and reclaim nothing), with no preemption under way and not backing off; or one whose
 members kube-scheduler parked without asking the service (each alone fits no node's free room, so
-its own filters passed no node), within its queue's limits. The waiting gangs
-are ranked by priority (higher first), then by when they were first seen; the first `depth` that
-do not fit now hold, each where the least is in use among the rows that fit it once drained, from
-what the holds ranked before it leave. The head's hold moves only to rows with strictly less left
+its own filters passed no node), within its queue's limits. The waiting gangs are ranked by
+priority (higher first), then by when they were created (their first member's creationTimestamp:
+what a restarted service reads again), then by when first seen; the first `depth` that do not fit
+now hold, each where the least is in use among the rows that fit it once drained, from what the
+holds ranked before it leave. The head's hold moves only to rows with strictly less left
 to drain, so its deficit only falls; a gang that fits no drained cluster gets no hold, and says so.
 Holding is never a reason to evict: a hold waits for pods to end (only the preempt verb and the
 preemption of a higher-priority gang evict, by their own rules).
@@ -29,6 +30,7 @@ import numpy as np
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey
 from extender.model.priority import member_priority
+from extender.model.timestamps import parse_time_s
 from extender.placement import backfill
 from extender.placement.pools import SizeClass
 from extender.scheduling import messages, planning
@@ -57,6 +59,13 @@ class Waiting:
     demand: planning.Demand | None  # None: it cannot be held for (why in `why`)
     queue: str | None
     why: str = ""
+    created_s: float = math.inf  # its first live member's creationTimestamp (wall clock); inf: none
+
+    @property
+    def rank(self) -> tuple[int, float, float, GroupKey]:
+        """Priority first; then the age the API server keeps (the same after a restart, and however
+        this process first saw the gang), to the second it records; then when first seen waiting."""
+        return (-self.priority, math.floor(self.created_s), self.since_s, self.key)
 
 
 class Holding:
@@ -192,6 +201,7 @@ class Holding:
             why = ""
             if demand.unoffered:
                 why = messages.unoffered_text(list(demand.unoffered))
+            created = [parse_time_s((r.obj.get("metadata") or {}).get("creationTimestamp")) for r in members]
             out.append(
                 Waiting(
                     key,
@@ -201,9 +211,10 @@ class Holding:
                     None if why else demand,
                     queue,
                     why,
+                    min((c for c in created if c is not None), default=math.inf),
                 )
             )
-        out.sort(key=lambda w: (-w.priority, w.since_s, w.key))
+        out.sort(key=lambda w: w.rank)
         return out
 
     def decide(self) -> tuple[list[Held], dict[GroupKey, str]]:

@@ -299,6 +299,25 @@ def test_a_parked_gang_ranks_by_when_it_was_first_parked(asked_later: bool) -> N
     assert w.scheduler.ledger.holds.all()[0].gang == "default/big"
 
 
+def test_gangs_rank_by_when_they_were_created_whichever_the_service_is_asked_about_first() -> None:
+    """A restarted service (or one that saw the older gang only parked) ranks by what the API server
+    keeps: the members' creationTimestamp, to the second."""
+    w = HoldWorld([])
+    fill(w)
+    for name, stamp in (("old", "2026-12-06T05:00:00Z"), ("new", "2026-12-06T05:01:00Z")):
+        w.cluster.apply(make_kai_podgroup(name, min_member=4, topology=RACK))
+        for i in range(4):
+            pod = gang_pod(f"{name}-{i}", name, cpu="8", memory="1Gi")
+            pod["metadata"]["creationTimestamp"] = stamp
+            w.cluster.apply(pod)
+    assert w.filter("new-0").verdict is Verdict.NO_FIT  # asked about first
+    w.scheduler.ledger.clock.now += 5  # type: ignore[attr-defined]
+    assert w.filter("old-0").verdict is Verdict.NO_FIT
+    assert [x.key for x in w.scheduler.holding.waiting()] == ["default/old", "default/new"]
+    w.tick()
+    assert w.scheduler.ledger.holds.all()[0].gang == "default/old"
+
+
 def test_a_gang_kube_scheduler_parked_without_asking_the_service_holds_too() -> None:
     """Members that each fit no node's free room fail kube-scheduler's own filters: the extender is
     never asked. Parked (PodScheduled=False), the gang still holds, and its members are brought back
