@@ -4,6 +4,13 @@ It plays the API server's part for the service: it keeps the objects, stamps uid
 resourceVersion and creationTimestamp as the API server would, feeds the ClusterStore, and performs
 the service's writes (a bind sets the pod's spec.nodeName; conditions, events, nudges and group
 status land on the objects). Unknown kinds are kept and ignored by the decisions.
+
+A cluster loaded from a file (`from_file`: `serve --cluster`, 150,000 pods in the largest) keeps
+what a live source's store keeps, by the same code: each pod and node decoded into the fields the
+store keeps (`projection.item_decoder`, the decoder of the live list's pages, never building the
+rest), every object projected, and pods kept compact (`store.PodRecord`, whose templates the
+store's own records share). Its objects then lack what no decision reads (managedFields, images, a
+bound pod's PodScheduled=True, a pod's resourceVersion); each pod read is a copy of its own.
 """
 
 from __future__ import annotations
@@ -13,17 +20,20 @@ import collections
 import datetime
 import itertools
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import Any, TypedDict
 
+import msgspec
 import orjson
 import yaml
 
-from extender.model.keys import object_uid
-from extender.state.projection import project
+from extender.model.keys import PodKey, api_group, object_uid
+from extender.state import heap
+from extender.state.projection import item_decoder, project
 from extender.state.source import BindError, SkippedObjects
-from extender.state.store import ClusterStore, Kind, key_of, kind_of
+from extender.state.store import POD, ClusterStore, Kind, PodRecord, key_of, kind_of
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +42,74 @@ class ClusterFileError(ValueError):
     """A cluster file that cannot be loaded; the message names the file and the document."""
 
 
-def load_objects(path: str) -> list[dict[str, Any]]:
-    """Objects from a YAML stream (documents may be `List`s) or a JSON `List`."""
+_RawList = msgspec.json.Decoder(
+    TypedDict("RawList", {"kind": Any, "items": list[msgspec.Raw]}, total=False)  # type: ignore[misc]
+)
+_RawArray = msgspec.json.Decoder(list[msgspec.Raw])
+_RawOne = msgspec.json.Decoder(msgspec.Raw)  # checks the JSON, keeps it undecoded
+_Head = msgspec.json.Decoder(TypedDict("Head", {"apiVersion": Any, "kind": Any}, total=False))  # type: ignore[misc]
+
+
+def _projected(item: msgspec.Raw) -> Any:
+    """One JSON object of a cluster file as the store keeps it: a core pod or node decoded into the
+    kept fields alone, anything else decoded whole, then projected; a `List` with its items so."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        head = _Head.decode(item)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return orjson.loads(memoryview(item))  # not an object: _checked says so
+    kind = str(head.get("kind", ""))
+    if kind.endswith("List"):
+        try:
+            doc = _RawList.decode(item)
+        except msgspec.ValidationError:  # its items are not a list: _checked says so
+            return orjson.loads(memoryview(item))
+        return {**doc, "items": [_projected(i) for i in doc.get("items") or ()]}
+    decode = item_decoder(kind) if not api_group(str(head.get("apiVersion", ""))) else None
+    obj = decode(item) if decode is not None else None
+    return project(obj if obj is not None else orjson.loads(memoryview(item)))
+
+
+def _projected_docs(raw: bytes) -> Iterator[Any] | None:
+    """The documents of a JSON cluster file (an object, a `List` or an array of them), each projected
+    (`_projected`) as it is reached; None when `raw` is not valid JSON (decoded again to say where)."""
+    try:
+        top = _RawArray.decode(raw) if raw.lstrip().startswith(b"[") else [_RawOne.decode(raw)]
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return (_projected(item) for item in top)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
     except OSError as exc:
         raise ClusterFileError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def load_objects(path: str, *, projected: bool = False) -> list[dict[str, Any]]:
+    """Objects from a YAML stream (documents may be `List`s) or a JSON `List`. `projected`: what the
+    store keeps of each (see the module's docstring)."""
+    return list(projected_objects(path)) if projected else _parsed(path, _read(path))
+
+
+def projected_objects(path: str) -> Iterator[dict[str, Any]]:
+    """What the store keeps of each object in `path`, one at a time: the pods and nodes of a JSON file
+    are never decoded whole, nor all alive at once."""
+    raw = _read(path)
+    if raw.lstrip().startswith((b"{", b"[")):
+        docs = _projected_docs(raw)
+        if docs is not None:
+            return _checked(path, docs)
+    return (project(o) for o in _parsed(path, raw))
+
+
+def _parsed(path: str, raw: bytes) -> list[dict[str, Any]]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ClusterFileError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    del raw
     docs: list[Any]
     if text.lstrip().startswith(("{", "[")):
         # JSON is YAML too, but orjson reads a 15k-node List in ~0.1 s where PyYAML takes many seconds
@@ -52,25 +123,75 @@ def load_objects(path: str) -> list[dict[str, Any]]:
             docs = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
             raise ClusterFileError(f"{path}: not valid YAML: {exc}") from None
-    out: list[dict[str, Any]] = []
+    return list(_checked(path, docs))
+
+
+def _checked(path: str, docs: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The objects of `docs` (`List`s unpacked), each with apiVersion, kind and a name, or the error
+    naming the document."""
     for i, doc in enumerate(docs):
         if doc is None:
             continue
         if not isinstance(doc, dict):
             raise ClusterFileError(f"{path}: document {i + 1} is not a Kubernetes object (a mapping)")
         items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else None
+        if items is not None and not isinstance(items, list):
+            raise ClusterFileError(f"{path}: document {i + 1}: {doc['kind']}'s items is not a list")
         for j, obj in enumerate(items if items is not None else [doc]):
             where = f"{path}: document {i + 1}" + (f" item {j + 1}" if items is not None else "")
             if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
                 raise ClusterFileError(f"{where}: every object needs apiVersion and kind")
             if not (obj.get("metadata") or {}).get("name"):
                 raise ClusterFileError(f"{where}: {obj['kind']} has no metadata.name")
-            out.append(obj)
-    return out
+            yield obj
+
+
+_stamp: tuple[int, str] = (-1, "")
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The API server's timestamp, to the second (formatted once a second: a file's 150,000 pods
+    would spend more here than in their projection)."""
+    global _stamp
+    second = int(time.time())
+    if _stamp[0] != second:
+        when = datetime.datetime.fromtimestamp(second, datetime.UTC)
+        _stamp = (second, when.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _stamp[1]
+
+
+class _CompactPods(MutableMapping[str, dict[str, Any]]):
+    """Projected pods by key, kept as the store keeps them: in `PodRecord`s whose parts are shared
+    templates, without the resourceVersion (each pod's own: it would make every template differ).
+    Each read is a copy of its own (a write to it never reaches another pod's template); a write is
+    stored again (EmbeddedCluster._touch)."""
+
+    def __init__(self) -> None:
+        self._recs: dict[str, PodRecord] = {}
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        return orjson.loads(orjson.dumps(self._recs[key].obj))
+
+    def __setitem__(self, key: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata")
+        if isinstance(meta, dict) and "resourceVersion" in meta:
+            pod = {**pod, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+        rec = PodRecord(PodKey(key), pod, {})
+        rec.keep(pod)
+        self._recs[key] = rec
+
+    def __delitem__(self, key: str) -> None:
+        del self._recs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._recs)
+
+    def __len__(self) -> int:
+        return len(self._recs)
+
+    def shared_values(self) -> Iterator[dict[str, Any]]:
+        """Each pod's mapping without a copy: for readers that write nothing (feeding the store)."""
+        return (rec.obj for rec in self._recs.values())
 
 
 class EmbeddedCluster:
@@ -78,8 +199,11 @@ class EmbeddedCluster:
 
     bind_fence_s = 0.0  # the cluster lives and dies with this process: no predecessor binds into it
 
-    def __init__(self, objects: Iterable[dict[str, Any]] = ()) -> None:
-        self._objects: dict[Kind, dict[str, dict[str, Any]]] = {}
+    def __init__(self, objects: Iterable[dict[str, Any]] = (), *, compact: bool = False) -> None:
+        self._objects: dict[Kind, MutableMapping[str, dict[str, Any]]] = {}
+        self._compact = compact
+        if compact:
+            self._objects[POD] = _CompactPods()
         self._deleted: set[tuple[Kind, str]] = set()
         self._rv = itertools.count(1)
         self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
@@ -94,7 +218,11 @@ class EmbeddedCluster:
 
     @classmethod
     def from_file(cls, path: str) -> EmbeddedCluster:
-        return cls(load_objects(path))
+        """The cluster in `path`, kept as a live source's store keeps it (the module's docstring)."""
+        cluster = cls(compact=True)
+        for obj in projected_objects(path):  # each kept as it is decoded: no copy, none waiting
+            cluster._put(obj, projected=True)
+        return cluster
 
     # ----------------------------------------------------------------- objects
     def add_listener(self, fn: Callable[[str, dict[str, Any]], None]) -> None:
@@ -103,7 +231,11 @@ class EmbeddedCluster:
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or replace `obj`, stamping what the API server would; returns the stored object."""
-        obj = orjson.loads(orjson.dumps(obj))  # own a deep copy; callers keep theirs
+        return self._put(orjson.loads(orjson.dumps(obj)))  # own a deep copy; callers keep theirs
+
+    def _put(self, obj: dict[str, Any], *, projected: bool = False) -> dict[str, Any]:
+        if self._compact and not projected:
+            obj = project(obj)
         meta = obj.setdefault("metadata", {})
         bucket = self._objects.setdefault(kind_of(obj), {})
         key = key_of(obj)
@@ -143,6 +275,11 @@ class EmbeddedCluster:
     def all_objects(self) -> list[dict[str, Any]]:
         return [o for bucket in self._objects.values() for o in bucket.values()]
 
+    def _shared_objects(self) -> Iterator[dict[str, Any]]:
+        """Every object, compact pods without a copy: for readers that write nothing."""
+        for bucket in self._objects.values():
+            yield from bucket.shared_values() if isinstance(bucket, _CompactPods) else bucket.values()
+
     def _emit(self, event: str, obj: dict[str, Any]) -> None:
         if self._store is not None:
             self._feed(self._store.remove if event == "DELETED" else self._store.upsert, obj)
@@ -152,8 +289,10 @@ class EmbeddedCluster:
     def _feed(self, op: Callable[[dict[str, Any]], None], obj: dict[str, Any]) -> None:
         """`op(obj)` (store.upsert or store.remove); an object the store cannot take is skipped (it
         stays here): one bad object never stops the source. The store gets its projection: this
-        cluster keeps the whole object, as an API server does."""
-        self.skipped.apply(op, project(obj), kind_of(obj)[1])
+        cluster keeps the whole object, as an API server does (a compact one's pods are projected
+        already, and the store keeps its own record of each)."""
+        kind = kind_of(obj)
+        self.skipped.apply(op, obj if self._compact and kind == POD else project(obj), kind[1])
 
     @property
     def bad_objects(self) -> int:
@@ -165,19 +304,23 @@ class EmbeddedCluster:
         return self.skipped.last
 
     def _touch(self, obj: dict[str, Any]) -> None:
+        if self._compact:
+            obj = project(obj)  # what the write added that no decision reads (PodScheduled=True) goes
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        self._objects[kind_of(obj)][key_of(obj)] = obj  # a compact pod's read was a copy: store it again
         self._emit("MODIFIED", obj)
 
     # ----------------------------------------------------------------- ClusterSource
     def attach(self, store: ClusterStore) -> None:
         """Feed `store` with everything now and every change from here on."""
         self._store = store
-        for obj in self.all_objects():
+        for obj in self._shared_objects():
             self._feed(store.upsert, obj)
         self._synced = True
 
     async def run(self, store: ClusterStore) -> None:
         self.attach(store)
+        heap.settle()  # as the live source does once listed: the load's garbage collected, pages given back
         await asyncio.Event().wait()  # changes are pushed synchronously; nothing to poll
 
     def is_synced(self) -> bool:

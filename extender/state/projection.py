@@ -237,33 +237,35 @@ def _fields(name: str, fields: tuple[str, ...], **typed: Any) -> Any:
 
 
 _Container = _fields("Container", CONTAINER)
-_PodList = _fields(
-    "PodList",
-    ("metadata",),
-    items=list[
-        _fields(
-            "Pod",
-            ("apiVersion", "kind"),
-            metadata=_fields("PodMetadata", POD_METADATA),
-            spec=_fields("PodSpec", POD_SPEC, containers=list[_Container], initContainers=list[_Container]),
-            status=_fields("PodStatus", (*POD_STATUS, "conditions")),
-        )
-    ],
+_Pod = _fields(
+    "Pod",
+    ("apiVersion", "kind"),
+    metadata=_fields("PodMetadata", POD_METADATA),
+    spec=_fields("PodSpec", POD_SPEC, containers=list[_Container], initContainers=list[_Container]),
+    status=_fields("PodStatus", (*POD_STATUS, "conditions")),
 )
-_NodeList = _fields(
-    "NodeList",
-    ("metadata",),
-    items=list[
-        _fields(
-            "Node",
-            ("apiVersion", "kind"),
-            metadata=_fields("NodeMetadata", NODE_METADATA),
-            spec=_fields("NodeSpec", NODE_SPEC),
-            status=_fields("NodeStatus", NODE_STATUS),
-        )
-    ],
+_Node = _fields(
+    "Node",
+    ("apiVersion", "kind"),
+    metadata=_fields("NodeMetadata", NODE_METADATA),
+    spec=_fields("NodeSpec", NODE_SPEC),
+    status=_fields("NodeStatus", NODE_STATUS),
 )
-_PAGE_DECODERS = {"Pod": msgspec.json.Decoder(_PodList), "Node": msgspec.json.Decoder(_NodeList)}
+_PAGE_DECODERS = {
+    "Pod": msgspec.json.Decoder(_fields("PodList", ("metadata",), items=list[_Pod])),
+    "Node": msgspec.json.Decoder(_fields("NodeList", ("metadata",), items=list[_Node])),
+}
+_ITEM_DECODERS = {"Pod": msgspec.json.Decoder(_Pod), "Node": msgspec.json.Decoder(_Node)}
+
+
+def _lenient(decoder: Any) -> Callable[[bytes], dict[str, Any] | None]:
+    def decode(data: bytes) -> dict[str, Any] | None:
+        try:
+            return decoder.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None  # decoded again whole: a shape kept as it came, or the JSON error as always
+
+    return decode
 
 
 def page_decoder(kind: str) -> Callable[[bytes], dict[str, Any] | None] | None:
@@ -273,16 +275,13 @@ def page_decoder(kind: str) -> Callable[[bytes], dict[str, Any] | None] | None:
     (a part that is not a mapping, an item that is not an object): decode that one whole and project
     it, which keeps or reports such fields as they came. Its items still go through `project`."""
     decoder = _PAGE_DECODERS.get(kind)
-    if decoder is None:
-        return None
+    return None if decoder is None else _lenient(decoder)
 
-    def decode(data: bytes) -> dict[str, Any] | None:
-        try:
-            return decoder.decode(data)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            return None  # decoded again whole: a shape kept as it came, or the JSON error as always
 
-    return decode
+def item_decoder(kind: str) -> Callable[[bytes], dict[str, Any] | None] | None:
+    """`page_decoder`'s counterpart for one core pod or node in JSON (an item of a cluster file)."""
+    decoder = _ITEM_DECODERS.get(kind)
+    return None if decoder is None else _lenient(decoder)
 
 
 def project_other(obj: dict[str, Any]) -> dict[str, Any]:

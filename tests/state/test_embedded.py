@@ -40,14 +40,116 @@ async def test_bind_sets_the_node_once_and_refuses_a_second_node():
         ('{"apiVersion": "v1", "kind": "List", "items": [{"kind": "Pod"}]}', "item 1: every object needs"),
         ("a: [\n", "not valid YAML"),
         ('{"apiVersion": ', "not valid JSON"),
+        ('{"apiVersion": "v1", "kind": "List", "items": 5}', "items is not a list"),
+        (
+            '[{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}, 7]',
+            "document 2 is not a Kubernetes",
+        ),
     ],
-    ids=["a list", "no apiVersion", "a List item without apiVersion", "broken YAML", "broken JSON"],
+    ids=[
+        "a list",
+        "no apiVersion",
+        "a List item without apiVersion",
+        "broken YAML",
+        "broken JSON",
+        "List items not a list",
+        "an array with a number",
+    ],
 )
-def test_a_bad_cluster_file_says_where(tmp_path, text, message):
+@pytest.mark.parametrize("projected", [False, True], ids=["whole", "projected"])
+def test_a_bad_cluster_file_says_where(tmp_path, text, message, projected):
     path = tmp_path / "c.yaml"
     path.write_text(text)
     with pytest.raises(ClusterFileError, match=message):
-        load_objects(str(path))
+        load_objects(str(path), projected=projected)
+
+
+@pytest.mark.parametrize("projected", [False, True], ids=["whole", "projected"])
+def test_a_cluster_file_that_is_not_utf8_says_so(tmp_path, projected):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"kind: Pod\nmetadata: {name: \xff}\n")
+    with pytest.raises(ClusterFileError, match="not UTF-8"):
+        load_objects(str(path), projected=projected)
+
+
+def served_pod(name: str, node: str | None = None) -> dict:
+    """A pod as an API server serves it: managedFields, an image, a full status."""
+    pod = make_pod(name, cpu="2", node=node, labels={"app": "train"})
+    pod["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}
+    ]
+    pod["spec"]["containers"][0]["image"] = "registry.example/train:1"
+    pod["status"] = {
+        "phase": "Pending",
+        "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "False"}],
+    }
+    return pod
+
+
+@pytest.mark.parametrize("shape", ["List", "array"])
+def test_a_cluster_file_is_kept_as_the_store_keeps_it_and_gives_the_store_what_a_whole_load_does(
+    tmp_path, shape
+):
+    """`serve --cluster`'s load (from_file): pods and nodes decoded into the kept fields only, pods
+    compact; the store fed from it holds the same objects as one fed from the whole objects."""
+    import orjson
+
+    from extender.state.store import ClusterStore
+
+    objects = [make_node("a"), make_node("b"), served_pod("p"), served_pod("q", node="a"), make_pod("r")]
+    for obj in objects:  # else each load stamps its own second
+        obj["metadata"]["creationTimestamp"] = "2026-12-06T08:00:00Z"
+    path = tmp_path / "c.json"
+    path.write_bytes(
+        orjson.dumps({"apiVersion": "v1", "kind": "List", "items": objects} if shape == "List" else objects)
+    )
+    compact, whole = EmbeddedCluster.from_file(str(path)), EmbeddedCluster(load_objects(str(path)))
+    stores = []
+    for cluster in (compact, whole):
+        store = ClusterStore()
+        cluster.attach(store)
+        stores.append(store)
+    for kind in ("Pod", "Node"):
+        seen = [
+            sorted(orjson.dumps(o, option=orjson.OPT_SORT_KEYS) for o in st.list("", kind)) for st in stores
+        ]
+        assert seen[0] == seen[1] and len(seen[0]) in (2, 3)
+    p = compact.get("", "Pod", "default", "p")
+    assert "managedFields" not in p["metadata"] and "image" not in p["spec"]["containers"][0]
+    assert "podIP" not in p["status"]
+
+
+async def test_a_compact_pod_read_is_its_own_copy_and_a_write_is_kept():
+    """Two pods alike share their parts in the compact store: editing one's read changes neither; the
+    service's writes (bind, condition, nudge) land on the pod written to and reach the store."""
+    from extender.state.store import ClusterStore
+
+    cluster = EmbeddedCluster(compact=True)
+    for obj in (make_node("a"), make_pod("p"), make_pod("q")):
+        cluster.apply(obj)
+    store = ClusterStore()
+    cluster.attach(store)
+    read = cluster.get("", "Pod", "default", "p")
+    read.setdefault("status", {})["phase"] = "Failed"
+    read["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+    for name in ("p", "q"):
+        again = cluster.get("", "Pod", "default", name)
+        assert again["status"]["phase"] == "Pending"
+        assert again["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+    uid = cluster.get("", "Pod", "default", "p")["metadata"]["uid"]
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    await cluster.set_pod_condition(namespace="default", name="q", condition=unschedulable)
+    await cluster.nudge_pod(namespace="default", name="q", value="g:a")
+    await cluster.bind_pod(namespace="default", name="p", uid=uid, node="a")
+    p, q = cluster.get("", "Pod", "default", "p"), cluster.get("", "Pod", "default", "q")
+    assert p["spec"]["nodeName"] == "a" and "nodeName" not in q["spec"]
+    assert q["status"]["conditions"][0]["reason"] == "Unschedulable"
+    assert q["metadata"]["annotations"]["gang-extender.io/nudge"] == "g:a"
+    assert store.get("", "Pod", "default", "p")["spec"]["nodeName"] == "a"
+    assert store.get("", "Pod", "default", "q")["metadata"]["annotations"]["gang-extender.io/nudge"] == "g:a"
+    cluster.delete("", "Pod", "default", "q")
+    assert cluster.get("", "Pod", "default", "q") is None and store.get("", "Pod", "default", "q") is None
 
 
 def test_one_object_the_store_cannot_take_is_skipped_and_the_cluster_goes_on():
