@@ -65,7 +65,8 @@ class Waiting:
     def rank(self) -> tuple[int, float, float, GroupKey]:
         """Priority first; then the age the API server keeps (the same after a restart, and however
         this process first saw the gang), to the second it records; then when first seen waiting."""
-        return (-self.priority, math.floor(self.created_s), self.since_s, self.key)
+        created = math.floor(self.created_s) if math.isfinite(self.created_s) else math.inf
+        return (-self.priority, created, self.since_s, self.key)
 
 
 class Holding:

@@ -63,7 +63,9 @@ def _projected(item: msgspec.Raw) -> Any:
             doc = _RawList.decode(item)
         except msgspec.ValidationError:  # its items are not a list: _checked says so
             return orjson.loads(memoryview(item))
-        return {**doc, "items": [_projected(i) for i in doc.get("items") or ()]}
+        if "items" in doc:
+            return {**doc, "items": [_projected(i) for i in doc["items"]]}
+        # no items: an object whose kind ends so (a CRD's), or a List _checked refuses
     decode = item_decoder(kind) if not api_group(str(head.get("apiVersion", ""))) else None
     obj = decode(item) if decode is not None else None
     return project(obj if obj is not None else orjson.loads(memoryview(item)))
@@ -74,9 +76,19 @@ def _projected_docs(raw: bytes) -> Iterator[Any] | None:
     (`_projected`) as it is reached; None when `raw` is not valid JSON (decoded again to say where)."""
     try:
         top = _RawArray.decode(raw) if raw.lstrip().startswith(b"[") else [_RawOne.decode(raw)]
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     return (_projected(item) for item in top)
+
+
+def _guarded(path: str, objects: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """`objects`, a decoding error met on the way (a string that is not UTF-8, say) said as the file's."""
+    try:
+        yield from objects
+    except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
+        raise ClusterFileError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ClusterFileError(f"{path}: nested too deeply to read") from None
 
 
 def _read(path: str) -> bytes:
@@ -100,8 +112,9 @@ def projected_objects(path: str) -> Iterator[dict[str, Any]]:
     if raw.lstrip().startswith((b"{", b"[")):
         docs = _projected_docs(raw)
         if docs is not None:
-            return _checked(path, docs)
-    return (project(o) for o in _parsed(path, raw))
+            return _guarded(path, _checked(path, docs))
+    # what YAML made (datetimes, aliases shared between objects) made JSON's, as `apply` would
+    return (project(orjson.loads(orjson.dumps(o))) for o in _parsed(path, raw))
 
 
 def _parsed(path: str, raw: bytes) -> list[dict[str, Any]]:
@@ -117,12 +130,16 @@ def _parsed(path: str, raw: bytes) -> list[dict[str, Any]]:
             doc = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise ClusterFileError(f"{path}: not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ClusterFileError(f"{path}: nested too deeply to read") from None
         docs = doc if isinstance(doc, list) else [doc]
     else:
         try:
             docs = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
             raise ClusterFileError(f"{path}: not valid YAML: {exc}") from None
+        except RecursionError:
+            raise ClusterFileError(f"{path}: nested too deeply to read") from None
     return list(_checked(path, docs))
 
 
@@ -141,7 +158,8 @@ def _checked(path: str, docs: Iterable[Any]) -> Iterator[dict[str, Any]]:
             where = f"{path}: document {i + 1}" + (f" item {j + 1}" if items is not None else "")
             if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
                 raise ClusterFileError(f"{where}: every object needs apiVersion and kind")
-            if not (obj.get("metadata") or {}).get("name"):
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict) or not meta.get("name"):
                 raise ClusterFileError(f"{where}: {obj['kind']} has no metadata.name")
             yield obj
 
@@ -292,7 +310,13 @@ class EmbeddedCluster:
         cluster keeps the whole object, as an API server does (a compact one's pods are projected
         already, and the store keeps its own record of each)."""
         kind = kind_of(obj)
-        self.skipped.apply(op, obj if self._compact and kind == POD else project(obj), kind[1])
+        if self._compact and kind == POD:  # projected already; the store's record keeps no resourceVersion
+            meta = obj.get("metadata")
+            if isinstance(meta, dict) and "resourceVersion" in meta:
+                obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+        else:
+            obj = project(obj)
+        self.skipped.apply(op, obj, kind[1])
 
     @property
     def bad_objects(self) -> int:

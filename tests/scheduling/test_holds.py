@@ -318,6 +318,22 @@ def test_gangs_rank_by_when_they_were_created_whichever_the_service_is_asked_abo
     assert w.scheduler.ledger.holds.all()[0].gang == "default/old"
 
 
+def test_a_gang_with_no_creation_time_still_ranks_and_holds() -> None:
+    """A cluster file's pods may carry creationTimestamp: null: ranked after gangs with one, by when
+    first seen, and the pass holds for them as for any other."""
+    w = HoldWorld([])
+    fill(w)
+    w.cluster.apply(make_kai_podgroup("nostamp", min_member=4, topology=RACK))
+    for i in range(4):
+        pod = gang_pod(f"nostamp-{i}", "nostamp", cpu="8", memory="1Gi")
+        pod["metadata"]["creationTimestamp"] = None
+        w.cluster.apply(pod)
+    assert w.filter("nostamp-0").verdict is Verdict.NO_FIT
+    assert [x.key for x in w.scheduler.holding.waiting()] == ["default/nostamp"]
+    w.tick()
+    assert w.scheduler.ledger.holds.all()[0].gang == "default/nostamp"
+
+
 def test_a_gang_kube_scheduler_parked_without_asking_the_service_holds_too() -> None:
     """Members that each fit no node's free room fail kube-scheduler's own filters: the extender is
     never asked. Parked (PodScheduled=False), the gang still holds, and its members are brought back

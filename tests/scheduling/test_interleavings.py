@@ -1428,10 +1428,18 @@ class Driver:
 
     # ------------------------------------------------------------------ moves across features
     def movable(self) -> set[str]:
-        """Pods whose membership may change now: not bound, no bind in flight, no replacement due."""
+        """Pods whose membership may change now: not bound, no bind in flight, no replacement due; not an
+        apart gang's (its anti-affinity, immutable, would follow it into another gang, which the final
+        fit does not model)."""
         pods, busy = self.pods(), self.in_flight() | set(self.api.inflight)
         due = {d["metadata"]["name"] for d in self.deferred}
-        return {n for n, p in pods.items() if not p["spec"].get("nodeName") and n not in busy | due}
+        return {
+            n
+            for n, p in pods.items()
+            if not p["spec"].get("nodeName")
+            and n not in busy | due
+            and not (p["metadata"].get("labels") or {}).get(APART_LABEL)
+        }
 
     def join(self, pod: dict, target: str) -> None:
         """Point `pod` at the PodGroup `target` (a leaf of it, if it has subgroups), in our books too."""
@@ -1577,7 +1585,10 @@ class Driver:
             if not b.task.done() and b.pod in pods and not pods[b.pod]["spec"].get("nodeName"):
                 assumed[b.node].append(pods[b.pod])
         offered: dict[str, list[dict]] = {}
+        shunned = self.shunned(name)
         for node in self.schedulable():
+            if node in shunned:
+                continue  # InterPodAntiAffinity: its own gang's members there are no lower-priority victims
             alloc = allocatable(nodes[node])
 
             def fits(keep: list[dict], alloc: dict[str, int] = alloc, node: str = node) -> bool:
@@ -2257,11 +2268,12 @@ class Driver:
 
         def slots(req: dict[str, int], where: list[str], gang: str | None = None, prio: int = 0) -> int:
             seen = around(gang, prio)
-            if gang is not None and gang in apart:  # one member per node, none beside a bound one
+            if gang is not None and gang in apart:  # one member per node, none beside a pod it shuns
                 taken = {
                     node
                     for n, node in bound.items()
-                    if self.pod_gang.get(n) == gang and not finished(pods[n])
+                    if (pods[n]["metadata"].get("labels") or {}).get(APART_LABEL) == gang
+                    and not finished(pods[n])
                 }
                 return sum(
                     min(1, *(seen[n][k] // v for k, v in req.items() if v)) for n in where if n not in taken

@@ -45,6 +45,9 @@ async def test_bind_sets_the_node_once_and_refuses_a_second_node():
             '[{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}, 7]',
             "document 2 is not a Kubernetes",
         ),
+        ('{"apiVersion": "v1", "kind": "List"}', "List has no metadata.name"),
+        ('{"apiVersion": "v1", "kind": "Pod", "metadata": "p"}', "Pod has no metadata.name"),
+        ("[" * 100_000 + "]" * 100_000, r"c.yaml: (not valid JSON|nested too deeply)"),
     ],
     ids=[
         "a list",
@@ -54,6 +57,9 @@ async def test_bind_sets_the_node_once_and_refuses_a_second_node():
         "broken JSON",
         "List items not a list",
         "an array with a number",
+        "a List without items",
+        "metadata not a mapping",
+        "nested too deeply",
     ],
 )
 @pytest.mark.parametrize("projected", [False, True], ids=["whole", "projected"])
@@ -70,6 +76,34 @@ def test_a_cluster_file_that_is_not_utf8_says_so(tmp_path, projected):
     path.write_bytes(b"kind: Pod\nmetadata: {name: \xff}\n")
     with pytest.raises(ClusterFileError, match="not UTF-8"):
         load_objects(str(path), projected=projected)
+
+
+@pytest.mark.parametrize("projected", [False, True], ids=["whole", "projected"])
+def test_a_json_string_that_is_not_utf8_says_so(tmp_path, projected):
+    path = tmp_path / "c.json"
+    path.write_bytes(b'[{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p\xff"}}]')
+    with pytest.raises(ClusterFileError, match=r"c.json: not (UTF-8|valid JSON)"):
+        load_objects(str(path), projected=projected)
+
+
+def test_a_yaml_cluster_file_is_kept_as_json_would_have_it(tmp_path):
+    """PyYAML makes an unquoted timestamp a datetime and an alias one object twice: the store must get
+    strings, and each object parts of its own."""
+    from extender.state.store import ClusterStore
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p\n    namespace: default\n"
+        "    creationTimestamp: 2026-12-06T08:00:00Z\n    labels: &l {app: train}\n"
+        "  spec: {containers: [{name: main}]}\n"
+        "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: q\n    namespace: default\n    labels: *l\n"
+        "  spec: {containers: [{name: main}]}\n"
+    )
+    cluster = EmbeddedCluster.from_file(str(path))
+    store = ClusterStore()
+    cluster.attach(store)
+    assert isinstance(store.get("", "Pod", "default", "p")["metadata"]["creationTimestamp"], str)
 
 
 def served_pod(name: str, node: str | None = None) -> dict:
@@ -148,6 +182,8 @@ async def test_a_compact_pod_read_is_its_own_copy_and_a_write_is_kept():
     assert q["metadata"]["annotations"]["gang-extender.io/nudge"] == "g:a"
     assert store.get("", "Pod", "default", "p")["spec"]["nodeName"] == "a"
     assert store.get("", "Pod", "default", "q")["metadata"]["annotations"]["gang-extender.io/nudge"] == "g:a"
+    for name in ("p", "q"):  # a write's resourceVersion is the cluster's, never in the store's shared parts
+        assert "resourceVersion" not in store.pods[f"default/{name}"].obj["metadata"]
     cluster.delete("", "Pod", "default", "q")
     assert cluster.get("", "Pod", "default", "q") is None and store.get("", "Pod", "default", "q") is None
 
