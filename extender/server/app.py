@@ -858,9 +858,6 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app = web.Application(client_max_size=settings.server.max_body_bytes, middlewares=[_probe_only])
     app[PROBE_PORT] = 0
     store = ClusterStore()
-    attach = getattr(source, "attach", None)
-    if attach is not None:
-        attach(store)  # an embedded cluster is in the store before the first request
     ledger = GangLedger(
         store,
         wait_s=settings.gang.wait_s,
@@ -915,6 +912,11 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app.router.add_get("/debug/gangs", handle_debug_gangs)
     app.router.add_get("/debug/gangs/{namespace}/{name}", handle_debug_gang)
     app.router.add_get("/debug/queues", handle_debug_queues)
+    attach = getattr(source, "attach", None)
+    if attach is not None:
+        # an embedded cluster is in the store before the first request, fed once, after every listener
+        # is in place: each object reaches them as a live source's first list does
+        attach(store)
     return app
 
 

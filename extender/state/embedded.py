@@ -343,7 +343,8 @@ class EmbeddedCluster:
         self._synced = True
 
     async def run(self, store: ClusterStore) -> None:
-        self.attach(store)
+        if self._store is not store:  # build_app attached it already: feeding it twice is twice the work
+            self.attach(store)
         heap.settle()  # as the live source does once listed: the load's garbage collected, pages given back
         await asyncio.Event().wait()  # changes are pushed synchronously; nothing to poll
 
