@@ -160,8 +160,11 @@ def gang_demand(
     total_needed = 0
     bound_total = 0
     finished = store.finished_counts(group)
+    by_leaf: dict[str | None, list[Member]] = {}
+    for m in members:
+        by_leaf.setdefault(m.leaf, []).append(m)
     for leaf in leaves:
-        leaf_members = [m for m in members if m.leaf == leaf]
+        leaf_members = by_leaf.get(leaf, [])
         placed = [(m, placed_row(store, ledger, m.rec)) for m in leaf_members]
         is_bound = [bool(m.rec.node_name or ledger.is_assumed(m.key)) for m in leaf_members]
         bound = [row for (m, row), b in zip(placed, is_bound, strict=True) if b]
