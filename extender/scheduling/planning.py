@@ -113,6 +113,34 @@ def tree_node(store: ClusterStore, parent: int, constraint: Any) -> placement.Tr
     )
 
 
+def _placement_tree(
+    store: ClusterStore, group: GroupSpec
+) -> tuple[tuple[placement.TreeNode, ...], dict[str | None, int]]:
+    """The gang's tree as the placement core needs it, and the node of it each leaf's members go
+    under: the root and the subgroups with a topology constraint. A subgroup without one adds
+    nothing to the placement (its members are loose in its nearest constrained ancestor, as the
+    core would take them), so it is folded into that ancestor: a JobSet of thousands of replicas,
+    each a subgroup, is a tree of one node."""
+    resolved: dict[Any, placement.TreeNode] = {}  # the few constraints thousands of subgroups share
+
+    def node(constraint: Any, parent: int) -> placement.TreeNode:
+        hit = resolved.get(constraint)
+        if hit is None:
+            hit = resolved[constraint] = tree_node(store, -1, constraint)
+        return placement.TreeNode(parent, hit.required_level, hit.preferred_level, hit.fallback_levels)
+
+    tree = [node(group.topology, -1)]
+    index: dict[str | None, int] = {None: 0}
+    for sg in group.subgroups:  # parents come before their children
+        at = index[sg.parent]
+        own = node(sg.topology, at)
+        if own.required_level >= 0 or own.preferred_level >= 0:
+            at = len(tree)
+            tree.append(own)
+        index[sg.name] = at
+    return tuple(tree), index
+
+
 @dataclasses.dataclass(frozen=True)
 class Demand:
     """What a gang asks of the placement core now: the request, and the members behind each leaf
@@ -141,12 +169,7 @@ def gang_demand(
     count toward it), as one request: see `plan_members`. `me` None: no pod is being filtered (a hold
     is being chosen), every member goes where its own eligibility allows."""
     arrays = store.arrays
-    index: dict[str | None, int] = {None: 0}
-    for i, sg in enumerate(group.subgroups):
-        index[sg.name] = i + 1
-    tree = [tree_node(store, -1, group.topology)]
-    for sg in group.subgroups:
-        tree.append(tree_node(store, index[sg.parent], sg.topology))
+    tree, index = _placement_tree(store, group)
     offered = None
     if me is not None:
         offered = np.zeros(arrays.n_rows, dtype=bool)
@@ -154,8 +177,11 @@ def gang_demand(
     excluded = ledger.excluded(group.key) if avoid_refused else {}
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
-    demands: list[placement.LeafDemand] = []
-    chosen: list[tuple[Member, ...]] = []
+    demands: list[tuple[int, bytes, np.ndarray | None]] = []  # (tree node, request, eligible)
+    chosen: list[list[Member]] = []
+    merge: dict[tuple[int, bytes, int], int] = {}
+    pinned: dict[int, list[np.ndarray]] = {}
+    vectors: dict[int, tuple[np.ndarray, bytes]] = {}  # by the requests mapping, alive all call long
     unoffered: set[str] = set()  # requested names no node offers: nothing can fit
     total_needed = 0
     bound_total = 0
@@ -188,17 +214,20 @@ def gang_demand(
         # become separate demands
         shapes: dict[tuple[bytes, bool, frozenset[str]], list[Member]] = {}
         for m in take:
-            vec, missing = store.request_vector(m.rec.requests)
-            unoffered.update(missing)
+            hit = vectors.get(id(m.rec.requests))  # pods that ask alike share one mapping
+            if hit is None:
+                vec, missing = store.request_vector(m.rec.requests)
+                unoffered.update(missing)
+                hit = vectors[id(m.rec.requests)] = (vec, vec.tobytes())
+            vec, raw = hit
             spread = slot is not None and podaffinity.one_per_node(m.rec.obj)
             if spread:
+                vec = vec.copy()
                 vec[slot] = 1
+                raw = vec.tobytes()
             refused = frozenset(excluded.get(m.key, ())) if m.key != me else frozenset()
-            shapes.setdefault((vec.tobytes(), spread, refused), []).append(m)
-        first = True
-        for (raw, _spread, refused), recs in sorted(
-            shapes.items(), key=lambda kv: -int(np.frombuffer(kv[0][0], np.int64)[0])
-        ):
+            shapes.setdefault((raw, spread, refused), []).append(m)
+        for (raw, _spread, refused), recs in shapes.items():
             is_mine = any(r.key == me for r in recs)
             if is_mine:
                 eligible: np.ndarray | None = offered
@@ -210,32 +239,49 @@ def gang_demand(
                         row = store.node_rows.get(node)
                         if row is not None:
                             eligible[row] = False
-            demands.append(
-                placement.LeafDemand(
-                    tree_node=index[leaf],
-                    request=np.frombuffer(raw, dtype=np.int64).copy(),
-                    count=len(recs),
-                    eligible=eligible,
-                    bound_rows=bound_rows if first and len(bound_rows) else None,
-                )
+            # members of one shape and eligibility under one node of the tree are one demand, whichever
+            # unconstrained subgroup they come from (a JobSet's replicas): the placement core sees
+            # them as one pool either way. Eligibility is told apart by identity: the store hands out
+            # one mask per set of terms, `me`'s shape has the offered rows, a refusal its own copy
+            merged = (index[leaf], raw, 0 if eligible is None else id(eligible))
+            at = merge.get(merged)
+            if at is None:
+                at = merge[merged] = len(demands)
+                demands.append((index[leaf], raw, eligible))
+                chosen.append([])
+            chosen[at].extend(recs)
+        if len(bound_rows):
+            pinned.setdefault(index[leaf], []).append(bound_rows)
+    leaf_demands = [
+        placement.LeafDemand(
+            tree_node=node,
+            request=np.frombuffer(raw, dtype=np.int64).copy(),
+            count=len(recs),
+            eligible=eligible,
+        )
+        for (node, raw, eligible), recs in zip(demands, chosen, strict=True)
+    ]
+    order = sorted(
+        range(len(leaf_demands)), key=lambda i: (leaf_demands[i].tree_node, -int(leaf_demands[i].request[0]))
+    )
+    leaf_demands = [leaf_demands[i] for i in order]
+    chosen = [chosen[i] for i in order]
+    # where members are bound pins their node of the tree; a demand of none carries it
+    for node, rows in pinned.items():
+        leaf_demands.append(
+            placement.LeafDemand(
+                tree_node=node,
+                request=np.zeros(arrays.n_res, dtype=np.int64),
+                count=0,
+                bound_rows=np.concatenate(rows),
             )
-            chosen.append(tuple(recs))
-            first = False
-        if not take and len(bound_rows):
-            demands.append(
-                placement.LeafDemand(
-                    tree_node=index[leaf],
-                    request=np.zeros(arrays.n_res, dtype=np.int64),
-                    count=0,
-                    bound_rows=bound_rows,
-                )
-            )
-            chosen.append(())
+        )
+        chosen.append([])
     return Demand(
-        request=placement.GangRequest(tree=tuple(tree), leaves=tuple(demands)),
-        chosen=tuple(chosen),
+        request=placement.GangRequest(tree=tree, leaves=tuple(leaf_demands)),
+        chosen=tuple(tuple(recs) for recs in chosen),
         needed=total_needed + bound_total,
-        one_per_node=slot is not None and any(d.request[slot] for d in demands),
+        one_per_node=slot is not None and any(d.request[slot] for d in leaf_demands),
         spread_rows=tuple(spread_rows),
         unoffered=tuple(sorted(unoffered)),
     )

@@ -370,13 +370,15 @@ class ClusterStore:
         self.change_gen = (
             0  # bumps on every change (an object, a hold): what was derived from it may be stale
         )
+        self._object_gen = 0  # bumps when an object changes (not a hold): what objects alone decide
         self.tainted_rows: set[int] = set()  # rows with a NoSchedule/NoExecute taint
         self._unplaced: dict[str, set[PodKey]] = {}  # node name -> pods bound to it before it is known
         self._eligible_cache: dict[bytes, tuple[int, np.ndarray | None]] = {}
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
         self._requests_by_spec: dict[bytes, dict[str, int]] = {}
-        self._pod_vectors: dict[int, tuple[dict[str, int], np.ndarray]] = {}
+        self._pod_vectors: dict[int, tuple[dict[str, int], int, np.ndarray]] = {}
+        self._request_vectors: dict[int, tuple[dict[str, int], int, np.ndarray, tuple[str, ...]]] = {}
         self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
@@ -398,6 +400,7 @@ class ClusterStore:
         kind = kind_of(obj)
         key = key_of(obj)
         self.change_gen += 1
+        self._object_gen += 1
         if kind == POD:
             event = "MODIFIED" if key in self.pods else "ADDED"
             self._apply_pod(obj, PodKey(key))
@@ -449,6 +452,7 @@ class ClusterStore:
         if old is None:
             return
         self.change_gen += 1
+        self._object_gen += 1
         if kind == NODE:
             self._remove_node(key)
         elif kind == POD:
@@ -538,9 +542,19 @@ class ClusterStore:
         return vec
 
     def request_vector(self, requests: dict[str, int]) -> tuple[np.ndarray, list[str]]:
-        """The vector, and the requested names (amount > 0) that no node has ever offered."""
+        """The vector (the caller's own), and the requested names (amount > 0) that no node has ever
+        offered. Worked out once per shared requests mapping (pods that ask alike share one, see
+        `_pod_requests`) while the columns stay: every plain pod's filter asks."""
+        columns = len(self.resources)  # a name given a column since makes the vector stale
+        hit = self._request_vectors.get(id(requests))
+        if hit is not None and hit[0] is requests and hit[1] == columns:
+            return hit[2].copy(), list(hit[3])
         missing = sorted(n for n, v in requests.items() if v > 0 and self.resources.find(n) is None)
-        return self.vector(requests), missing
+        vec = self.vector(requests)
+        if len(self._request_vectors) >= _REQUESTS_KEPT:
+            self._request_vectors.clear()
+        self._request_vectors[id(requests)] = (requests, columns, vec.copy(), tuple(missing))  # held: id kept
+        return vec, missing
 
     def _ensure_columns(self, names: Iterable[str]) -> None:
         for name in names:
@@ -669,14 +683,15 @@ class ClusterStore:
     def _pod_vector(self, requests: dict[str, int]) -> np.ndarray:
         """`vector(requests)` for a pod's requests, once per shared requests mapping (`_pod_requests`
         gives pods that ask alike one mapping) and columns: a list charges 150,000 pods."""
+        columns = len(self.resources)  # a name given a column since makes the vector stale
         hit = self._pod_vectors.get(id(requests))
-        if hit is not None and hit[0] is requests and len(hit[1]) == self.arrays.n_res:
-            return hit[1]
+        if hit is not None and hit[0] is requests and hit[1] == columns:
+            return hit[2]
         vec = self.vector(requests)
         vec.flags.writeable = False
         if len(self._pod_vectors) >= _REQUESTS_KEPT:
             self._pod_vectors.clear()
-        self._pod_vectors[id(requests)] = (requests, vec)  # the mapping held: its id is not reused
+        self._pod_vectors[id(requests)] = (requests, columns, vec)  # the mapping held: its id is not reused
         return vec
 
     def _charge(self, rec: PodRecord, row: int) -> None:
@@ -891,10 +906,10 @@ class ClusterStore:
         """Members per leaf that ran to completion (Succeeded). A gang's quorum counts them as it counts
         bound ones (so does KAI's): a Job whose other pods finished is not short of its retried one.
         Counted from the pods the store holds, or, once the pod garbage collector deleted them, from
-        what their Jobs keep (`status.succeeded`), whichever is more. Kept until anything changes: a
-        filter call asks for its gang's more than once."""
+        what their Jobs keep (`status.succeeded`), whichever is more. Kept until an object changes (a
+        hold changes none of it): a filter call asks for its gang's before and after it plans."""
         hit = self._finished_seen.get(group.key)
-        if hit is not None and hit[0] == self.change_gen and hit[1] == group:
+        if hit is not None and hit[0] == self._object_gen and hit[1] == group:
             return dict(hit[2])
         by_pods: dict[str | None, int] = {}
         finished = [self.pods[k] for k in self._finished_index.get(group.key, ()) if k in self.pods]
@@ -916,7 +931,7 @@ class ClusterStore:
         }
         if len(self._finished_seen) >= _REQUESTS_KEPT:
             self._finished_seen.clear()
-        self._finished_seen[group.key] = (self.change_gen, group, counts)
+        self._finished_seen[group.key] = (self._object_gen, group, counts)
         return dict(counts)
 
     def _succeeded_by_jobs(self, namespace: str, members: Iterable[PodRecord]) -> dict[str | None, int]:

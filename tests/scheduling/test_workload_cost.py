@@ -167,3 +167,63 @@ def test_a_suspended_jobset_with_a_million_replicas_costs_the_podgrouper_no_tree
     assert step.action is Action.INVALID
     assert "spec.replicatedJobs[1].replicas" in step.message and "at most 10000" in step.message
     assert _Counted.made == 0
+
+
+def _replicas_jobset(replicas: int, parallelism: int, anns: dict[str, str]) -> dict[str, Any]:
+    pod_spec = {
+        "schedulerName": "gang-scheduler",
+        "containers": [{"name": "m", "resources": {"requests": {"cpu": "1"}}}],
+    }
+    template = {
+        "metadata": {"annotations": anns},
+        "spec": {"parallelism": parallelism, "template": {"spec": pod_spec}},
+    }
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "default", "uid": "train-uid"},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": template}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("anns", "tree_nodes", "demands"),
+    [
+        # no replica has a topology: its subgroups add nothing to the placement, one pool of members
+        # (the filtered pod's replica apart: it is held to the nodes kube-scheduler offered)
+        ({}, 1, 2),
+        # each replica in one rack: the root and a node per replica (`workers` itself has none)
+        ({keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}, 1 + 6, 6),
+    ],
+)
+def test_a_jobsets_replicas_are_planned_as_one_pool_unless_each_has_a_topology(
+    anns, tree_nodes, demands, monkeypatch
+):
+    from extender.scheduling import planning
+    from extender.sim.cluster import topology
+
+    js = _replicas_jobset(replicas=6, parallelism=2, anns=anns)
+    jobs, pods = expand(js)
+    nodes = [make_node(f"n{r}{i}", cpu="2", rack=f"r{r}", block="b0") for r in range(6) for i in range(2)]
+    world = World([topology("dc"), *nodes, js, *jobs, *pods])
+    seen: list[Any] = []
+    gang_demand = planning.gang_demand
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        demand = gang_demand(*args, **kw)
+        seen.append(demand.request)
+        return demand
+
+    monkeypatch.setattr(planning, "gang_demand", spy)
+    names = [p["metadata"]["name"] for p in pods]
+    world.schedule(*names)
+    assert world.bound(*names)
+    request = seen[0]
+    assert (len(request.tree), len(request.leaves)) == (tree_nodes, demands)
+    assert sum(leaf.count for leaf in request.leaves) == len(names)
+    if anns:  # every replica whole in one rack
+        racks = {}
+        for name in names:
+            node = world.pod(name)["spec"]["nodeName"]
+            racks.setdefault(name.rsplit("-", 1)[0], set()).add(node[1])
+        assert all(len(r) == 1 for r in racks.values()), racks
