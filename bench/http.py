@@ -7,7 +7,9 @@ Both services run as separate processes on loopback; one client sends filter cal
 `percentageOfNodesToScore: 100`. Calls to the real service and the null handler alternate, so
 noise from other tenants falls on both. Cases per cluster size:
 
-- null:          the null handler (bench/null_extender.py)
+- null:          the null handler (bench/null_extender.py): decodes the body, answers one name
+- null-echo:     the null handler with --echo: decodes the body and answers every offered name, as any
+                 extender that passes a plain pod must (the yardstick of the plain cases)
 - plain:         a plain pod, offered the same list each call (its fast path compares it as bytes)
 - plain-shuffled: a plain pod offered the names in a new order each call, as kube-scheduler's parallel
                  filters return them (its fast path maps every name
@@ -16,7 +18,8 @@ noise from other tenants falls on both. Cases per cluster size:
 - gang-planned:  a member whose plan already names its node: answered without decoding the names
 - gang-all:      every gang member's filter call together (1 planning + 7 planned calls per gang)
 
-Each line printed is one JSON object; ratios are to the null handler's p50 in the same run.
+Each line printed is one JSON object; ratios are to the null handler's p50 in the same run
+(`ratio_to_null_p50`) and to the echoing one's (`ratio_to_echo_p50`).
 Server CPU per call is read from /proc (robust to a noisy neighbour).
 """
 
@@ -177,7 +180,7 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
         path = os.path.join(tmp, "cluster.json")
         with open(path, "wb") as fh:
             fh.write(orjson.dumps(objs))
-        real_port, null_port = free_port(), free_port()
+        real_port, null_port, echo_port = free_port(), free_port(), free_port()
         real = Server(
             [
                 sys.executable,
@@ -194,16 +197,22 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
             real_port,
         )
         null = Server([sys.executable, "-m", "bench.null_extender", "--port", str(null_port)], null_port)
+        echo = Server(
+            [sys.executable, "-m", "bench.null_extender", "--port", str(echo_port), "--echo"], echo_port
+        )
         try:
             async with aiohttp.ClientSession() as session:
                 await wait_ready(session, real)
                 await wait_ready(session, null)
+                await wait_ready(session, echo)
                 plain_body = filter_body(pods["plain"], names)
                 for _ in range(5):  # warm both
                     await call(session, null.url, plain_body)
+                    await call(session, echo.url, plain_body)
                     await call(session, real.url, plain_body)
                 samples: dict[str, list[float]] = {
                     "null": [],
+                    "null-echo": [],
                     "plain": [],
                     "plain-shuffled": [],
                     "gang-plan": [],
@@ -226,9 +235,11 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
                     shuffled.append(filter_body(pods["plain"], order))
                 for _ in range(rounds):
                     await timed("null", null, plain_body)
+                    await timed("null-echo", echo, plain_body)
                     await timed("plain", real, plain_body)
                 for i in range(rounds):  # after "plain": its list stays among those the service knows
                     await timed("null", null, shuffled[i % len(shuffled)])
+                    await timed("null-echo", echo, shuffled[i % len(shuffled)])
                     await timed("plain-shuffled", real, shuffled[i % len(shuffled)])
                 for g in range(n_gangs):
                     await timed("null", null, plain_body)
@@ -243,14 +254,17 @@ async def bench_size(n_nodes: int, n_gangs: int, rounds: int) -> list[dict[str, 
         finally:
             real.stop()
             null.stop()
+            echo.stop()
     # what kube-scheduler sends for a gang: one planning call, then each member's planned call
     samples["gang-all"] = samples["gang-plan"] + samples["gang-planned"]
     cpu["gang-all"] = cpu["gang-plan"] + cpu["gang-planned"]
     null_p50 = statistics.median(samples["null"])
+    echo_p50 = statistics.median(samples["null-echo"])
     out = []
     for case, s in samples.items():
         row: dict[str, Any] = {"bench": "http-filter", "nodes": n_nodes, "case": case, **summary(s)}
         row["ratio_to_null_p50"] = round(statistics.median(s) / null_p50, 2)
+        row["ratio_to_echo_p50"] = round(statistics.median(s) / echo_p50, 2)
         row["server_cpu_ms_per_call"] = round(1000 * cpu[case] / max(1, len(s)), 3)
         out.append(row)
     return out

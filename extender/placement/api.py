@@ -127,9 +127,10 @@ def _int_vector(value: object, *, field: str, n: int) -> np.ndarray:
         raise ValueError(f"{field}: expected {n} values (one per resource column), got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
         raise ValueError(f"{field}: expected integer units, got dtype {arr.dtype}; convert with to_units")
-    if np.any(arr < 0):
-        raise ValueError(f"{field}: negative request {arr.tolist()}; requests are >= 0")
-    return arr.astype(np.int64)
+    values = arr.tolist()  # a handful of columns: plain Python beats numpy's reductions here
+    if n and min(values) < 0:
+        raise ValueError(f"{field}: negative request {values}; requests are >= 0")
+    return arr if arr.dtype == np.int64 else arr.astype(np.int64)  # read, never written
 
 
 def _compile(arrays: ClusterArrays, request: GangRequest) -> _Gang:
@@ -526,12 +527,12 @@ def _rows(arrays: ClusterArrays, rows: np.ndarray, *, field: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
-def fit_mask(arrays: ClusterArrays, rows: np.ndarray, request: np.ndarray) -> np.ndarray:
-    """bool[k]: whether `request` fits free[rows[i]]."""
+def fit_mask(arrays: ClusterArrays, rows: np.ndarray | None, request: np.ndarray) -> np.ndarray:
+    """bool[k]: whether `request` fits free[rows[i]]; rows None: every row, in order (nothing to check)."""
     arrays.check()
     return kernels.fit_mask(
         free=arrays.free,
-        rows=_rows(arrays, rows, field="rows"),
+        rows=np.arange(arrays.n_rows, dtype=np.int32) if rows is None else _rows(arrays, rows, field="rows"),
         request=_int_vector(request, field="request", n=arrays.n_res),
     )
 

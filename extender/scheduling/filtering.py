@@ -61,7 +61,6 @@ class Filtering:
         self.settling = SettlingRows(settle_s=settle_s, clock=self.ledger.clock)
         self.lagging = Lagging(self.store, clock=self.ledger.clock)
         self.exact_refusals_max = exact_refusals_max
-        self._all_rows = np.zeros(0, dtype=np.int32)  # 0..n_rows-1, for a fit over the whole cache
 
     def rows_of(self, node_names: Sequence[str]) -> np.ndarray:
         return self.view.rows_of(node_names)
@@ -80,7 +79,7 @@ class Filtering:
         time (`settling`); kube-scheduler did not offer the others.
         """
         key, uid = pod_identity(pod)
-        if not self.view.gated_natively(pod):
+        if not self.view.gated_natively(pod) and not self.store.is_plain(pod):
             m = self.store.membership_of(pod)
             group = m.group if m.state is MembershipState.MEMBER else None
             if group is None or group.source is not Source.SINGLE_POD:
@@ -95,10 +94,8 @@ class Filtering:
             return None
         arrays = self.store.arrays
         n = arrays.n_rows
-        if len(self._all_rows) != n:
-            self._all_rows = np.arange(n, dtype=np.int32)
         with self.ledger.holds.withheld(arrays, for_gang=None, priority=pod_priority(pod)) as seen:
-            fits = placement.fit_mask(seen, self._all_rows, request)
+            fits = placement.fit_mask(seen, None, request)
         refused = np.flatnonzero(~(fits & arrays.schedulable[:n]))
         if len(refused) > self.exact_refusals_max:
             refused = refused[~arrays.schedulable[refused] | np.isin(refused, self._constrained_rows())]

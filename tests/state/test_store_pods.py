@@ -132,3 +132,22 @@ def test_a_gang_members_mapping_is_built_once_until_it_changes() -> None:
     changed = project(as_served(pod("p", {"nodeName": "n2"})))
     rec.keep(changed)
     assert rec.obj is not first and rec.obj == changed
+
+
+def test_a_request_vector_is_the_callers_own_and_follows_a_resource_a_node_begins_to_offer():
+    from tests.builders import make_node
+
+    store = ClusterStore()
+    store.upsert(make_node("plain"))
+    requests = {"cpu": 2000, "example.com/fpga": 1}
+    vec, missing = store.request_vector(requests)
+    assert missing == ["example.com/fpga"]
+    vec[:] = 7  # the caller's to change: the next caller sees none of it
+    again, _ = store.request_vector(requests)
+    assert int(again[store.resources.find("cpu")]) == 2000
+    fpga = make_node("fpga")
+    fpga["status"]["allocatable"]["example.com/fpga"] = "2"
+    store.upsert(fpga)
+    vec, missing = store.request_vector(requests)
+    assert missing == []
+    assert int(vec[store.resources.find("example.com/fpga")]) == 1
