@@ -336,10 +336,12 @@ def plan_members(
     if plan.outcome is not placement.Outcome.PLACED:
         return GangPlan({}, reason=messages.no_fit_text(store, group, demand.needed, plan))
     assignment: dict[PodKey, tuple[PlannedPod, dict[str, int]]] = {}
+    names = store.row_names
     for recs, rows in zip(demand.chosen, plan.rows, strict=True):
-        for m, row in zip(recs, rows, strict=True):
-            planned = PlannedPod(store.row_names[int(row)], m.rec.uid, m.leaf)
-            assignment[m.key] = (planned, dict(m.rec.requests))
+        for m, row in zip(recs, rows.tolist(), strict=True):
+            # the record's own requests mapping (shared by pods that ask alike, never written): the
+            # hold works its vector out once per mapping
+            assignment[m.key] = (PlannedPod(names[row], m.rec.uid, m.leaf), m.rec.requests)
     return GangPlan(assignment, domain=messages.domain_text(store, plan), pooled=pooled)
 
 

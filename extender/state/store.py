@@ -774,7 +774,7 @@ class ClusterStore:
         them (then `_ensure_columns` charges them).
         """
         row = self.node_rows[node]
-        vec = self.vector(requests)  # computed before anything changes: all or nothing
+        vec = self._pod_vector(requests)  # computed before anything changes: all or nothing
         self.change_gen += 1
         self.unhold(key)
         self.arrays.sub(row, vec)
