@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
+import functools
 import itertools
 import logging
 import time
@@ -207,9 +208,9 @@ class _CompactPods(MutableMapping[str, dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._recs)
 
-    def shared_values(self) -> Iterator[dict[str, Any]]:
-        """Each pod's mapping without a copy: for readers that write nothing (feeding the store)."""
-        return (rec.obj for rec in self._recs.values())
+    def records(self) -> Iterator[PodRecord]:
+        """Each pod's record: the store keeps its own copy of one (`PodRecord.keep(like=)`)."""
+        return iter(self._recs.values())
 
 
 class EmbeddedCluster:
@@ -293,11 +294,6 @@ class EmbeddedCluster:
     def all_objects(self) -> list[dict[str, Any]]:
         return [o for bucket in self._objects.values() for o in bucket.values()]
 
-    def _shared_objects(self) -> Iterator[dict[str, Any]]:
-        """Every object, compact pods without a copy: for readers that write nothing."""
-        for bucket in self._objects.values():
-            yield from bucket.shared_values() if isinstance(bucket, _CompactPods) else bucket.values()
-
     def _emit(self, event: str, obj: dict[str, Any]) -> None:
         if self._store is not None:
             self._feed(self._store.remove if event == "DELETED" else self._store.upsert, obj)
@@ -338,8 +334,14 @@ class EmbeddedCluster:
     def attach(self, store: ClusterStore) -> None:
         """Feed `store` with everything now and every change from here on."""
         self._store = store
-        for obj in self._shared_objects():
-            self._feed(store.upsert, obj)
+        for bucket in self._objects.values():
+            if isinstance(bucket, _CompactPods):
+                # the store copies each compact record's shared parts rather than work them out again
+                for rec in bucket.records():
+                    self._feed(functools.partial(store.upsert, like=rec), rec.obj)
+                continue
+            for obj in bucket.values():
+                self._feed(store.upsert, obj)
         self._synced = True
 
     async def run(self, store: ClusterStore) -> None:

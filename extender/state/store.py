@@ -181,11 +181,22 @@ class PodRecord:
         self._whole: dict[str, Any] | None = obj
         self._built: dict[str, Any] | None = None
 
-    def keep(self, pod: dict[str, Any]) -> None:
+    def keep(self, pod: dict[str, Any], *, like: PodRecord | None = None) -> None:
         """Store `pod` in compact form when its shape allows (a mapping with mapping metadata and
-        spec, each template equal to its shared copy); otherwise the mapping itself."""
+        spec, each template equal to its shared copy); otherwise the mapping itself.
+
+        `like`: another source's compact record whose `obj` is `pod` (an embedded cluster's pod
+        as it feeds the store): its shared parts are taken as they are, not worked out again."""
         self._whole = pod
         self._built = None
+        if like is not None and like._whole is None and like._uid == (pod.get("metadata") or {}).get("uid"):
+            self._whole = None
+            self._top, self._meta, self._spec, self._node = like._top, like._meta, like._spec, like._node
+            self._ns, self._uid, self._created = like._ns, like._uid, like._created
+            self._name = like._name
+            if like._name is _IN_KEY and like.key != self.key:
+                self._name = like.key[len(like._ns) + 1 :] if like._ns else like.key
+            return
         meta = pod.get("metadata")
         spec = pod.get("spec", _ABSENT)
         if not isinstance(meta, dict) or not (spec is _ABSENT or isinstance(spec, dict)):
@@ -396,14 +407,16 @@ class ClusterStore:
         """fn(event, kind, obj) after every change; event is ADDED, MODIFIED or DELETED."""
         self._listeners.append(fn)
 
-    def upsert(self, obj: dict[str, Any]) -> None:
+    def upsert(self, obj: dict[str, Any], *, like: PodRecord | None = None) -> None:
+        """Take `obj`, new or changed. `like`: for a pod, a compact record that holds exactly `obj`
+        (see `PodRecord.keep`)."""
         kind = kind_of(obj)
         key = key_of(obj)
         self.change_gen += 1
         self._object_gen += 1
         if kind == POD:
             event = "MODIFIED" if key in self.pods else "ADDED"
-            self._apply_pod(obj, PodKey(key))
+            self._apply_pod(obj, PodKey(key), like)
         else:
             bucket = self.objects.setdefault(kind, {})
             event = "MODIFIED" if key in bucket else "ADDED"
@@ -721,7 +734,7 @@ class ClusterStore:
                 self._requests_by_spec[sized(key)] = found
         return found
 
-    def _apply_pod(self, pod: dict[str, Any], key: PodKey) -> None:
+    def _apply_pod(self, pod: dict[str, Any], key: PodKey, like: PodRecord | None = None) -> None:
         try:
             reqs = self._pod_requests(pod)
         except resources.QuantityError as exc:
@@ -730,14 +743,14 @@ class ClusterStore:
         rec = self.pods.get(key)
         if rec is None:
             rec = self.pods[key] = PodRecord(key=key, obj=pod, requests=reqs)
-            rec.keep(pod)
+            rec.keep(pod, like=like)
             self.pods_added += 1
         else:
             self._unplace(rec)
             self._release(rec)
             if rec.uid != str((pod.get("metadata") or {}).get("uid", "")):
                 rec.membership = None
-            rec.keep(pod)
+            rec.keep(pod, like=like)
             rec.requests = reqs
             rec.membership_fresh = False
         self._index_pod(rec, pod)
