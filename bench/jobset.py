@@ -2,7 +2,7 @@
 derived gang: one subgroup per replicatedJob and per Job) scheduled member by member, while its
 controller keeps relabelling its Jobs.
 
-    python -m bench jobset [--quick] [--rjs 1000] [--touch-every 10]
+    python -m bench jobset [--quick] [--rjs 1000] [--replicas 1] [--touch-every 10]
 
 In one process, over an embedded cluster, the scheduler driven directly as the server drives it (no
 HTTP): each member is filtered and bound in turn (the last bind releases the gang); every
@@ -29,6 +29,7 @@ from extender.model import labels as keys
 from extender.scheduling.decisions import BindVerdict, Verdict
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
+from extender.state import heap
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore
 
@@ -51,8 +52,11 @@ def _node(i: int) -> dict[str, Any]:
     }
 
 
-def workload(n_rjs: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The JobSet, its Jobs and its pods, with the owner references and labels the controllers write."""
+def workload(
+    n_rjs: int, replicas: int = 1
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The JobSet, its Jobs and its pods, with the owner references and labels the controllers write:
+    `n_rjs` replicatedJobs of `replicas` Jobs each, one pod a Job."""
     pod_spec = {
         "schedulerName": "gang-scheduler",
         "containers": [{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
@@ -65,7 +69,7 @@ def workload(n_rjs: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dic
             "replicatedJobs": [
                 {
                     "name": f"rj{i}",
-                    "replicas": 1,
+                    "replicas": replicas,
                     "template": {"spec": {"parallelism": 1, "template": {"spec": pod_spec}}},
                 }
                 for i in range(n_rjs)
@@ -74,37 +78,38 @@ def workload(n_rjs: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dic
     }
     jobs, pods = [], []
     for i in range(n_rjs):
-        labels = {keys.JOBSET_NAME: "big", keys.REPLICATED_JOB_NAME: f"rj{i}", keys.JOB_INDEX: "0"}
-        job_name, job_uid = f"big-rj{i}-0", f"job-{i}"
-        jobs.append(
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {
-                    "name": job_name,
-                    "namespace": NS,
-                    "uid": job_uid,
-                    "labels": dict(labels),
-                    "ownerReferences": [_ref(jobset)],
-                },
-                "spec": {"parallelism": 1, "template": {"spec": pod_spec}},
-            }
-        )
-        pods.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{job_name}-x",
-                    "namespace": NS,
-                    "uid": f"pod-{i}",
-                    "labels": {**labels, keys.JOB_NAME: job_name},
-                    "ownerReferences": [_ref(jobs[-1])],
-                },
-                "spec": copy.deepcopy(pod_spec),
-                "status": {"phase": "Pending"},
-            }
-        )
+        for r in range(replicas):
+            labels = {keys.JOBSET_NAME: "big", keys.REPLICATED_JOB_NAME: f"rj{i}", keys.JOB_INDEX: str(r)}
+            job_name, job_uid = f"big-rj{i}-{r}", f"job-{i}-{r}"
+            jobs.append(
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {
+                        "name": job_name,
+                        "namespace": NS,
+                        "uid": job_uid,
+                        "labels": dict(labels),
+                        "ownerReferences": [_ref(jobset)],
+                    },
+                    "spec": {"parallelism": 1, "template": {"spec": pod_spec}},
+                }
+            )
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{job_name}-x",
+                        "namespace": NS,
+                        "uid": f"pod-{i}-{r}",
+                        "labels": {**labels, keys.JOB_NAME: job_name},
+                        "ownerReferences": [_ref(jobs[-1])],
+                    },
+                    "spec": copy.deepcopy(pod_spec),
+                    "status": {"phase": "Pending"},
+                }
+            )
     return jobset, jobs, pods
 
 
@@ -140,16 +145,17 @@ def _stats(name: str, samples: list[float]) -> dict[str, float]:
     }
 
 
-def measure(n_rjs: int, touch_every: int) -> dict[str, object]:
+def measure(n_rjs: int, touch_every: int, replicas: int = 1) -> dict[str, object]:
     store = ClusterStore()
-    cluster = EmbeddedCluster([_node(i) for i in range(n_rjs // PODS_PER_NODE + 1)])
+    cluster = EmbeddedCluster([_node(i) for i in range(n_rjs * replicas // PODS_PER_NODE + 1)])
     cluster.attach(store)
     ledger = GangLedger(
         store, wait_s=600, hold_s=600, backoff_initial_s=2, backoff_max_s=60, clock=time.monotonic
     )
     scheduler = Scheduler(store, ledger)
     placement.warm_up()  # as the server does before it reports ready: no call pays numba's loading
-    jobset, jobs, pods = workload(n_rjs)
+    heap.settle()  # as the server does once its first list is in: the JobSet comes after
+    jobset, jobs, pods = workload(n_rjs, replicas)
     t0 = time.perf_counter()
     for obj in (jobset, *jobs, *pods):
         cluster.apply(obj)
@@ -186,6 +192,7 @@ def measure(n_rjs: int, touch_every: int) -> dict[str, object]:
     row: dict[str, object] = {
         "bench": "jobset",
         "replicated_jobs": n_rjs,
+        "replicas": replicas,
         "touch_every": touch_every,
         "released": released,
         "bound": sum(1 for p in pods if _node_of(cluster, p["metadata"]["name"])),
@@ -204,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--touch-every", type=int, default=10, help="a Job changes every N members (0: never)"
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="Jobs per replicatedJob (default 1; 1 x 9999 is KAI's largest)",
+    )
     args = parser.parse_args(argv)
     try:
         sizes = [int(x) for x in (args.rjs or ("200" if args.quick else "1000")).split(",")]
@@ -213,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rjs: sizes must be positive")
     if args.touch_every < 0:
         parser.error("--touch-every: must be 0 or more")
+    if args.replicas < 1:
+        parser.error("--replicas: must be 1 or more")
     for n in sizes:
-        print(json.dumps(measure(n, args.touch_every)), flush=True)
+        print(json.dumps(measure(n, args.touch_every, args.replicas)), flush=True)
     return 0

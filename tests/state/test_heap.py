@@ -33,3 +33,18 @@ def test_settle_freezes_what_is_left_out_of_the_collectors_passes() -> None:
         assert all(obj is not kept for obj in gc.get_objects())  # out of the collector's passes
     finally:
         gc.unfreeze()
+
+
+def test_settle_spaces_the_collectors_passes_out() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)  # Python's own
+        heap.settle()
+        young, older, oldest = gc.get_threshold()
+        assert young == heap.YOUNG_OBJECTS > 700
+        assert older == oldest == heap.OLDER_PASSES
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
