@@ -2,7 +2,7 @@
 extender) against gang-extender.
 
     python -m bench versus [--quick] [--nodes 1000] [--series 1] [--configs native,extender]
-        [--workloads rack8,rack64,race,stream,mixed] [--keep-dir] [--k8s 1.36.2|1.37.2]
+        [--workloads rack8,rack64,race,stream,mixed,large] [--keep-dir] [--k8s 1.36.2|1.37.2]
 
 On 1.37.2 the PodGroups are v1beta1 and the native peer's gates GenericWorkload and
 TopologyAwareWorkloadScheduling (1.37 merged GangScheduling and WorkloadAwarePreemption into
@@ -39,6 +39,9 @@ other in a namespace of their own, and are deleted before the next:
   `--stream-large-after-s` in, one large gang (64 pods of 32 cpu: a whole rack) arrives. Whether the
   large gang binds while the stream runs, or only once it stops (starvation).
 - mixed: gangs of 8 (16 cpu, rack required) and plain pods (2 cpu) created interleaved.
+- large: one gang at a time of each size in `--large-sizes` (default 256 pods of 8 cpu, 1024 of 2 cpu:
+  each exactly one rack's 2048 cpu), all its pods created at once; per gang, last create -> whole bound
+  (`whole_after_last_create_s`). Every binding POST of the gang is in that time.
 
 Per workload: gangs bound whole, gangs inside one rack, partial gangs seen (a gang with some members
 bound and others not for longer than `PARTIAL_GRACE_S`, or at the end), time from the last member's
@@ -112,7 +115,9 @@ GANG_LABEL = "bench-gang"
 PODGROUPS = "/apis/scheduling.k8s.io/{version}/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 PARTIAL_GRACE_S = 1.0  # members of one release reach the watch over a few hundred ms; longer is partial
-WORKLOADS = ("rack8", "rack64", "race", "stream", "mixed")
+WORKLOADS = ("rack8", "rack64", "race", "stream", "mixed", "large")
+LARGE_SIZES = (256, 1024)  # a rack's 2048 cpu each: 8 and 2 cpu a pod
+LARGE_SETTLE_S = 600.0  # a thousand-pod gang's time limit once its pods are created
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,7 @@ class Settings:
     keep_dir: bool = False
     scheduler_v: int = 1
     k8s: str = CURRENT_VERSION  # the control plane: 1.36.2, or 1.37.2 (its native gang plugin merged)
+    large_sizes: tuple[int, ...] = LARGE_SIZES
 
 
 # ---------------------------------------------------------------------------------- observations
@@ -508,7 +514,12 @@ class Versus:
     # -- workloads -------------------------------------------------------------------------------
 
     async def batch(
-        self, run: Run, gangs: list[tuple[str, int, str]], plain: list[str], plain_cpu: str
+        self,
+        run: Run,
+        gangs: list[tuple[str, int, str]],
+        plain: list[str],
+        plain_cpu: str,
+        settle_s: float | None = None,
     ) -> None:
         """Create gangs (name, size, cpu) and plain pods interleaved, and wait until all are bound."""
         pods: list[list[dict[str, Any]]] = []
@@ -530,7 +541,7 @@ class Versus:
             gangs_done = all(g.whole_at() is not None for g in run.gangs.values())
             return gangs_done and len(run.plain_bound) == len(run.plain_created)
 
-        await run.wait(done, self.settings.settle_s)
+        await run.wait(done, self.settings.settle_s if settle_s is None else settle_s)
 
     async def rack8(self, run: Run) -> dict[str, Any]:
         await self.batch(run, [(f"g{g:03d}", 8, "16") for g in range(self.settings.rack8_gangs)], [], "0")
@@ -539,6 +550,19 @@ class Versus:
     async def rack64(self, run: Run) -> dict[str, Any]:
         await self.batch(run, [(f"g{g:03d}", 64, "32") for g in range(self.settings.rack64_gangs)], [], "0")
         return run.figures(end=time.monotonic())
+
+    async def large(self, run: Run) -> dict[str, Any]:
+        """Thousand-pod gangs, one at a time, each exactly a rack."""
+        for size in self.settings.large_sizes:
+            cpu = str(RACK_NODES * 64 // size)
+            await self.batch(run, [(f"large-{size}", size, cpu)], [], "0", settle_s=LARGE_SETTLE_S)
+        row = run.figures(end=time.monotonic())
+        row["whole_after_last_create_s"] = {
+            g.name: _round(g.whole_at() - max(g.created.values()))
+            for g in run.gangs.values()
+            if g.whole_at() is not None and len(g.created) == g.size
+        }
+        return row
 
     async def mixed(self, run: Run) -> dict[str, Any]:
         s = self.settings
@@ -710,6 +734,7 @@ BATCH_COLUMNS = (
 COLUMNS = {
     "rack8": BATCH_COLUMNS,
     "rack64": BATCH_COLUMNS,
+    "large": ("whole_after_last_create_s", *BATCH_COLUMNS),
     "mixed": (
         "gangs_whole",
         "gangs_one_rack",
@@ -768,7 +793,7 @@ def broken_promises(row: dict[str, Any]) -> list[str]:
     w = row["workload"]
     if row.get("gangs_partial_seen"):
         out.append(f"{row['gangs_partial_seen']} gang(s) partly bound for over {PARTIAL_GRACE_S:g} s")
-    if w in ("rack8", "rack64", "mixed"):
+    if w in ("rack8", "rack64", "mixed", "large"):
         if row["gangs_whole"] != row["gangs"]:
             out.append(f"{row['gangs'] - row['gangs_whole']} of {row['gangs']} gangs not bound whole")
         if row["gangs_one_rack"] != row["gangs_whole"]:
@@ -834,6 +859,11 @@ def parse(argv: list[str] | None) -> Settings:
         help=f"control plane (default {CURRENT_VERSION})",
     )
     parser.add_argument("--scheduler-v", type=int, default=1, help="kube-scheduler's log verbosity (--v)")
+    parser.add_argument(
+        "--large-sizes",
+        default=",".join(map(str, LARGE_SIZES)),
+        help="the large workload's gang sizes, one rack each (divisors of 2048 cpu; default 256,1024)",
+    )
     args = parser.parse_args(argv)
     configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
     if bad := [c for c in configs if c not in CONFIGS]:
@@ -844,6 +874,13 @@ def parse(argv: list[str] | None) -> Settings:
     if args.nodes < 4 * RACK_NODES:
         parser.error(f"--nodes: at least {4 * RACK_NODES} (the stream keeps four racks of {RACK_NODES})")
     racks = args.nodes // RACK_NODES
+    rack_cpu = RACK_NODES * 64
+    try:
+        large_sizes = tuple(int(x) for x in args.large_sizes.split(",") if x.strip())
+    except ValueError:
+        parser.error("--large-sizes: expected comma-separated integers, e.g. 256,1024")
+    if not large_sizes or any(n < 1 or rack_cpu % n or n > RACK_NODES * 110 for n in large_sizes):
+        parser.error(f"--large-sizes: each must divide a rack's {rack_cpu} cpu and fit its pod slots")
     quick = args.quick
     return Settings(
         nodes=args.nodes,
@@ -863,6 +900,7 @@ def parse(argv: list[str] | None) -> Settings:
         keep_dir=args.keep_dir,
         scheduler_v=args.scheduler_v,
         k8s=args.k8s,
+        large_sizes=large_sizes,
     )
 
 
