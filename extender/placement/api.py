@@ -130,7 +130,10 @@ def _int_vector(value: object, *, field: str, n: int) -> np.ndarray:
     values = arr.tolist()  # a handful of columns: plain Python beats numpy's reductions here
     if n and min(values) < 0:
         raise ValueError(f"{field}: negative request {values}; requests are >= 0")
-    return arr if arr.dtype == np.int64 else arr.astype(np.int64)  # read, never written
+    if arr.dtype == np.int64 and arr.flags.c_contiguous and arr.flags.writeable:
+        return arr  # read, never written
+    # a read-only or strided array would reach numba as another type: compiled anew, mid-call
+    return np.array(arr, dtype=np.int64, order="C")
 
 
 def _compile(arrays: ClusterArrays, request: GangRequest) -> _Gang:

@@ -101,3 +101,22 @@ def test_score_nodes_refuses_an_unregistered_anchor_level() -> None:
 
 def test_warm_up_returns_the_seconds_it_took() -> None:
     assert 0.0 <= warm_up() < 120.0
+
+
+def test_fit_mask_takes_a_read_only_or_strided_request_as_any_and_none_for_every_row() -> None:
+    from extender.placement import kernels
+
+    arrays = racks()
+    rows = np.arange(arrays.n_rows, dtype=np.int32)
+    request = np.asarray(pod(gpu=3), dtype=np.int64)
+    expected = fit_mask(arrays, rows, request).tolist()
+    frozen = request.copy()
+    frozen.flags.writeable = False
+    strided = np.repeat(request, 2)[::2]
+    compiled = getattr(kernels._fit_mask, "signatures", None)  # None with NUMBA_DISABLE_JIT
+    before = len(compiled) if compiled is not None else 0
+    for asked in (frozen, strided):
+        assert fit_mask(arrays, rows, asked).tolist() == expected
+        assert fit_mask(arrays, None, asked).tolist() == expected
+    if compiled is not None:  # the kernel met no new array type: nothing compiled in the call
+        assert len(kernels._fit_mask.signatures) == before
