@@ -385,7 +385,7 @@ def warm_kernel_cache() -> None:
 
 
 async def measure(
-    source: str, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], tmp: str
+    source: str, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], tmp: str, profile_dir: str = ""
 ) -> dict[str, Any]:
     from aiohttp import web
 
@@ -419,6 +419,9 @@ async def measure(
         with open(path, "wb") as fh:
             fh.write(orjson.dumps([*nodes, *pods]))
         argv += ["--cluster", path]
+    if profile_dir:  # written when SIGTERM ends the service, once its row is measured
+        out = os.path.join(profile_dir, f"service-{source}-{len(nodes)}-{len(pods)}.prof")
+        argv = [argv[0], "-m", "cProfile", "-o", out, *argv[1:]]
     env = service_env()
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -458,7 +461,8 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for source in sources:
             for n, p in ([] if args.no_empty else [([], [])]) + [(nodes, pods)]:
-                print(orjson.dumps(await measure(source, n, p, tmp)).decode(), flush=True)
+                row = await measure(source, n, p, tmp, args.profile_service)
+                print(orjson.dumps(row).decode(), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,6 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", default="live,file", help="live, file or both (comma-separated)")
     parser.add_argument("--no-empty", action="store_true", help="skip the row with an empty cluster")
     parser.add_argument("--quick", action="store_true", help="1000 nodes and 10000 pods")
+    parser.add_argument(
+        "--profile-service",
+        default="",
+        metavar="DIR",
+        help="run the service under cProfile, one file per row here",
+    )
     args = parser.parse_args(argv)
     args.nodes = args.nodes if args.nodes is not None else (1000 if args.quick else 15_000)
     args.pods = args.pods if args.pods is not None else (10_000 if args.quick else 150_000)

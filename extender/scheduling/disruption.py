@@ -214,9 +214,7 @@ class GangDisruption:
     def _scan(self) -> None:
         """Once, after the cache is synced: every gang is looked at (a restart finishes the job)."""
         self._scanned = True
-        for rec in self.store.pods.values():
-            if self.store.is_plain(rec.obj):
-                continue
+        for rec in self.store.grouped_pods():
             m = self.store.membership(rec)
             if m.state is MembershipState.MEMBER and m.group is not None and _watched(m.group):
                 self._dirty.add(m.group.key)

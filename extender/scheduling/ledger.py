@@ -834,7 +834,10 @@ class GangLedger:
             self.short_of_group.discard(pk)
             self.short_of_cache.pop(pk, None)
         if e is None and node and not gone:
-            # in no plan: a member bound by another binder may still pin its gang's domain
+            # in no plan: a member bound by another binder may still pin its gang's domain (a plain
+            # pod, most of a cluster and all of an initial list, has no gang to derive)
+            if not self.gangs or self.store.is_plain(obj):
+                return
             gang = self._place_now(obj)[0]
             other = self.gangs.get(gang) if gang is not None else None
             if other is not None:

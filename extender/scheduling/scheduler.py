@@ -314,16 +314,19 @@ class Scheduler:
             return
         if kind != POD:
             return
-        self.repair.on_pod(event, obj)
         node = (obj.get("spec") or {}).get("nodeName")
-        if node and event != "DELETED" and not is_terminal(obj):
+        deleted = event == "DELETED"
+        if not (node or deleted):
+            return  # still pending: nothing here follows it until it binds or goes
+        self.repair.on_pod(event, obj)
+        pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if node and not deleted and not is_terminal(obj):
             row = self.store.node_rows.get(node)
             if row is not None:
                 self.filtering.settling.mark(row)
-                self.binding.landed(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))), row)
-        if event == "DELETED" or node:
-            self.telling.told.forget_pod(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
-            self.view.evictions.forget(str(meta.get("uid") or ""))
+                self.binding.landed(pk, row)
+        self.telling.told.forget_pod(pk)
+        self.view.evictions.forget(str(meta.get("uid") or ""))
 
     def gangs_pending(self) -> int:
         """Gangs the ledger knows whose quorum is not bound yet."""

@@ -395,6 +395,7 @@ class ClusterStore:
         self._pod_group: dict[PodKey, GroupKey] = {}
         self._finished_index: dict[GroupKey, set[PodKey]] = {}  # Succeeded members, by group
         self._pod_finished: dict[PodKey, GroupKey] = {}
+        self._grouped: set[PodKey] = set()  # pods not surely plain (is_single_pod False), terminal or not
         self._finished_seen: dict[GroupKey, tuple[int, GroupSpec, dict[str | None, int]]] = {}
         # what each pod's membership read (grouping kinds only, hits and misses) and who read each
         # object: a change re-derives and re-indexes its readers, no other pod
@@ -910,6 +911,11 @@ class ClusterStore:
         """How many non-terminal pods the index holds for `group` (groups of more than one pod), O(1)."""
         return len(self._group_index.get(group, ()))
 
+    def grouped_pods(self) -> list[PodRecord]:
+        """Every pod, terminal or not, that is not surely a group of one (`is_plain`): the pods a scan
+        for gangs need look at, without deriving anything for the plain rest of a cluster."""
+        return [self.pods[k] for k in self._grouped if k in self.pods]
+
     def gang_keys(self) -> list[GroupKey]:
         """Every group of more than one pod that has a non-terminal member (groups of one are not
         indexed: see `group_members`)."""
@@ -986,15 +992,16 @@ class ClusterStore:
     def _index_pod(self, rec: PodRecord, pod: dict[str, Any]) -> None:
         """Index `rec` by its group; `pod` is its mapping (rec.obj, or the one it was kept from)."""
         self._unindex_pod(rec.key)
-        if rec.terminal and not rec.succeeded:
-            self._note_reads(rec.key, frozenset())
-            return
         reads = _Reads(self)
         plain = grouping.is_single_pod(pod, reads)
         self._plain_seen = (pod, self.change_gen, plain)  # the listeners told of it ask next
-        if plain:
-            self._note_reads(rec.key, frozenset(reads.keys))  # an owner missing now may arrive
+        if plain or (rec.terminal and not rec.succeeded):
+            # an owner missing now may arrive: the pod is indexed again then (`_regroup`)
+            self._note_reads(rec.key, frozenset(reads.keys))
+            if not plain:
+                self._grouped.add(rec.key)
             return
+        self._grouped.add(rec.key)
         m = self.membership(rec)
         if rec.terminal:  # Succeeded: it counts toward its gang's quorum (finished_counts)
             if m.state is MembershipState.MEMBER and m.group is not None:
@@ -1008,6 +1015,7 @@ class ClusterStore:
             self._pod_group[rec.key] = group.key
 
     def _unindex_pod(self, key: PodKey) -> None:
+        self._grouped.discard(key)
         for pod_group, index in (
             (self._pod_group, self._group_index),
             (self._pod_finished, self._finished_index),

@@ -145,3 +145,34 @@ def test_an_external_podgroups_own_succeeded_count_is_read():
     assert store.finished_counts(group) == {}
     store.upsert({**make_kai_podgroup("g", min_member=2), "status": {"succeeded": 1, "running": 0}})
     assert store.finished_counts(group) == {None: 1}
+
+
+def _failed(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["status"] = {"phase": "Failed"}
+    return pod
+
+
+@pytest.mark.parametrize("owners_first", [True, False], ids=["owners-first", "pods-first"])
+def test_grouped_pods_are_the_pods_not_surely_plain_whatever_came_first(owners_first):
+    """What a scan for gangs looks at (the disruption's after a sync) is every pod is_single_pod does
+    not call plain, terminal or not, as the cache holds it now: a pod listed before its Job is grouped
+    once the Job arrives, and plain again once it is deleted."""
+    pods = [p for p, _ in POD_CASES if isinstance(p["spec"], dict)]
+    pods += [_failed(make_pod("job-failed", owner=JOB)), _failed(make_pod("failed"))]
+    store = ClusterStore()
+    owners = [make_node("n1"), JOB, make_kai_podgroup("g", min_member=2)]
+    for obj in (*owners, *pods) if owners_first else (*pods, *owners):
+        store.upsert(obj)
+
+    def expected() -> list[str]:
+        return sorted(
+            r.key for r in store.pods.values() if not grouping_membership.is_single_pod(r.obj, store)
+        )
+
+    assert "default/job-failed" in expected() and "default/failed" not in expected()
+    assert sorted(r.key for r in store.grouped_pods()) == expected()
+    store.remove(JOB)
+    assert "default/job-failed" not in expected()
+    assert sorted(r.key for r in store.grouped_pods()) == expected()
+    store.remove(store.pods["default/g-0"].obj)
+    assert sorted(r.key for r in store.grouped_pods()) == expected()
