@@ -1,6 +1,7 @@
 """End-to-end scheduling throughput through a real kube-scheduler 1.20 calling the service, side by side.
 
     python -m bench.scheduler [--quick] [--nodes 1000] [--pods 2000] [--series 3] [--configs A,B,C,D,E,N]
+                              [--k8s 1.36.2|1.37.2|1.20.2]
 
 One loopback control plane (tests/e2e/controlplane/start.py: etcd + kube-apiserver; the
 controller-manager is left out, nothing here needs it) with fake Nodes (cpu 64, memory 256Gi,
@@ -56,8 +57,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from controlplane.start import (  # noqa: E402  (the e2e tier is not a package)
+    CURRENT_VERSION,
     SCHEDULER_NAME,
     TOKEN,
+    VERSIONS,
     ControlPlane,
     PlaneUnavailable,
     convert_scheduler_config,
@@ -120,6 +123,7 @@ class Settings:
     run_timeout_s: float = 180.0
     keep_dir: bool = False
     profile_dir: str = ""  # run the service under cProfile, one file per run here
+    k8s: str = CURRENT_VERSION  # the control plane's and kube-scheduler's version
 
 
 @dataclass
@@ -798,6 +802,12 @@ def parse(argv: list[str] | None) -> Settings:
         metavar="DIR",
         help="run the service under cProfile (slower); one service-<run>.prof per run in DIR",
     )
+    parser.add_argument(
+        "--k8s",
+        default=CURRENT_VERSION,
+        choices=VERSIONS,
+        help=f"control plane version (default {CURRENT_VERSION})",
+    )
     args = parser.parse_args(argv)
     variants = tuple(v.strip().upper() for v in args.configs.split(",") if v.strip())
     unknown = [v for v in variants if v not in VARIANTS]
@@ -818,6 +828,7 @@ def parse(argv: list[str] | None) -> Settings:
         run_timeout_s=args.run_timeout_s,
         keep_dir=args.keep_dir,
         profile_dir=args.profile_service,
+        k8s=args.k8s,
     )
 
 
@@ -825,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse(argv)
     t0 = time.monotonic()
     try:
-        plane = ControlPlane(controller_manager=False)
+        plane = ControlPlane(controller_manager=False, version=settings.k8s)
     except PlaneUnavailable as exc:
         print(f"control plane unavailable: {exc}", file=sys.stderr)
         return 2
