@@ -85,20 +85,31 @@ def domain_mask(
 ) -> np.ndarray | None:
     """Rows allowed by the constraints on `leaf` and its ancestors, given members already placed.
 
-    None when nothing constrains the pod. A constrained level with no member placed yet allows
-    every domain; kube-scheduler's choice of node then fixes it for the rest.
+    None when nothing constrains the pod. Each constraint pins the pod to the domain of a member
+    placed under the same constraint: a subgroup's own to a member of that subgroup, the gang's to
+    any member (a sibling subgroup's rack says nothing of this one's). A constrained level with no
+    such member placed yet allows every domain; kube-scheduler's choice of node then fixes it for
+    the rest.
     """
-    levels = constraint_levels(store, group, leaf)
-    if not levels:
+    keys = topology.required_keys(group, leaf, store)
+    if not keys:
         return None
-    placed = member_rows(store, ledger, group, exclude=exclude)
+    placed: dict[str | None, int] = {}  # the first placed member's row, per leaf
+    for rec in store.group_members(group.key):
+        if rec.key != exclude:
+            row = placed_row(store, ledger, rec)
+            if row >= 0:
+                placed.setdefault(store.membership(rec).subgroup, row)
+    shared = {other: set(topology.shared_required_keys(group, leaf, other, store)) for other in placed}
     mask = np.ones(len(rows), dtype=bool)
-    domains = store.arrays.domains
-    for lvl in levels:
-        if placed:
-            mask &= domains[lvl, rows] == domains[lvl, placed[0]]
+    arrays = store.arrays
+    for key in keys:
+        lvl = arrays.level(key)
+        pin = next((row for other, row in placed.items() if key in shared[other]), None)
+        if pin is not None:
+            mask &= arrays.domains[lvl, rows] == arrays.domains[lvl, pin]
         else:
-            mask &= domains[lvl, rows] >= 0
+            mask &= arrays.domains[lvl, rows] >= 0
     return mask
 
 
@@ -319,6 +330,11 @@ def plan_members(
     )
     if me not in {m.key for recs in demand.chosen for m in recs}:
         return None
+    if arrays.domains is not store.arrays.domains:
+        # the demand may have registered a topology level named first now (a subgroup's own): a
+        # view made before it lacks that level's row, and a view's labels are the store's anyway
+        arrays = copy.copy(arrays)
+        arrays.domains = store.arrays.domains
     if demand.unoffered:
         reason = f"gang {group.key} ({demand.needed} pods): {messages.unoffered_text(list(demand.unoffered))}"
         return GangPlan({}, reason=reason)
