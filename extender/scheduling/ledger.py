@@ -954,3 +954,6 @@ class GangLedger:
             return
         del self.gangs[key]
         self.holds.drop(key)
+        # a preemption for it holds its victims' room for nobody now (its own members were preempted
+        # or deleted): the room goes back to everyone with the entry, not when the hold runs out
+        self.end_preemption(key)

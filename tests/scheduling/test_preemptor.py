@@ -256,6 +256,31 @@ async def test_the_hold_expires_and_the_room_is_free_again(make_service):
     assert sorted((await svc.filter("intruder"))["NodeNames"]) == ["n000", "n001"]
 
 
+async def test_a_preemptor_whose_pods_are_all_gone_gives_the_held_room_back_at_once(make_service):
+    """Its own members preempted or deleted while its victims' room was held: nobody is left to plan
+    into it, so the room is everyone's again with the gang's entry, not when the hold runs out (the
+    reservations, under keys of no pod, outlived the gang by up to a minute)."""
+    svc = await make_service(
+        cluster(
+            victim_gang("lo", ["n000", "n001"], 10),
+            [plain("x", "n010", 50), plain("y", "n011", 50)],
+            preemptor(),
+        )
+    )
+    await svc.filter("hi-0")
+    await settle()
+    assert svc.scheduler.ledger.victims_gone("default/hi") and svc.store.reservations
+    svc.cluster.delete("", "Pod", "default", "hi-0")
+    await settle()
+    assert svc.scheduler.ledger.preemption("default/hi") is not None  # hi-1 is still there
+    svc.cluster.delete("", "Pod", "default", "hi-1")
+    await settle()
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    assert svc.store.reservations == {}
+    svc.cluster.apply(make_pod("intruder", cpu="8"))
+    assert sorted((await svc.filter("intruder"))["NodeNames"]) == ["n000", "n001"]
+
+
 async def test_the_preempt_verb_hands_a_gang_member_to_the_gangs_own_preemption(make_service):
     # every node full: kube-scheduler's own filters pass none, so only its preempt verb asks the service
     svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
