@@ -24,7 +24,8 @@ gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob
 whose Jobs are relabelled and whose replicatedJobs are scaled; one gang, at times, a 1.37
 scheduling.k8s.io PodGroup's (its pods name it by spec.schedulingGroup), whose priority differs from
 its pods' own and is the one that counts, and the subgroup gang at times a CompositePodGroup tree's (a
-root over one child PodGroup per subgroup, ranked at the root's priority); and at times the service
+root over one child PodGroup per subgroup, ranked at the root's priority), at times with a rack
+constraint on each subgroup and none on the gang; and at times the service
 follows its kube-scheduler's leader-election Lease, which moves to another replica and back (while it
 is away, kube-scheduler calls this sidecar no more); holds one or two gangs deep, and at times a gang
 that needs a whole rack among the smaller ones (it holds the rack it fits once drained); size-class
@@ -36,7 +37,8 @@ After every step it checks, from the API's objects and the service's public surf
 - a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
   status, event, nudge, condition or eviction reaches the API while it follows);
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
-  store's free capacity of every live node is >= 0), a rack gang's bound members share a rack, and
+  store's free capacity of every live node is >= 0), a rack gang's bound members share a rack (so do
+  each subgroup's, where the subgroup gang gives each its own rack constraint and itself none), and
   an apart gang's (required anti-affinity to each other on the hostname) never share a node;
 - no reservation is left behind (each one is a pod in the store, planned in GET /debug/gangs or
   with a bind in flight);
@@ -458,6 +460,7 @@ class Gang:
     tree: bool = False  # a 1.37 CompositePodGroup (its name) over one PodGroup per subgroup (theirs)
     pod_priority: int = 0  # a native gang's pods' own priority, which its PodGroup's overrides
     apart: bool = False  # its members must be alone on their nodes (required anti-affinity to each other)
+    sub_rack: bool = False  # each subgroup in one rack of its own choosing, the gang itself unconstrained
 
     def objects(self) -> list[dict]:
         """Its group objects: one PodGroup, or a CompositePodGroup and its children."""
@@ -489,6 +492,9 @@ class Gang:
             }
             for sub, need in self.subgroups.items()
         ]
+        if self.sub_rack:
+            for child in children:
+                child["spec"]["schedulingConstraints"] = {"topology": [{"key": RACK_LABEL}]}
         return [root, *children]
 
     def podgroup(self) -> dict:
@@ -502,6 +508,9 @@ class Gang:
             meta = {"name": self.name, "namespace": "default", "uid": f"{self.name}-pg-uid"}
             return {"apiVersion": NATIVE_API, "kind": "PodGroup", "metadata": meta, "spec": spec}
         subs = [{"name": s, "minMember": m} for s, m in (self.subgroups or {}).items()]
+        if self.sub_rack:
+            for sub in subs:
+                sub["topologyConstraint"] = RACK
         pg = make_kai_podgroup(
             self.name,
             min_member=self.min_member,
@@ -688,6 +697,9 @@ def make_world(rng: random.Random) -> tuple[list[dict], list[Gang], list[str]]:
             subgroups={"a": 2, "b": 2},
             sub_sizes={"a": 2, "b": 3},
             min_subgroup=1,
+            # a subgroup's own topology under an unconstrained gang, drawn beside the world's stream
+            # (not from it): every other draw of a seed stays what it was before this was added
+            sub_rack=random.Random(str(rng.getstate()[1][:8])).random() < 0.5,
         ),
     ]
     if rng.random() < 0.5:
@@ -1746,6 +1758,18 @@ class Driver:
                 }
                 if len(racks) > 1:
                     self.fail(f"gang {g.name} must sit in one rack; its bound members are in {sorted(racks)}")
+            if g.sub_rack:
+                by_sub: dict[str | None, set[str | None]] = {}
+                for n in bound:
+                    if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n]):
+                        rack = nodes[bound[n]]["metadata"]["labels"].get(RACK_LABEL)
+                        by_sub.setdefault(self.pod_sub.get(n), set()).add(rack)
+                for sub, racks in by_sub.items():
+                    if len(racks) > 1:
+                        self.fail(
+                            f"gang {g.name}'s subgroup {sub} must sit in one rack; its bound members are in "
+                            f"{sorted(map(str, racks))}"
+                        )
         # anti-affinity: an apart gang's bound members each alone on their nodes
         on_node: dict[tuple[str, str], list[str]] = {}
         for n, node in bound.items():
@@ -2336,11 +2360,30 @@ class Driver:
             units: dict[str | None, int] = dict(g.subgroups) if g.subgroups else {None: g.min_member or 1}
             said = [self.last_filter.get(n) for n in members if n not in bound][:2]
             why = f"(filter said {said}; /debug/gangs says {explain.get('default/' + g.name)!r})"
+
+            def where(
+                unit: str | None,
+                g: Gang = g,
+                domains: list[str] | None = domains,
+                members: list[str] = members,
+            ) -> list[list[str]]:
+                """The nodes a unit's next pods may go to: its own rack where each subgroup has one
+                (the rack its running members pinned, or any one rack), else the gang's domain."""
+                if not g.sub_rack or unit is None:
+                    return [domains] if domains is not None else []
+                pinned = {
+                    nodes[bound[n]]["metadata"]["labels"].get(RACK_LABEL)
+                    for n in members
+                    if self.pod_sub.get(n) == unit and n in bound and not finished(pods[n])
+                }
+                return [racks.get(next(iter(pinned)), [])] if pinned else list(racks.values())
+
             if not on:
                 need = sum(units.values())
                 if len(live) < need:
                     continue  # members moved to other gangs: it waits for pods, and says so
-                options = [domains] if domains is not None else list(racks.values())
+                # where each subgroup has its own rack, one rack that holds them all surely does
+                options = [domains] if domains is not None and not g.sub_rack else list(racks.values())
                 if not queue_room(in_queue, need * req.get("cpu", 0), own_hold.get(f"default/{g.name}", 0)):
                     continue  # its queue (or an ancestor) has no room for it under its limit
                 if any(slots(req, d, g.name, g_prio) >= need for d in options):
@@ -2365,9 +2408,14 @@ class Driver:
             root_short = bool(g.subgroups) and complete < (g.min_subgroup or len(units))
             if root_short:
                 want = sum(short.values())
+                # the short units together: in a rack each of them may still take
+                common: set[tuple[str, ...]] | None = None
+                for unit in short:
+                    opts = {tuple(d) for d in where(unit)}
+                    common = opts if common is None else common & opts
                 if (
                     short
-                    and slots(req, domains, g.name, g_prio) >= want
+                    and any(slots(req, list(d), g.name, g_prio) >= want for d in common or ())
                     and queue_room(in_queue, want * req.get("cpu", 0))
                 ):
                     self.fail(
@@ -2383,7 +2431,7 @@ class Driver:
                 want = need - len(unit_on) if len(unit_on) < need else 1
                 if (
                     left >= want
-                    and slots(req, domains, g.name, g_prio) >= want
+                    and any(slots(req, d, g.name, g_prio) >= want for d in where(unit))
                     and queue_room(in_queue, want * req.get("cpu", 0))
                 ):
                     self.fail(
