@@ -1,4 +1,4 @@
-"""End-to-end scheduling throughput through a real kube-scheduler 1.20 calling the service, side by side.
+"""Scheduling throughput through a real kube-scheduler (1.20, 1.36, 1.37) calling the service.
 
     python -m bench.scheduler [--quick] [--nodes 1000] [--pods 2000] [--series 3] [--configs A,B,C,D,E,N]
                               [--k8s 1.36.2|1.37.2|1.20.2]
@@ -23,7 +23,7 @@ Rate = pods / (first create sent -> last spec.nodeName seen on a watch), after o
 Pods are created 32 at a time with aiohttp (token auth), in order, so a gang's members arrive together.
 Every run prints one JSON object; the summary prints medians, ratios to A and to N in the same series, and a
 Markdown table. Per-process CPU comes from /proc; the scheduling-cycle time from kube-scheduler's
-scheduler_scheduling_algorithm_duration_seconds (its insecure metrics port, which 1.20 still has);
+scheduler_scheduling_algorithm_duration_seconds (1.20: its insecure metrics port; newer: the secure one);
 "other cores" is what the rest of the machine (other tenants) used during the run.
 """
 
@@ -38,6 +38,7 @@ import re
 import resource
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -52,12 +53,14 @@ import orjson
 import yaml
 
 from bench.memory import proc_status_mib
+from bench.podwatch import PodWatch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from controlplane.start import (  # noqa: E402  (the e2e tier is not a package)
     CURRENT_VERSION,
+    LEGACY_VERSION,
     SCHEDULER_NAME,
     TOKEN,
     VERSIONS,
@@ -65,6 +68,7 @@ from controlplane.start import (  # noqa: E402  (the e2e tier is not a package)
     PlaneUnavailable,
     convert_scheduler_config,
     free_port,
+    substitute_scheduler_config,
     wait_until,
 )
 
@@ -268,20 +272,31 @@ def pod_group_object(name: str, *, namespace: str, size: int) -> dict[str, Any]:
     }
 
 
-def scheduler_config(variant: Variant, *, url: str, kubeconfig: str) -> dict[str, Any]:
-    """The shipped configuration (v1beta1), with only the verbs this variant tests and bench settings.
+def scheduler_config(variant: Variant, *, url: str, kubeconfig: str, legacy: bool = True) -> dict[str, Any]:
+    """The shipped configuration (v1beta1 for 1.20 when `legacy`, else v1 as shipped), with only the
+    verbs this variant tests and bench settings.
 
     Leader election is off (one scheduler at a time, and a fresh one need not wait for the lease);
     client qps/burst are raised so that A's in-tree binds are not throttled at the default 50/s.
     """
     shipped = yaml.safe_load((REPO / "manifests" / "base" / "scheduler-config.yaml").read_text())
-    cfg = convert_scheduler_config(shipped, url_prefix=url, kubeconfig=kubeconfig)
+    convert = convert_scheduler_config if legacy else substitute_scheduler_config
+    cfg = convert(shipped, url_prefix=url, kubeconfig=kubeconfig)
     cfg["leaderElection"] = {"leaderElect": False}
     cfg["clientConnection"].update(qps=5000, burst=5000)
-    cfg["percentageOfNodesToScore"] = 100
-    for profile in cfg["profiles"]:
-        profile.pop("plugins", None)  # each variant states its own scoring: kube-scheduler's defaults...
-    if variant.most_allocated:
+    if not legacy:
+        # v1: the shipped profile's scoring is E's (MostAllocated, BalancedAllocation off); the
+        # others take kube-scheduler's defaults
+        for profile in cfg["profiles"]:
+            profile["percentageOfNodesToScore"] = 100
+            if not variant.most_allocated:
+                profile.pop("plugins", None)
+                profile.pop("pluginConfig", None)
+    else:
+        cfg["percentageOfNodesToScore"] = 100
+        for profile in cfg["profiles"]:
+            profile.pop("plugins", None)  # each variant states its own scoring: kube-scheduler's defaults...
+    if variant.most_allocated and legacy:
         # ...or bin-packing, with 1.20 (v1beta1) plugin names. BalancedAllocation goes too: at equal
         # weight it outvotes MostAllocated for cpu-only requests (each pod skews cpu against memory).
         for profile in cfg["profiles"]:
@@ -315,10 +330,16 @@ def scheduler_config(variant: Variant, *, url: str, kubeconfig: str) -> dict[str
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 
 
+_UNVERIFIED = ssl.create_default_context()
+_UNVERIFIED.check_hostname = False
+_UNVERIFIED.verify_mode = ssl.CERT_NONE  # kube-scheduler's secure port serves a self-signed certificate
+
+
 def scrape(url: str) -> dict[str, float]:
     """Prometheus text as {name{labels}: value}; empty when the endpoint does not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        context = _UNVERIFIED if url.startswith("https:") else None
+        with urllib.request.urlopen(url, timeout=5, context=context) as resp:
             text = resp.read().decode()
     except OSError:
         return {}
@@ -423,22 +444,34 @@ class Bench:
         return proc, url
 
     def start_scheduler(self, variant: Variant, *, url: str, tag: str) -> tuple[Proc, str]:
-        cfg = scheduler_config(variant, url=url, kubeconfig=self.plane.kubeconfig)
-        # With --config, 1.20 takes the insecure (deprecated, unauthenticated) /metrics address from the
-        # file, not from --port; left unset it binds 10251 on every interface, shared by other planes.
-        metrics_addr = f"127.0.0.1:{free_port()}"
-        cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = metrics_addr
-        path = self.workdir / f"scheduler-{tag}.yaml"
-        path.write_text(yaml.safe_dump(cfg))
+        legacy = self.plane.version == LEGACY_VERSION
+        cfg = scheduler_config(variant, url=url, kubeconfig=self.plane.kubeconfig, legacy=legacy)
+        secure_port = free_port()
         argv = [
             self.plane.bins["kube-scheduler"],
-            f"--config={path}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}",
+            f"--secure-port={secure_port}",
             "--v=1",
         ]
+        if legacy:
+            # With --config, 1.20 takes the insecure (deprecated, unauthenticated) /metrics address
+            # from the file, not from --port; left unset it binds 10251 on every interface, shared by
+            # other planes.
+            metrics_addr = f"127.0.0.1:{free_port()}"
+            cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = metrics_addr
+            metrics = f"http://{metrics_addr}/metrics"
+        else:
+            # newer releases serve /metrics only on the secure port: let it be read without a token
+            argv += [
+                f"--authentication-kubeconfig={self.plane.kubeconfig}",
+                f"--authorization-kubeconfig={self.plane.kubeconfig}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            ]
+            metrics = f"https://127.0.0.1:{secure_port}/metrics"
+        path = self.workdir / f"scheduler-{tag}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        argv.insert(1, f"--config={path}")
         proc = spawn(f"kube-scheduler-{tag}", argv, workdir=self.workdir)
-        metrics = f"http://{metrics_addr}/metrics"
 
         def up() -> bool:
             if not proc.alive():
@@ -455,46 +488,32 @@ class Bench:
     # -- one run -----------------------------------------------------------------------------
 
     async def bound_watch(self, namespace: str, run: str, expected: int, deadline_s: float) -> dict[str, Any]:
-        """Open a watch on the run's pods; returns a handle whose task records when each pod got a node."""
-        path = f"/api/v1/namespaces/{namespace}/pods"
-        async with self.session.get(
-            self.plane.server + path, params={"labelSelector": f"{RUN_LABEL}={run}"}
-        ) as r:
-            rv = (await r.json())["metadata"]["resourceVersion"]
-        params = {"watch": "true", "resourceVersion": rv, "labelSelector": f"{RUN_LABEL}={run}"}
-        resp = await self.session.get(
-            self.plane.server + path, params=params, timeout=aiohttp.ClientTimeout(total=None)
-        )
+        """Open a watch on the run's pods; returns a handle whose wait records when each pod got a node.
+
+        The watch runs on a thread of its own (bench/podwatch.py) and resumes where it was cut:
+        kube-apiserver 1.36 force-closes a watcher that falls behind a burst of binds, which ended the
+        old in-loop watch after a few dozen of them (the run then looked stuck)."""
+        loop = asyncio.get_running_loop()
         bound: dict[str, tuple[float, str]] = {}
         done = asyncio.Event()
 
-        async def consume() -> None:
-            buf = b""
-            async for chunk in resp.content.iter_any():
-                now = time.monotonic()
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if not line:
-                        continue
-                    obj = orjson.loads(line)["object"]
-                    node = (obj.get("spec") or {}).get("nodeName")
-                    name = obj["metadata"]["name"]
-                    if node and name not in bound:
-                        bound[name] = (now, node)
+        def observe(kind: str, pod: dict[str, Any], now: float) -> None:
+            meta = pod.get("metadata") or {}
+            if (meta.get("labels") or {}).get(RUN_LABEL) != run or kind not in ("ADDED", "MODIFIED"):
+                return
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and meta.get("name") not in bound:
+                bound[meta["name"]] = (now, node)
                 if len(bound) >= expected:
-                    done.set()
-                    return
+                    loop.call_soon_threadsafe(done.set)
 
-        task = asyncio.create_task(consume())
+        watch = PodWatch(self.plane.server, f"/api/v1/namespaces/{namespace}/pods", observe, token=TOKEN)
+        await asyncio.to_thread(watch.start)
 
         async def wait() -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), deadline_s)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            resp.close()
+            watch.stop(wait_s=0)
 
         return {"bound": bound, "wait": wait}
 
