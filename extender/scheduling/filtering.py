@@ -458,4 +458,9 @@ class Filtering:
             if retry is not None and not retry.reason:
                 ledger.forget_refusals(group.key)
                 result = retry
+            elif retry is not None and retry.pool_wait and not result.pool_wait:
+                # it fits, refusals aside, only outside its pool: it waits for its pool or its hold
+                # and evicts nobody, as any gang its pool keeps waiting (the refusals' no-fit is no
+                # reason to preempt, and not what it is told)
+                result = retry
         return result

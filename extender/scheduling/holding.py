@@ -195,7 +195,12 @@ class Holding:
                 since = self.ledger.clock()
             queue, _ = self._queue_of(spec, members[0].obj)
             try:
-                demand = planning.gang_demand(self.store, self.ledger, spec, planned, leaves, me=None)
+                # the nodes kube-scheduler refused a member are a hint for the filter's plan, which it
+                # drops when they stand in the way: a hold must not be shaped by them, or a gang that
+                # fits now (refusals aside) holds rows that must drain instead, and may wait for ever
+                demand = planning.gang_demand(
+                    self.store, self.ledger, spec, planned, leaves, me=None, avoid_refused=False
+                )
             except Exception as exc:  # a topology the filter refuses: it says why there
                 log.debug("gang %s: no hold: %s", key, exc)
                 continue

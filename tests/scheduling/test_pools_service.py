@@ -170,3 +170,33 @@ def test_classes_follow_a_derivation_the_interval_put_off() -> None:
     assert pools.classes(level).get(rack_id) is not None  # put off: the rows read last still say large
     w.scheduler.ledger.clock.now += pooling.DERIVE_INTERVAL_S
     assert rack_id not in pools.classes(level)  # derived again: the rack is empty
+
+
+def test_a_small_gang_kube_scheduler_refused_nodes_holds_where_it_fits_now_and_starts_there() -> None:
+    """Every rack hosts a large gang, one free node left in each: a small gang fits there, outside its
+    pool. kube-scheduler refused its members those nodes before (a refusal is a hint the filter drops
+    when it stands in the way): its hold is chosen with the refusals dropped too, where it fits now, so
+    it is ready at once and the gang starts, never held on rows the large gangs keep busy."""
+    w = HoldWorld([])
+    left = w.rack_gang("l1", 3, "8", prio=100)
+    w.schedule(*left)
+    right = w.rack_gang("l2", 3, "8", prio=100)
+    w.schedule(*right)
+    assert w.bound(*left, *right) and w.rack_of(left[0]) != w.rack_of(right[0])
+    busy = {w.pod(n)["spec"]["nodeName"] for n in (*left, *right)}
+    free = sorted(set(w.store.node_rows) - busy)
+    assert len(free) == 2  # one whole node in each rack
+    small = w.rack_gang("s", 2, "4")  # 8 cpu: a quarter rack, small
+    assert w.filter(small[0]).verdict is Verdict.NO_FIT  # outside its pool: no small rack exists
+    ledger = w.scheduler.ledger
+    for name in small:
+        for node in free:
+            ledger.exclude_and_discard("default/s", f"default/{name}", node, "not offered")
+    effects = w.tick()
+    hold = w.hold("s")
+    assert hold is not None and set(hold["nodes"]) <= set(free), hold
+    assert hold["drainedNodes"] == hold["heldNodes"]  # where it fits now: ready at once
+    assert {e.name for e in effects if e.kind == "nudge"} >= {small[0]}
+    w.schedule(*small)
+    assert w.bound(*small)
+    assert {w.pod(n)["spec"]["nodeName"] for n in small} <= set(free)
