@@ -7,7 +7,9 @@ room for the pod beside the bound and assumed pods, its cache missing, at times,
 last seconds that no bind call of its own bound: a cache that lags the watch), a subset of them, or
 all but the planned node; plain pods answered on their fast path, which some seeds make trust
 kube-scheduler's fit everywhere but on held, cordoned and settling nodes (exact_refusals_max=0);
-binds launched as concurrent tasks on a passed node (kube-scheduler's binding goroutines); the fake
+binds launched as concurrent tasks on a passed node (kube-scheduler's binding goroutines); the pods
+the service nudged, filtered at the end of the step (a pod's update takes it out of kube-scheduler's
+unschedulable queue at once); the fake
 clock moving (barrier timeouts, backoffs); nodes gaining a new extended resource, cordoned, deleted
 or added; a filter for a pod asking for a resource no node has; pending gang members replaced by a
 new pod, now or later; API failures, outages and slow binds; restarts over the same objects.
@@ -1213,6 +1215,18 @@ class Driver:
             await self.schedule(planned, "all")
             await self.spin()
 
+    async def schedule_nudged(self) -> None:
+        """The pending pods the service nudged since the last step: kube-scheduler takes each from its
+        queue at once (a pod's update moves it out of its unschedulable queue), in the random steps as
+        in the settle phase. The service's nudge is what brings back a gang whose hold is ready (after
+        a restart too): a harness that only picks pods at random leaves it waiting on chance."""
+        nudged, self.cluster.nudged = self.cluster.nudged, set()
+        picked = sorted(nudged & set(self.pending()))
+        if picked:
+            self.log(f"schedule the nudged pods {picked}")
+            await self.schedule(picked, "all")
+            await self.spin()
+
     def plans(self) -> dict[str, str]:
         return {pk.split("/", 1)[1]: node for g in self.debug for pk, node in (g.get("plan") or {}).items()}
 
@@ -2140,6 +2154,9 @@ class Driver:
                 self.api.progress()
             await self.spin()
             await self.drain()
+            if not self.following:
+                await self.schedule_nudged()
+                await self.drain()
             await self.check()
         if self.following:
             await self.move_lease()  # ours leads again for the end: every pending pod is scheduled
