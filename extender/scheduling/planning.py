@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,15 +63,20 @@ def placed_row(store: ClusterStore, ledger: GangLedger, rec: PodRecord) -> int:
     return store.node_rows.get(node, -1)
 
 
-def member_rows(store: ClusterStore, ledger: GangLedger, group: GroupSpec, *, exclude: PodKey) -> list[int]:
-    """Rows of the group's members that are bound, binding or planned."""
-    out = []
+def placed_members(
+    store: ClusterStore, ledger: GangLedger, group: GroupSpec, *, exclude: PodKey
+) -> Iterator[tuple[PodRecord, int]]:
+    """The group's members that are bound, binding or planned, each with its row."""
     for rec in store.group_members(group.key):
         if rec.key != exclude:
             row = placed_row(store, ledger, rec)
             if row >= 0:
-                out.append(row)
-    return out
+                yield rec, row
+
+
+def member_rows(store: ClusterStore, ledger: GangLedger, group: GroupSpec, *, exclude: PodKey) -> list[int]:
+    """Rows of the group's members that are bound, binding or planned."""
+    return [row for _, row in placed_members(store, ledger, group, exclude=exclude)]
 
 
 def domain_mask(
@@ -89,23 +94,31 @@ def domain_mask(
     placed under the same constraint: a subgroup's own to a member of that subgroup, the gang's to
     any member (a sibling subgroup's rack says nothing of this one's). A constrained level with no
     such member placed yet allows every domain; kube-scheduler's choice of node then fixes it for
-    the rest.
+    the rest. A member pins the constraints of the subgroups it sits under, read from its ancestry
+    alone: the walk stops once every constraint is pinned, and resolves no other subgroup's topology
+    (a JobSet's thousands of replica subgroups cost one member each, not one resolve each).
     """
-    keys = topology.required_keys(group, leaf, store)
-    if not keys:
+    chain = topology.required_chain(group, leaf, store)
+    if not chain:
         return None
-    placed: dict[str | None, int] = {}  # the first placed member's row, per leaf
-    for rec in store.group_members(group.key):
-        if rec.key != exclude:
-            row = placed_row(store, ledger, rec)
-            if row >= 0:
-                placed.setdefault(store.membership(rec).subgroup, row)
-    shared = {other: set(topology.shared_required_keys(group, leaf, other, store)) for other in placed}
+    pins: dict[str | None, int] = {}  # subgroup -> the row of the first member placed under it
+    wanted = {name for name, _ in chain}
+    seen: set[str | None] = set()  # leaves already walked: their first member pinned what it could
+    for rec, row in placed_members(store, ledger, group, exclude=exclude):
+        other = store.membership(rec).subgroup
+        if other in seen:
+            continue
+        seen.add(other)
+        for name in topology.ancestry(group, other):
+            if name in wanted:
+                pins.setdefault(name, row)
+        if len(pins) == len(wanted):
+            break
     mask = np.ones(len(rows), dtype=bool)
     arrays = store.arrays
-    for key in keys:
+    for name, key in chain:
         lvl = arrays.level(key)
-        pin = next((row for other, row in placed.items() if key in shared[other]), None)
+        pin = pins.get(name)
         if pin is not None:
             mask &= arrays.domains[lvl, rows] == arrays.domains[lvl, pin]
         else:

@@ -92,7 +92,20 @@ def _chain(group: GroupSpec, leaf: str | None) -> list[tuple[str | None, Topolog
 def required_keys(group: GroupSpec, leaf: str | None, lookup: TopologyLookup) -> list[str]:
     """The label keys a member of `leaf` must share with the rest: its own required level and each
     ancestor's, up to the root."""
-    return [k for _, c in _chain(group, leaf) if (k := resolve(c, lookup).required)]
+    return [k for _, k in required_chain(group, leaf, lookup)]
+
+
+def required_chain(
+    group: GroupSpec, leaf: str | None, lookup: TopologyLookup
+) -> list[tuple[str | None, str]]:
+    """(subgroup, required key) for `leaf` and each ancestor that requires a level, the root's (None)
+    last: a member of `leaf` shares each key with the members under that subgroup."""
+    return [(name, k) for name, c in _chain(group, leaf) if (k := resolve(c, lookup).required)]
+
+
+def ancestry(group: GroupSpec, leaf: str | None) -> list[str | None]:
+    """`leaf` and each subgroup it sits under, the root (None) last; no constraint is resolved."""
+    return [name for name, _ in _chain(group, leaf)]
 
 
 def shared_required_keys(
