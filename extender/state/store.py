@@ -995,13 +995,12 @@ class ClusterStore:
         reads = _Reads(self)
         plain = grouping.is_single_pod(pod, reads)
         self._plain_seen = (pod, self.change_gen, plain)  # the listeners told of it ask next
+        if not plain:
+            self._grouped.add(rec.key)
         if plain or (rec.terminal and not rec.succeeded):
             # an owner missing now may arrive: the pod is indexed again then (`_regroup`)
             self._note_reads(rec.key, frozenset(reads.keys))
-            if not plain:
-                self._grouped.add(rec.key)
             return
-        self._grouped.add(rec.key)
         m = self.membership(rec)
         if rec.terminal:  # Succeeded: it counts toward its gang's quorum (finished_counts)
             if m.state is MembershipState.MEMBER and m.group is not None:

@@ -235,16 +235,16 @@ async def test_the_freed_rack_is_held_for_the_preemptor_until_it_is_planned_ther
     assert 'gang_extender_preemption_victims_total{kind="gang"} 1.0' in metrics
 
 
-async def test_the_hold_expires_and_the_room_is_free_again(make_service):
-    svc = await make_service(
-        cluster(
-            victim_gang("lo", ["n000", "n001"], 10),
-            [plain("x", "n010", 50), plain("y", "n011", 50)],
-            preemptor(),
-        )
-    )
+async def preempting(make_service):
+    """The gang of priority 10 in r00, r01 full of dearer pods: hi preempts lo and holds r00's room."""
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
     await svc.filter("hi-0")
     await settle()
+    return svc
+
+
+async def test_the_hold_expires_and_the_room_is_free_again(make_service):
+    svc = await preempting(make_service)
     svc.cluster.apply(make_pod("intruder", cpu="8"))
     assert (await svc.filter("intruder"))["NodeNames"] == []
     await svc.expire(59.0)
@@ -260,15 +260,7 @@ async def test_a_preemptor_whose_pods_are_all_gone_gives_the_held_room_back_at_o
     """Its own members preempted or deleted while its victims' room was held: nobody is left to plan
     into it, so the room is everyone's again with the gang's entry, not when the hold runs out (the
     reservations, under keys of no pod, outlived the gang by up to a minute)."""
-    svc = await make_service(
-        cluster(
-            victim_gang("lo", ["n000", "n001"], 10),
-            [plain("x", "n010", 50), plain("y", "n011", 50)],
-            preemptor(),
-        )
-    )
-    await svc.filter("hi-0")
-    await settle()
+    svc = await preempting(make_service)
     assert svc.scheduler.ledger.victims_gone("default/hi") and svc.store.reservations
     svc.cluster.delete("", "Pod", "default", "hi-0")
     await settle()
