@@ -82,3 +82,31 @@ def test_a_plan_over_a_view_survives_a_level_its_subgroups_name_first():
     assert store.arrays.domains.shape[0] == levels + 1  # the rack level, registered by this plan
     assert plan is not None and not plan.reason
     assert sorted(plan.assignment) == ["default/g-a0", "default/g-b0"]
+
+
+def test_a_member_placed_alone_resolves_only_its_own_chain_however_many_subgroups_are_placed(monkeypatch):
+    """Each placed member pins what it sits under by its subgroup's ancestry alone: an extra member of
+    one of many subgroups resolves its own constraints, not one per placed sibling (a JobSet of
+    thousands of replica subgroups paid a topology resolve for each on every extra member's filter)."""
+    store = ClusterStore()
+    for obj in [*rack_cluster(racks=2, nodes_per_rack=2, blocks=2), topology("dc")]:
+        store.upsert(obj)
+    names = [f"s{i}" for i in range(40)]
+    subgroups = [{"name": s, "minMember": 1, "topologyConstraint": RACK} for s in names]
+    store.upsert(make_kai_podgroup("g", subgroups=subgroups, topology=BLOCK))
+    for i, s in enumerate(names):
+        store.upsert(gang_pod(f"g-{s}-0", "g", labels={SUBGROUP_LABEL: s}, node=f"n0{i % 2}{i % 2}"))
+    extra = gang_pod("g-s39-1", "g", labels={SUBGROUP_LABEL: "s39"})
+    store.upsert(extra)
+    ledger = GangLedger(store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=lambda: 0.0)
+    m = store.membership_of(extra)
+    rows = np.array(sorted(store.node_rows.values()), dtype=np.int32)
+    resolves = []
+    real = planning.topology.resolve
+    monkeypatch.setattr(planning.topology, "resolve", lambda *a: resolves.append(a) or real(*a))
+    mask = planning.domain_mask(
+        store, ledger, m.group, "s39", rows, exclude=store.pods["default/g-s39-1"].key
+    )
+    assert len(resolves) == 2  # s39's rack and the gang's block: its chain, nothing of s0..s38
+    # s39's own member is on n011 (39 is odd): its rack, r01 (n010, n011), inside the gang's block
+    assert sorted(store.row_names[int(r)] for r in rows[mask]) == ["n010", "n011"]
