@@ -49,10 +49,12 @@ class GangSettings:
     kube-scheduler's `httpTimeout` (10 s in the shipped configuration), so the waiting binds answer
     with our error, or the release's binds land, before kube-scheduler times the call out."""
     hold_s: float = 30.0
-    """How long a gang's plan and reservation wait for every planned member to reach bind at least
-    once. Longer than kube-scheduler's longest pod backoff (10 s by default): members whose bind
-    calls were answered at the end of a gang wait come back spread over that backoff, and a member
-    that reached bind once keeps its place until the rest arrive."""
+    """How long a gang's plan and reservation wait for the next planned member to reach bind: the
+    plan ends `hold_s` after it was made or after the last member that reached bind for the first
+    time, whichever is later, so a gang of thousands, one kube-scheduler cycle a member, keeps its
+    plan while its members keep coming. Longer than kube-scheduler's longest pod backoff (10 s by
+    default): members whose bind calls were answered at the end of a gang wait come back spread over
+    that backoff, and a member that reached bind once keeps its place until the rest arrive."""
     backoff_initial_s: float = 2.0
     """Delay before a gang that timed out at the barrier is planned again; doubles per failure."""
     backoff_max_s: float = 60.0

@@ -443,8 +443,15 @@ class GangLedger:
             return Arrival.WRONG_NODE, e, []
         if pod in e.releasing:
             return Arrival.IN_FLIGHT, e, []
+        now = self.clock()
         if e.answer_at is None:
-            e.answer_at = self.clock() + self.wait_s
+            e.answer_at = now + self.wait_s
+        if pod not in e.arrived and e.hold_until is not None:
+            # a member new to the barrier is progress: the plan stands `hold_s` past it. A gang of
+            # thousands reaches bind one kube-scheduler cycle a member (25-35 ms each at 5,000
+            # nodes: 2-3 minutes for 4096), far past one `hold_s`; a plan no new member reaches
+            # for `hold_s` still ends then.
+            e.hold_until = max(e.hold_until, now + self.hold_s)
         e.arrived[pod] = uid or p.uid
         if not e.barrier_complete():
             return Arrival.WAIT, e, []
@@ -556,8 +563,8 @@ class GangLedger:
             if e.hold_until is not None and now >= e.hold_until:
                 if arrived:
                     msg = (
-                        f"gang {e.key}: quorum did not reach bind within {self.hold_s:g}s "
-                        f"({len(arrived)} of {total} planned pods arrived); reservation released"
+                        f"gang {e.key}: quorum did not reach bind: no new planned pod arrived within "
+                        f"{self.hold_s:g}s ({len(arrived)} of {total} arrived); reservation released"
                     )
                 else:
                     msg = (
