@@ -789,6 +789,9 @@ class Driver:
             self.objects += add_features(self.feat, self.objects, self.gangs, self.plain)
         self.loose: set[str] = set()  # gang pods whose pod-group-name names no PodGroup
         self.gone_done: dict[str, str] = {}  # finished gang pods since deleted -> their gang
+        # finished gang pods a record outlives (a KAI PodGroup's status.succeeded): what the service,
+        # rebuilt from the API server, can still count toward its gang's quorum once they are deleted
+        self.done_recorded: set[str] = set()
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
         self.evictions_seen = 0  # every eviction of the run: settling waits for a round without one
         self.evict_asked: dict[str, list[str]] = {}  # pod uid -> why the service asked to evict it, each time
@@ -1543,6 +1546,7 @@ class Driver:
             status = group.setdefault("status", {})
             status["succeeded"] = int(status.get("succeeded") or 0) + 1
             self.apply(group)
+            self.done_recorded.add(name)
 
     def delete_finished(self) -> None:
         candidates = sorted(n for n, p in self.pods().items() if finished(p))
@@ -2352,8 +2356,12 @@ class Driver:
             live = sorted(n for n in pods if self.pod_gang.get(n) == g.name)
             if not live:
                 continue
-            done = sorted(n for n, gang in self.gone_done.items() if gang == g.name)
-            members = live + done  # a finished member counts toward its gang's quorum, deleted or not
+            # a finished member counts toward its gang's quorum, deleted or not, where a record of it
+            # outlives the pod; a deleted one nothing records is gone (its gang below quorum is stale)
+            done = sorted(
+                n for n, gang in self.gone_done.items() if gang == g.name and n in self.done_recorded
+            )
+            members = live + done
             # the priority its pending members plan at (a 1.37 PodGroup's, else each pod's own: a pod
             # annexed into the gang keeps its own), the lowest: the holds that bind the most of them
             g_prio = min(self.rank(pods[n]) for n in live)
@@ -2531,7 +2539,10 @@ async def test_without_the_fence_the_same_kills_break_the_promise(clients):
         except Violation as exc:
             broken.append(str(exc).splitlines()[0])
     assert broken, "no seed broke the promise without the fence: the kill test has lost its teeth"
-    assert all("over-committed" in b or "must sit in one rack" in b for b in broken), broken
+    # a node over-committed is seen on the API's binds, or a step sooner as the store's free capacity
+    # gone negative (a landed orphan binding beside a bind the service has assumed but not yet landed)
+    overcommit = ("over-committed", "free capacity", "must sit in one rack")
+    assert all(any(o in b for o in overcommit) for b in broken), broken
 
 
 async def run_driver(driver: Driver, run: Callable[[], Any] | None = None) -> None:
