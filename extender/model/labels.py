@@ -5,6 +5,9 @@ subgroup membership and queue are labels (KAI issue #918). We keep KAI's exact k
 KAI-annotated workloads work unchanged.
 """
 
+# Kubernetes: what the API server writes in a pod's spec.schedulerName when the pod names none
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
 # KAI Scheduler contract
 POD_GROUP_NAME = "pod-group-name"  # annotation on the pod
 SUBGROUP_NAME = "kai.scheduler/subgroup-name"  # label on the pod

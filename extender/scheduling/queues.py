@@ -97,7 +97,6 @@ from extender.model.queue import (
     read_queue,
 )
 from extender.state.store import (
-    DEFAULT_SCHEDULER_NAME,
     POD,
     ClusterStore,
     is_live,
@@ -306,7 +305,7 @@ def charged_queue(
 def _another_schedulers(pod: dict[str, Any]) -> bool:
     """Placed by the default scheduler (the cluster's other pods: system daemons, services), which
     this service never sees; such a pod counts toward a queue only when it names one."""
-    return scheduler_name(pod) == DEFAULT_SCHEDULER_NAME
+    return scheduler_name(pod) == keys.DEFAULT_SCHEDULER_NAME
 
 
 # ================================================================= accounting

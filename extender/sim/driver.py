@@ -347,7 +347,7 @@ class Driver:
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
             workload=label,
-            scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+            scheduler_name=str(spec.get("schedulerName") or L.DEFAULT_SCHEDULER_NAME),
             created_s=self.clock.now(),
         )
         self.records[key] = rec

@@ -29,6 +29,7 @@ import msgspec
 import orjson
 
 from extender.model.keys import api_group
+from extender.model.labels import DEFAULT_SCHEDULER_NAME
 
 DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
@@ -147,7 +148,7 @@ def _pod_condition_read(cond: Any) -> bool:
 _NAMED_POD_METADATA = ("namespace", "creationTimestamp")
 # Values every reader takes an absent field for (queues._another_schedulers, priority.may_preempt):
 # left out, pods that differ only there share one template.
-_DEFAULT_POD_SPEC = (("schedulerName", "default-scheduler"), ("preemptionPolicy", "PreemptLowerPriority"))
+_DEFAULT_POD_SPEC = (("schedulerName", DEFAULT_SCHEDULER_NAME), ("preemptionPolicy", "PreemptLowerPriority"))
 _POD_SPEC_DEFAULTS = dict(_DEFAULT_POD_SPEC)
 
 

@@ -38,6 +38,7 @@ from extender.grouping.owners import controller_ref
 from extender.model import nodematch, podaffinity, resources
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
+from extender.model.labels import DEFAULT_SCHEDULER_NAME
 from extender.model.priority import member_priority, pod_priority
 from extender.placement import NameIndex, index_names, rows_of_names
 from extender.placement.layout import ClusterArrays
@@ -90,9 +91,6 @@ key_of = object_key
 
 def is_terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-DEFAULT_SCHEDULER_NAME = "default-scheduler"  # what the API server writes when a pod names none
 
 
 def scheduler_name(pod: dict[str, Any]) -> str:
