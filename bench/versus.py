@@ -40,16 +40,20 @@ other in a namespace of their own, and are deleted before the next:
   large gang binds while the stream runs, or only once it stops (starvation).
 - mixed: gangs of 8 (16 cpu, rack required) and plain pods (2 cpu) created interleaved.
 - large: one gang at a time of each size in `--large-sizes` (default 256 pods of 8 cpu, 1024 of 2 cpu:
-  each exactly one rack's 2048 cpu), all its pods created at once; per gang, last create -> whole bound
-  (`whole_after_last_create_s`). Every binding POST of the gang is in that time.
+  each exactly one rack's 2048 cpu), then of each size in `--large-block-sizes` with the block required
+  (default 4096 pods of 4 cpu: exactly one block's 16384), all its pods created at once; per gang, last
+  create -> whole bound (`whole_after_last_create_s`). Every binding POST of the gang is in that time.
 
-Per workload: gangs bound whole, gangs inside one rack, partial gangs seen (a gang with some members
-bound and others not for longer than `PARTIAL_GRACE_S`, or at the end), time from the last member's
-creation to the whole gang bound (p50, p95), pods/s (first create -> last bind), plain pods' create ->
-bind (p50), and the CPU kube-scheduler and the service used. Every run prints one JSON object, then
-a Markdown table per workload. The exit status is 1 when a gang-extender run breaks the promise (a gang
-not whole, spread over racks or partly bound, a race with no single winner or a deadlock); what the
-native runs break is printed as findings.
+Per workload: gangs bound whole, gangs inside one domain of their level (a rack; the block for a
+block gang), partial gangs seen (a gang with some members bound and others not for longer than
+`PARTIAL_GRACE_S` plus its size at `RELEASE_WRITES_PER_S`, or at the end), time from the last
+member's creation to the whole gang bound (p50, p95), pods/s (first create -> last bind), plain pods'
+create -> bind (p50), the CPU kube-scheduler and the service used, and per verb the bucket of the
+service's slowest call (`slowest_call_le_s`, from its request histogram: against kube-scheduler's
+httpTimeout). Every run prints one JSON object, then a Markdown table per workload. The exit status
+is 1 when a gang-extender run breaks the promise (a gang not whole, spread over domains or partly
+bound, a race with no single winner or a deadlock); what the native runs break is printed as
+findings.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import ssl
 import sys
@@ -74,12 +79,15 @@ import yaml
 
 from bench.podwatch import PodWatch
 from bench.scheduler import (
+    BLOCK_LABEL,
+    BLOCK_NODES,
     CREATE_CONCURRENCY,
     RACK_LABEL,
     RACK_NODES,
     RUN_LABEL,
     Bench,
     Proc,
+    scrape,
     spawn,
 )
 
@@ -115,8 +123,15 @@ GANG_LABEL = "bench-gang"
 PODGROUPS = "/apis/scheduling.k8s.io/{version}/namespaces/{ns}/podgroups"
 PODS = "/api/v1/namespaces/{ns}/pods"
 PARTIAL_GRACE_S = 1.0  # members of one release reach the watch over a few hundred ms; longer is partial
+# A release's binding POSTs are written at the API server's rate (330-390 a second here for a gang of
+# 1024, bench/RESULTS.md section 16): a thousand-pod gang is seen partly bound while they land. Slower
+# than this rate on top of the grace counts as partial.
+RELEASE_WRITES_PER_S = 200.0
 WORKLOADS = ("rack8", "rack64", "race", "stream", "mixed", "large")
 LARGE_SIZES = (256, 1024)  # a rack's 2048 cpu each: 8 and 2 cpu a pod
+LARGE_BLOCK_SIZES = (4096,)  # a block's 16384 cpu: 4 cpu a pod, 16 a node
+LEVELS = {"rack": (RACK_LABEL, RACK_NODES), "block": (BLOCK_LABEL, BLOCK_NODES)}
+_LATENCY = re.compile(r'^gang_extender_request_seconds_bucket\{(?=.*le="([^"]+)")(?=.*verb="([^"]+)").*\}$')
 LARGE_SETTLE_S = 600.0  # a thousand-pod gang's time limit once its pods are created
 
 
@@ -162,6 +177,7 @@ class Settings:
     scheduler_v: int = 1
     k8s: str = CURRENT_VERSION  # the control plane: 1.36.2, or 1.37.2 (its native gang plugin merged)
     large_sizes: tuple[int, ...] = LARGE_SIZES
+    large_block_sizes: tuple[int, ...] = LARGE_BLOCK_SIZES
 
 
 # ---------------------------------------------------------------------------------- observations
@@ -173,6 +189,7 @@ class Gang:
 
     name: str
     size: int
+    level: str = "rack"  # the domain its PodGroup requires: a key of LEVELS
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, tuple[float, str]] = field(default_factory=dict)
 
@@ -180,6 +197,10 @@ class Gang:
         if len(self.bound) < self.size:
             return None
         return sorted(t for t, _ in self.bound.values())[self.size - 1]
+
+    def partial_grace_s(self) -> float:
+        """How long a release of this gang may take to reach the watch before it counts as partial."""
+        return PARTIAL_GRACE_S + self.size / RELEASE_WRITES_PER_S
 
     def partial_s(self, end: float) -> float:
         """How long some members were bound and others not (0 for a gang bound at once or not at all)."""
@@ -189,12 +210,13 @@ class Gang:
         whole = self.whole_at()
         return (whole if whole is not None else end) - first
 
-    def racks(self) -> set[str]:
-        return {rack_of(node) for _, node in self.bound.values()}
+    def domains(self) -> set[str]:
+        """The domains of its level (racks, or blocks) its bound members are in."""
+        return {domain_of(node, self.level) for _, node in self.bound.values()}
 
 
-def rack_of(node: str) -> str:
-    return f"rack-{int(node.rsplit('-', 1)[1]) // RACK_NODES:04d}"
+def domain_of(node: str, level: str = "rack") -> str:
+    return f"{level}-{int(node.rsplit('-', 1)[1]) // LEVELS[level][1]:04d}"
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -209,17 +231,33 @@ def gang_figures(gangs: Iterable[Gang], *, end: float) -> dict[str, Any]:
     gangs = list(gangs)
     whole = [g for g in gangs if g.whole_at() is not None]
     latency = [g.whole_at() - max(g.created.values()) for g in whole if len(g.created) == g.size]
-    partial = [g for g in gangs if g.partial_s(end) > PARTIAL_GRACE_S]
+    partial = [g for g in gangs if g.partial_s(end) > g.partial_grace_s()]
     return {
         "gangs": len(gangs),
         "gangs_whole": len(whole),
-        "gangs_one_rack": sum(1 for g in whole if len(g.racks()) == 1),
+        "gangs_one_domain": sum(1 for g in whole if len(g.domains()) == 1),
         "gangs_partial_seen": len(partial),
         "gangs_partial_at_end": sum(1 for g in gangs if 0 < len(g.bound) < g.size),
         "max_partial_s": round(max((g.partial_s(end) for g in gangs), default=0.0), 2),
         "whole_after_last_create_p50_s": _round(percentile(latency, 0.5)),
         "whole_after_last_create_p95_s": _round(percentile(latency, 0.95)),
     }
+
+
+def slowest_call_le_s(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """Per verb, the upper bound of the latency bucket its slowest call between two scrapes fell in
+    (the service's request histogram; +Inf past its last bucket)."""
+    counts: dict[str, dict[float, float]] = {}
+    for key, value in after.items():
+        if m := _LATENCY.match(key):
+            le, verb = float(m.group(1)), m.group(2)
+            counts.setdefault(verb, {})[le] = value - before.get(key, 0.0)
+    out = {}
+    for verb, cumulative in sorted(counts.items()):
+        total = cumulative.get(float("inf"), 0.0)
+        if total > 0:
+            out[verb] = min(le for le, n in cumulative.items() if n >= total)
+    return out
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -229,14 +267,14 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 # ---------------------------------------------------------------------------------- objects
 
 
-def podgroup_object(name: str, size: int, version: str = "v1alpha2") -> dict[str, Any]:
+def podgroup_object(name: str, size: int, version: str = "v1alpha2", level: str = "rack") -> dict[str, Any]:
     return {
         "apiVersion": f"scheduling.k8s.io/{version}",
         "kind": "PodGroup",
         "metadata": {"name": name},
         "spec": {
             "schedulingPolicy": {"gang": {"minCount": size}},
-            "schedulingConstraints": {"topology": [{"key": RACK_LABEL}]},
+            "schedulingConstraints": {"topology": [{"key": LEVELS[level][0]}]},
         },
     }
 
@@ -327,11 +365,11 @@ class Run:
 
     # -- creates ---------------------------------------------------------------------------------
 
-    async def add_gang(self, name: str, size: int) -> Gang:
-        gang = self.gangs[name] = Gang(name, size)
+    async def add_gang(self, name: str, size: int, level: str = "rack") -> Gang:
+        gang = self.gangs[name] = Gang(name, size, level)
         version = self.versus.podgroup_version
         await self.versus.post(
-            PODGROUPS.format(version=version, ns=self.namespace), podgroup_object(name, size, version)
+            PODGROUPS.format(version=version, ns=self.namespace), podgroup_object(name, size, version, level)
         )
         return gang
 
@@ -520,11 +558,12 @@ class Versus:
         plain: list[str],
         plain_cpu: str,
         settle_s: float | None = None,
+        level: str = "rack",
     ) -> None:
         """Create gangs (name, size, cpu) and plain pods interleaved, and wait until all are bound."""
         pods: list[list[dict[str, Any]]] = []
         for name, size, cpu in gangs:
-            await run.add_gang(name, size)
+            await run.add_gang(name, size, level)
             pods.append(
                 [pod_object(f"{name}-{m}", run=run.namespace, cpu=cpu, gang=name) for m in range(size)]
             )
@@ -552,10 +591,13 @@ class Versus:
         return run.figures(end=time.monotonic())
 
     async def large(self, run: Run) -> dict[str, Any]:
-        """Thousand-pod gangs, one at a time, each exactly a rack."""
-        for size in self.settings.large_sizes:
-            cpu = str(RACK_NODES * 64 // size)
-            await self.batch(run, [(f"large-{size}", size, cpu)], [], "0", settle_s=LARGE_SETTLE_S)
+        """Thousand-pod gangs, one at a time, each exactly a rack (then each exactly a block)."""
+        s = self.settings
+        for level, sizes in (("rack", s.large_sizes), ("block", s.large_block_sizes)):
+            for size in sizes:
+                cpu = str(LEVELS[level][1] * 64 // size)
+                name = f"large-{size}" if level == "rack" else f"large-{level}-{size}"
+                await self.batch(run, [(name, size, cpu)], [], "0", settle_s=LARGE_SETTLE_S, level=level)
         row = run.figures(end=time.monotonic())
         row["whole_after_last_create_s"] = {
             g.name: _round(g.whole_at() - max(g.created.values()))
@@ -597,7 +639,7 @@ class Versus:
                 )
                 row["deadlock"] = not got
             fig = gang_figures([a, b], end=t_settled)
-            row |= {k: fig[k] for k in ("gangs_partial_seen", "max_partial_s", "gangs_one_rack")}
+            row |= {k: fig[k] for k in ("gangs_partial_seen", "max_partial_s", "gangs_one_domain")}
             row["whole_after_last_create_s"] = fig["whole_after_last_create_p50_s"]
             return row
         finally:
@@ -660,7 +702,7 @@ class Versus:
                 "large_bound_during_stream": bool(large_whole and large_whole <= t_stream_end),
                 "large_partial_s": round(large.partial_s(end), 2),
                 "gangs_partial_seen": gang_figures(run.gangs.values(), end=end)["gangs_partial_seen"],
-                "gangs_one_rack": gang_figures(run.gangs.values(), end=end)["gangs_one_rack"],
+                "gangs_one_domain": gang_figures(run.gangs.values(), end=end)["gangs_one_domain"],
             }
         finally:
             for task in list(tasks):
@@ -689,12 +731,14 @@ class Versus:
                 run = Run(self, f"{workload}-{tag}")
                 await run.start()
                 cpu0 = (scheduler.cpu_s(), service.cpu_s() if service else 0.0)
+                calls0 = scrape(url + "/metrics") if service else {}
                 t0 = time.monotonic()
                 try:
                     figures = await getattr(self, workload)(run)
                 finally:
                     wall = time.monotonic() - t0
                     cpu1 = (scheduler.cpu_s(), service.cpu_s() if service else 0.0)
+                    calls1 = scrape(url + "/metrics") if service else {}
                     await self.clean(run)
                 row = {
                     "bench": "versus",
@@ -708,6 +752,8 @@ class Versus:
                     "scheduler_cpu_s": round(cpu1[0] - cpu0[0], 1),
                     "service_cpu_s": round(cpu1[1] - cpu0[1], 1),
                 }
+                if service:
+                    row["slowest_call_le_s"] = slowest_call_le_s(calls1, calls0)
                 for proc in procs:
                     if not proc.alive():
                         raise RuntimeError(f"{proc.name} exited: {proc.tail()}")
@@ -723,7 +769,7 @@ class Versus:
 
 BATCH_COLUMNS = (
     "gangs_whole",
-    "gangs_one_rack",
+    "gangs_one_domain",
     "gangs_partial_seen",
     "whole_after_last_create_p50_s",
     "whole_after_last_create_p95_s",
@@ -734,10 +780,10 @@ BATCH_COLUMNS = (
 COLUMNS = {
     "rack8": BATCH_COLUMNS,
     "rack64": BATCH_COLUMNS,
-    "large": ("whole_after_last_create_s", *BATCH_COLUMNS),
+    "large": ("whole_after_last_create_s", *BATCH_COLUMNS, "slowest_call_le_s"),
     "mixed": (
         "gangs_whole",
-        "gangs_one_rack",
+        "gangs_one_domain",
         "gangs_partial_seen",
         "whole_after_last_create_p50_s",
         "whole_after_last_create_p95_s",
@@ -751,7 +797,7 @@ COLUMNS = {
         "winner",
         "loser_members_bound_while_waiting",
         "gangs_partial_seen",
-        "gangs_one_rack",
+        "gangs_one_domain",
         "whole_after_last_create_s",
         "loser_bound_after_winner_deleted_s",
         "deadlock",
@@ -766,7 +812,7 @@ COLUMNS = {
         "large_wait_s",
         "small_bound_after_large_created",
         "gangs_partial_seen",
-        "gangs_one_rack",
+        "gangs_one_domain",
     ),
 }
 
@@ -792,12 +838,17 @@ def broken_promises(row: dict[str, Any]) -> list[str]:
     out = []
     w = row["workload"]
     if row.get("gangs_partial_seen"):
-        out.append(f"{row['gangs_partial_seen']} gang(s) partly bound for over {PARTIAL_GRACE_S:g} s")
+        out.append(
+            f"{row['gangs_partial_seen']} gang(s) partly bound for over {PARTIAL_GRACE_S:g} s"
+            f" and a {RELEASE_WRITES_PER_S:g}/s release"
+        )
     if w in ("rack8", "rack64", "mixed", "large"):
         if row["gangs_whole"] != row["gangs"]:
             out.append(f"{row['gangs'] - row['gangs_whole']} of {row['gangs']} gangs not bound whole")
-        if row["gangs_one_rack"] != row["gangs_whole"]:
-            out.append(f"{row['gangs_whole'] - row['gangs_one_rack']} gang(s) spread over racks")
+        if row["gangs_one_domain"] != row["gangs_whole"]:
+            out.append(
+                f"{row['gangs_whole'] - row['gangs_one_domain']} gang(s) spread over domains of their level"
+            )
         if row.get("plain_bound", 0) != row.get("plain", 0):
             out.append(f"{row['plain'] - row['plain_bound']} plain pod(s) never bound")
     elif w == "race":
@@ -811,7 +862,7 @@ def broken_promises(row: dict[str, Any]) -> list[str]:
         if row["small_whole"] != row["small_gangs"] or not row["large_whole"]:
             small = f"{row['small_whole']}/{row['small_gangs']}"
             out.append(f"stream: {small} small gangs whole, the large one whole: {row['large_whole']}")
-        if row["gangs_one_rack"] != row["small_whole"] + int(row["large_whole"]):
+        if row["gangs_one_domain"] != row["small_whole"] + int(row["large_whole"]):
             out.append("stream: a gang spread over racks")
     return out
 
@@ -864,6 +915,12 @@ def parse(argv: list[str] | None) -> Settings:
         default=",".join(map(str, LARGE_SIZES)),
         help="the large workload's gang sizes, one rack each (divisors of 2048 cpu; default 256,1024)",
     )
+    parser.add_argument(
+        "--large-block-sizes",
+        default=",".join(map(str, LARGE_BLOCK_SIZES)),
+        help="then its block-constrained gang sizes, one block each (divisors of 16384 cpu; default 4096;"
+        " empty for none)",
+    )
     args = parser.parse_args(argv)
     configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
     if bad := [c for c in configs if c not in CONFIGS]:
@@ -877,10 +934,18 @@ def parse(argv: list[str] | None) -> Settings:
     rack_cpu = RACK_NODES * 64
     try:
         large_sizes = tuple(int(x) for x in args.large_sizes.split(",") if x.strip())
+        large_block_sizes = tuple(int(x) for x in args.large_block_sizes.split(",") if x.strip())
     except ValueError:
-        parser.error("--large-sizes: expected comma-separated integers, e.g. 256,1024")
-    if not large_sizes or any(n < 1 or rack_cpu % n or n > RACK_NODES * 110 for n in large_sizes):
+        parser.error("--large-sizes, --large-block-sizes: expected comma-separated integers, e.g. 256,1024")
+    if any(n < 1 or rack_cpu % n or n > RACK_NODES * 110 for n in large_sizes):
         parser.error(f"--large-sizes: each must divide a rack's {rack_cpu} cpu and fit its pod slots")
+    block_cpu = BLOCK_NODES * 64
+    if any(n < 1 or block_cpu % n or n > BLOCK_NODES * 110 for n in large_block_sizes):
+        parser.error(f"--large-block-sizes: each must divide a block's {block_cpu} cpu and fit its pod slots")
+    if "large" in workloads and large_block_sizes and args.nodes < BLOCK_NODES:
+        parser.error(f"--large-block-sizes: a block is {BLOCK_NODES} nodes; --nodes is {args.nodes}")
+    if not large_sizes + large_block_sizes:
+        parser.error("--large-sizes, --large-block-sizes: give at least one gang size")
     quick = args.quick
     return Settings(
         nodes=args.nodes,
@@ -901,6 +966,7 @@ def parse(argv: list[str] | None) -> Settings:
         scheduler_v=args.scheduler_v,
         k8s=args.k8s,
         large_sizes=large_sizes,
+        large_block_sizes=large_block_sizes,
     )
 
 
