@@ -179,6 +179,15 @@ def _now() -> str:
     return _stamp[1]
 
 
+def without_resource_version(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` as a shallow copy without its resourceVersion (each object's own: in a compact pod's
+    shared parts it would make every template differ); `obj` itself when it has none."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "resourceVersion" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    return obj
+
+
 class _CompactPods(MutableMapping[str, dict[str, Any]]):
     """Projected pods by key, kept as the store keeps them: in `PodRecord`s whose parts are shared
     templates, without the resourceVersion (each pod's own: it would make every template differ).
@@ -192,9 +201,7 @@ class _CompactPods(MutableMapping[str, dict[str, Any]]):
         return orjson.loads(orjson.dumps(self._recs[key].obj))
 
     def __setitem__(self, key: str, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata")
-        if isinstance(meta, dict) and "resourceVersion" in meta:
-            pod = {**pod, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+        pod = without_resource_version(pod)
         rec = PodRecord(PodKey(key), pod, {})
         rec.keep(pod)
         self._recs[key] = rec
@@ -307,9 +314,7 @@ class EmbeddedCluster:
         already, and the store keeps its own record of each)."""
         kind = kind_of(obj)
         if self._compact and kind == POD:  # projected already; the store's record keeps no resourceVersion
-            meta = obj.get("metadata")
-            if isinstance(meta, dict) and "resourceVersion" in meta:
-                obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+            obj = without_resource_version(obj)
         else:
             obj = project(obj)
         self.skipped.apply(op, obj, kind[1])
