@@ -891,19 +891,22 @@ class GangLedger:
         gang, leaf = self._place_now(pod)
         if gang != e.key:
             return
-        domains = self.store.arrays.domains
         shared: dict[str | None, list[int]] = {}  # other member's leaf -> levels it shares with `leaf`
 
         def apart(other_leaf: str | None, other_row: int) -> bool:
-            """Whether a member on `other_row` breaks a required constraint it shares with this one."""
+            """Whether a member on `other_row` breaks a required constraint it shares with this one:
+            the constraints of the subgroups both sit under, read from the other's ancestry."""
             if other_row < 0:
                 return False
             if other_leaf not in shared:
-                keys = topology.shared_required_keys(spec, leaf, other_leaf, self.store)
-                shared[other_leaf] = [self.store.arrays.level(k) for k in keys]
+                under = set(topology.ancestry(spec, other_leaf))
+                shared[other_leaf] = [lvl for name, lvl in chain if name in under]
             return any(domains[lvl, row] != domains[lvl, other_row] for lvl in shared[other_leaf])
 
         try:
+            arrays = self.store.arrays
+            chain = [(name, arrays.level(k)) for name, k in topology.required_chain(spec, leaf, self.store)]
+            domains = arrays.domains  # read once every level the chain names is registered
             if any(
                 apart(self.store.membership(rec).subgroup, rec.bound_row)
                 for rec in self.store.group_members(e.key)

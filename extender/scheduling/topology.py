@@ -106,12 +106,3 @@ def required_chain(
 def ancestry(group: GroupSpec, leaf: str | None) -> list[str | None]:
     """`leaf` and each subgroup it sits under, the root (None) last; no constraint is resolved."""
     return [name for name, _ in _chain(group, leaf)]
-
-
-def shared_required_keys(
-    group: GroupSpec, leaf_a: str | None, leaf_b: str | None, lookup: TopologyLookup
-) -> list[str]:
-    """The required label keys two members of the group must agree on: those of the subgroups both
-    sit under (the root at least)."""
-    under_b = {name for name, _ in _chain(group, leaf_b)}
-    return [k for name, c in _chain(group, leaf_a) if name in under_b and (k := resolve(c, lookup).required)]
