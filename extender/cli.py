@@ -94,7 +94,7 @@ SERVE_FLAGS = (
     Flag(
         "gang-hold-s",
         float,
-        "how long a gang's plan is held for every member to reach bind once (default 30)",
+        "how long a gang's plan is held for its next member to reach bind for the first time (default 30)",
         "gang.hold_s",
         "S",
     ),
