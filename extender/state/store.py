@@ -386,8 +386,9 @@ class ClusterStore:
         self._listeners: list[Callable[[str, Kind, dict[str, Any]], None]] = []
         self._fingerprints: dict[tuple[Kind, str], bytes] = {}
         self._requests_by_spec: dict[bytes, dict[str, int]] = {}
-        self._pod_vectors: dict[int, tuple[dict[str, int], int, np.ndarray]] = {}
-        self._request_vectors: dict[int, tuple[dict[str, int], int, np.ndarray, tuple[str, ...]]] = {}
+        # id(requests) -> (the mapping, held so its id is not reused; the columns it was worked out
+        # for; its read-only vector; the names no node offers)
+        self._vectors: dict[int, tuple[dict[str, int], int, np.ndarray, tuple[str, ...]]] = {}
         self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
@@ -555,17 +556,24 @@ class ClusterStore:
 
     def request_vector(self, requests: dict[str, int]) -> tuple[np.ndarray, list[str]]:
         """The vector (the caller's own), and the requested names (amount > 0) that no node has ever
-        offered. Worked out once per shared requests mapping (pods that ask alike share one, see
-        `_pod_requests`) while the columns stay: every plain pod's filter asks."""
+        offered: every plain pod's filter asks."""
+        vec, missing = self._kept_vector(requests)
+        return vec.copy(), list(missing)
+
+    def _kept_vector(self, requests: dict[str, int]) -> tuple[np.ndarray, tuple[str, ...]]:
+        """`vector(requests)`, read-only, and the names no node offers: worked out once per shared
+        requests mapping (`_pod_requests` gives pods that ask alike one mapping) while the columns
+        stay, for a list charges 150,000 pods and every plain pod's filter asks."""
         columns = len(self.resources)  # a name given a column since makes the vector stale
-        hit = self._request_vectors.get(id(requests))
+        hit = self._vectors.get(id(requests))
         if hit is not None and hit[0] is requests and hit[1] == columns:
-            return hit[2].copy(), list(hit[3])
-        missing = sorted(n for n, v in requests.items() if v > 0 and self.resources.find(n) is None)
+            return hit[2], hit[3]
+        missing = tuple(sorted(n for n, v in requests.items() if v > 0 and self.resources.find(n) is None))
         vec = self.vector(requests)
-        if len(self._request_vectors) >= _REQUESTS_KEPT:
-            self._request_vectors.clear()
-        self._request_vectors[id(requests)] = (requests, columns, vec.copy(), tuple(missing))  # held: id kept
+        vec.flags.writeable = False
+        if len(self._vectors) >= _REQUESTS_KEPT:
+            self._vectors.clear()
+        self._vectors[id(requests)] = (requests, columns, vec, missing)
         return vec, missing
 
     def _ensure_columns(self, names: Iterable[str]) -> None:
@@ -693,18 +701,7 @@ class ClusterStore:
 
     # ----------------------------------------------------------------- pods
     def _pod_vector(self, requests: dict[str, int]) -> np.ndarray:
-        """`vector(requests)` for a pod's requests, once per shared requests mapping (`_pod_requests`
-        gives pods that ask alike one mapping) and columns: a list charges 150,000 pods."""
-        columns = len(self.resources)  # a name given a column since makes the vector stale
-        hit = self._pod_vectors.get(id(requests))
-        if hit is not None and hit[0] is requests and hit[1] == columns:
-            return hit[2]
-        vec = self.vector(requests)
-        vec.flags.writeable = False
-        if len(self._pod_vectors) >= _REQUESTS_KEPT:
-            self._pod_vectors.clear()
-        self._pod_vectors[id(requests)] = (requests, columns, vec)  # the mapping held: its id is not reused
-        return vec
+        return self._kept_vector(requests)[0]
 
     def _charge(self, rec: PodRecord, row: int) -> None:
         self.arrays.sub(row, self._pod_vector(rec.requests))
