@@ -50,6 +50,10 @@ class GangEntry:
     not only when all wait at once (kube-scheduler's per-pod backoff spreads their retries)."""
     answer_at: float | None = None  # when the waiting calls are answered, from the first arrival
     hold_until: float | None = None  # when an unfinished plan is given up and the gang backs off
+    hold_why: str = ""  # what `hold_until` waits for, with its window, for the message when it ends
+    reached: set[PodKey] = dataclasses.field(default_factory=set)
+    """Members that reached bind under the current plan, ever (moved or refused since, too): only a
+    member new to it is progress that keeps the plan."""
     releasing: set[PodKey] = dataclasses.field(default_factory=set)  # release binds in flight
     failures: int = 0
     backoff_until: float = 0.0

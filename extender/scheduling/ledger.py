@@ -415,6 +415,8 @@ class GangLedger:
         # a plan nobody brings to bind must not hold capacity forever
         e.answer_at = None
         e.hold_until = self.clock() + self.hold_s
+        e.hold_why = f"no new planned pod arrived within {self.hold_s:g}s"
+        e.reached = set()
         e.last_reason = f"planned {len(assignment)} pods" + (f" in {domain}" if domain else "")
         for pk in assignment:
             self._pod_gang[pk] = group.key
@@ -446,12 +448,16 @@ class GangLedger:
         now = self.clock()
         if e.answer_at is None:
             e.answer_at = now + self.wait_s
-        if pod not in e.arrived and e.hold_until is not None:
-            # a member new to the barrier is progress: the plan stands `hold_s` past it. A gang of
-            # thousands reaches bind one kube-scheduler cycle a member (25-35 ms each at 5,000
-            # nodes: 2-3 minutes for 4096), far past one `hold_s`; a plan no new member reaches
-            # for `hold_s` still ends then.
-            e.hold_until = max(e.hold_until, now + self.hold_s)
+        if pod not in e.reached and e.hold_until is not None and now < e.hold_until:
+            # a member new to the plan's barrier is progress: the plan stands `hold_s` past it. A
+            # gang of thousands reaches bind one kube-scheduler cycle a member (16-35 ms each at
+            # 5,000 nodes: minutes for 4096), far past one `hold_s`; a plan no new member reaches
+            # for `hold_s` still ends then, and a member moved, refused or answered and back again
+            # keeps nothing alive
+            if now + self.hold_s > e.hold_until:
+                e.hold_until = now + self.hold_s
+                e.hold_why = f"no new planned pod arrived within {self.hold_s:g}s"
+        e.reached.add(pod)
         e.arrived[pod] = uid or p.uid
         if not e.barrier_complete():
             return Arrival.WAIT, e, []
@@ -520,7 +526,9 @@ class GangLedger:
             self._discard(e, f"{gone[0]} is gone after its binding failed")
         elif failed:
             # the refused members must come back within the hold
-            e.hold_until = max(e.hold_until or 0.0, self.clock() + self.wait_s)
+            if e.hold_until is None or self.clock() + self.wait_s > e.hold_until:
+                e.hold_until = self.clock() + self.wait_s
+                e.hold_why = f"the members the API refused did not come back within {self.wait_s:g}s"
             e.last_reason = (
                 f"{len(failed)} member(s) not bound by the API; retrying them in {e.domain or 'place'}"
             )
@@ -563,14 +571,11 @@ class GangLedger:
             if e.hold_until is not None and now >= e.hold_until:
                 if arrived:
                     msg = (
-                        f"gang {e.key}: quorum did not reach bind: no new planned pod arrived within "
-                        f"{self.hold_s:g}s ({len(arrived)} of {total} arrived); reservation released"
+                        f"gang {e.key}: quorum did not reach bind: {e.hold_why} "
+                        f"({len(arrived)} of {total} planned pods arrived); reservation released"
                     )
                 else:
-                    msg = (
-                        f"gang {e.key}: no planned member reached bind within {self.hold_s:g}s; "
-                        "reservation released"
-                    )
+                    msg = f"gang {e.key}: no planned member reached bind ({e.hold_why}); reservation released"
                 spec = e.spec
                 self._drop_plan(e)
                 e.excluded.clear()
@@ -744,6 +749,7 @@ class GangLedger:
         for pk in [pk for pk in e.plan if pk not in e.releasing]:
             self._unplan(e, pk)
             self.store.unhold(pk)
+        e.reached.clear()
         return waiting
 
     def _discard(self, e: GangEntry, reason: str) -> None:

@@ -218,7 +218,7 @@ async def test_a_partial_gang_times_out_releases_and_backs_off(make_service):
     await svc.expire(5.1)
     errors = await asyncio.gather(*waiting)
     for e in errors:
-        assert "no new planned pod arrived within 5s (2 of 3 arrived); reservation released" in e
+        assert "no new planned pod arrived within 5s (2 of 3 planned pods arrived); reservation released" in e
     assert not any(svc.node_of(f"train-{i}") for i in range(3))  # never partially bound
     assert svc.store.reservations == {}
     doc = await svc.filter("train-2")

@@ -117,6 +117,33 @@ def test_settle_keeps_refused_members_planned_and_held_and_rearms_the_deadline()
     assert store.reservations == {} and ledger.assumed == {}
 
 
+def test_only_a_member_new_to_the_plans_barrier_keeps_the_plan():
+    """The plan's hold (hold_s, 15 s here) ends that long after the last member that reached bind
+    for the first time under it: one moved, refused by the API, or answered and back again keeps
+    nothing alive, and one arriving after the hold ended revives nothing."""
+    store, ledger, clock, spec = setup()
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    start = clock.now
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
+    clock.now += 10
+    assert ledger.arrive("default/train-1", "n0", "u1")[0] is Arrival.WAIT  # new: the hold moves on
+    assert ledger.entry(GANG).hold_until == clock.now + 15
+    ledger.move(GANG, "default/train-0", "n2", {"cpu": 1000, "pods": 1})
+    clock.now += 10
+    assert ledger.arrive("default/train-0", "n2", "u0")[0] is Arrival.WAIT  # moved and back: not new
+    assert ledger.entry(GANG).hold_until == start + 25
+    clock.now = start + 25.1
+    (expiry,) = ledger.expire()
+    assert "no new planned pod arrived within 15s (2 of 3 planned pods arrived)" in expiry.message
+    assert store.reservations == {}
+    # a plan whose hold has ended, not yet expired by the ticker, is not revived by a new member
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    clock.now += 15.5
+    assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.WAIT
+    assert ledger.entry(GANG).hold_until < clock.now
+    assert len(ledger.expire()) == 1 and store.reservations == {}
+
+
 def test_a_member_deleted_mid_wait_queues_answers_for_the_waiting_binds():
     store, ledger, _, spec = setup()
     ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")

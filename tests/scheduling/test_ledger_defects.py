@@ -400,7 +400,8 @@ async def test_a_plan_whose_members_never_all_arrive_is_given_up_when_its_hold_e
     assert svc.store.reservations == {} and svc.plan("default/train") == {}
     reason = svc.scheduler.ledger.entry("default/train").last_reason
     assert (
-        "quorum did not reach bind: no new planned pod arrived within 12s (1 of 3 arrived)" in reason
+        "quorum did not reach bind: no new planned pod arrived within 12s (1 of 3 planned pods arrived)"
+        in reason
         and "backing off" in reason
     )
     svc.check_invariants()
