@@ -31,6 +31,7 @@ from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey
 from extender.model.priority import member_priority
 from extender.model.timestamps import parse_time_s
+from extender.placement import api as placement
 from extender.placement import backfill
 from extender.placement.pools import SizeClass
 from extender.scheduling import messages, planning
@@ -195,12 +196,7 @@ class Holding:
                 since = self.ledger.clock()
             queue, _ = self._queue_of(spec, members[0].obj)
             try:
-                # the nodes kube-scheduler refused a member are a hint for the filter's plan, which it
-                # drops when they stand in the way: a hold must not be shaped by them, or a gang that
-                # fits now (refusals aside) holds rows that must drain instead, and may wait for ever
-                demand = planning.gang_demand(
-                    self.store, self.ledger, spec, planned, leaves, me=None, avoid_refused=False
-                )
+                demand = self._demand(key, spec, planned, leaves)
             except Exception as exc:  # a topology the filter refuses: it says why there
                 log.debug("gang %s: no hold: %s", key, exc)
                 continue
@@ -222,6 +218,27 @@ class Holding:
             )
         out.sort(key=lambda w: w.rank)
         return out
+
+    def _demand(
+        self, key: GroupKey, spec: GroupSpec, planned: list[planning.Member], leaves: Sequence[str | None]
+    ) -> planning.Demand:
+        """What the gang's hold is shaped by, in the filter's two passes: the nodes kube-scheduler
+        refused its members avoided, unless they stand in the way of a fit now, which the filter's
+        plan then takes (it drops them there). Shaped by them, a gang that fits now holds rows that
+        must drain instead, and may wait for ever; shaped without them where it fits nowhere now, a
+        refusal that does not go away (a port, a plugin the service does not model) would steer its
+        drain onto nodes it can never have."""
+        demand = planning.gang_demand(self.store, self.ledger, spec, planned, leaves, me=None)
+        if not self.ledger.excluded(key) or demand.unoffered or self._fits_now(demand):
+            return demand
+        loose = planning.gang_demand(
+            self.store, self.ledger, spec, planned, leaves, me=None, avoid_refused=False
+        )
+        return loose if self._fits_now(loose) else demand
+
+    def _fits_now(self, demand: planning.Demand) -> bool:
+        arrays = planning.with_slots(self.store, [demand])
+        return placement.plan_gang(arrays, demand.request).outcome is placement.Outcome.PLACED
 
     def decide(self) -> tuple[list[Held], dict[GroupKey, str]]:
         """The holds, from the cluster as it is and the holds of the last pass, by the rule of
