@@ -23,7 +23,7 @@ DEFAULT_QUEUE = "default-queue"
 """The service's default queue (`--default-queue`) for a pod that names none."""
 PODGROUP_GROUP = "scheduling.run.ai"
 PODGROUP_KIND = "PodGroup"
-OTHER_SCHEDULER = "default-scheduler"
+OTHER_SCHEDULER = L.DEFAULT_SCHEDULER_NAME  # the pods the simulated cluster's other scheduler places
 
 
 class QueueUsage:

@@ -40,6 +40,8 @@ def test_bench_versus_quick_binds_every_gang_whole(plane_version: str) -> None:
     row = rows[0]
     assert row["gangs"] == 16 and row["gangs_whole"] == 16 and row["gangs_one_domain"] == 16, row
     assert row["gangs_partial_at_end"] == 0 and row["pods_bound"] == 128, row
-    # every filter and bind answered, and well inside the shipped httpTimeout (10 s)
+    # every call answered inside the shipped httpTimeout (10 s; a bind may wait at its gang's barrier
+    # for up to the gang wait, 8 s, by design), and no filter near it
     slowest = row["slowest_call_le_s"]
-    assert {"filter", "bind"} <= slowest.keys() and max(slowest.values()) <= 5.0, slowest
+    assert {"filter", "bind"} <= slowest.keys(), slowest
+    assert slowest["filter"] <= 5.0 and slowest["bind"] <= 10.0, slowest

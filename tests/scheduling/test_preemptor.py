@@ -305,9 +305,7 @@ async def test_the_preempt_verb_leaves_plain_pods_to_kube_scheduler(make_service
 async def test_victims_gone_but_the_rack_not_offered_yet_keeps_the_hold_and_preempts_nobody_else(
     make_service,
 ):
-    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
-    await svc.filter("hi-0")
-    await settle()
+    svc = await preempting(make_service)
     assert svc.pod("lo-0") is None and svc.pod("lo-1") is None
     held = dict(svc.store.reservations)
     # kube-scheduler's view lags: it offers only the full rack
