@@ -1423,6 +1423,8 @@ class Driver:
                 continue
             del self.terminating[name]
             if name in pods and pods[name]["metadata"].get("uid") == uid:
+                if finished(pods[name]) and name in self.pod_gang:
+                    self.gone_done[name] = self.pod_gang[name]  # it ran to completion, then went
                 self.log(f"{name}'s grace period ended: deleted")
                 self.delete("Pod", "default", name)
 
@@ -1720,13 +1722,21 @@ class Driver:
     def gang_state(self, gang: Gang, bound: dict[str, str]) -> str | None:
         """Why `gang` is partially bound, or None."""
         done = {n for n, g in self.gone_done.items() if g == gang.name}  # finished, then deleted
+        # a member that ran to completion in its grace period (evicted, then Succeeded) counts too
+        done |= {
+            n
+            for n, p in self.pods().items()
+            if self.pod_gang.get(n) == gang.name
+            and leaving(p)
+            and (p.get("status") or {}).get("phase") == "Succeeded"
+        }
         going = self.evictions_unseen()
         live = {
             n: p for n, p in self.pods().items() if not leaving(p) and n not in going
         }  # Terminating: going
         pods = [n for n in live if self.pod_gang.get(n) == gang.name] + sorted(done)
         on = [n for n in pods if n in bound or n in done]
-        if not any(n in bound and not finished(live[n]) for n in on):
+        if not any(n in bound and n in live and not finished(live[n]) for n in on):
             return None  # none of it runs: finished, or evicted whole
         if not gang.subgroups:
             need = gang.min_member or 1
