@@ -194,10 +194,12 @@ class GangDisruption:
         if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
             self._signalled.add(uid)
             if not ours and self._scanned:  # in the initial list, replacements may be in the store already
+                # a member whose binding is on its way lands a survivor: a release in flight when a
+                # preemption took the others would leave it bound alone
                 self._survivors.setdefault(key, set()).update(
                     r.uid
                     for r in self.store.group_members(key)
-                    if r.node_name and is_live(r.obj) and r.uid != uid
+                    if r.uid != uid and is_live(r.obj) and (r.node_name or self._on_its_way(r.key))
                 )
         if event == "DELETED":
             self._signalled.discard(uid)
@@ -303,7 +305,8 @@ class GangDisruption:
     def _decide_one(self, key: GroupKey, now: float) -> GangEviction | None:
         view = self._view(key)
         if view is None or not view.running:
-            self._forget(key)
+            if view is None or not self._releasing(key):
+                self._forget(key)  # a release still in flight lands survivors of the incident
             return None
         spec = view.spec
         # a preemption's or a reclaim's victims are that eviction's: their gang goes whole with it, and
@@ -414,6 +417,12 @@ class GangDisruption:
     def _being_bound(self, key: GroupKey) -> bool:
         entry = self.ledger.entry(key) if self.ledger is not None else None
         return entry is not None and bool(entry.plan or entry.releasing or entry.arrived)
+
+    def _on_its_way(self, pod: PodKey) -> bool:
+        return self.ledger is not None and self.ledger.being_bound(pod)
+
+    def _releasing(self, key: GroupKey) -> bool:
+        return self.ledger is not None and self.ledger.releasing_any(key)
 
     def _evict(
         self,

@@ -256,6 +256,16 @@ class GangLedger:
         key = self._pod_gang.get(pod)
         return key is not None and pod in self.gangs[key].releasing
 
+    def being_bound(self, pod: PodKey) -> bool:
+        """Whether `pod` is bound by this service or on its way there though the cache shows no node:
+        its binding confirmed, part of a release in flight, or its own bind in flight."""
+        return pod in self.assumed or pod in self.binding or self.is_releasing(pod)
+
+    def releasing_any(self, key: GroupKey) -> bool:
+        """Whether some of the gang's release binds are still in flight."""
+        e = self.gangs.get(key)
+        return e is not None and bool(e.releasing)
+
     def backoff_left(self, key: GroupKey) -> float:
         e = self.gangs.get(key)
         if e is None or e.plan:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.model import labels as keys
-from extender.scheduling.decisions import Verdict
+from extender.scheduling.decisions import BindVerdict, Verdict
 from extender.scheduling.disruption import RETRY_S, GangDisruption, Why
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
@@ -619,17 +619,61 @@ def test_a_gang_a_preemption_or_reclaim_evicts_whole_is_not_evicted_again(victim
     assert w.logic.describe("default/x")["decision"].startswith(decision)
 
 
-def test_a_member_that_arrives_while_its_gang_is_evicted_whole_waits_for_the_eviction() -> None:
-    """A gang below its quorum is evicted whole; a member created before the evictions land must not
-    be planned beside the survivors (bound with them, it would be left running alone)."""
-    w = FilterWorld([*(make_node(f"n{i}") for i in range(4)), make_kai_podgroup("g", min_member=3)])
+def disrupted_world(n: int, quorum: int) -> tuple[FilterWorld, GangDisruption]:
+    """A store, a real ledger and scheduler, and the disruption logic over them; gang g of `n` pods of
+    1 cpu, its quorum `quorum`, on four nodes."""
+    w = FilterWorld([*(make_node(f"n{i}") for i in range(4)), make_kai_podgroup("g", min_member=quorum)])
     ledger = GangLedger(
         w.store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=w.scheduler.ledger.clock
     )
     disruption = GangDisruption(w.store, ledger, clock=ledger.clock)
     w.scheduler = Scheduler(w.store, ledger, disruption=disruption)
-    for i in range(3):
+    for i in range(n):
         w.cluster.apply(gang_pod(f"g-{i}", "g", cpu="1"))
+    return w, disruption
+
+
+@pytest.mark.parametrize(
+    ("lands", "evicted"),
+    [(True, ["default/g-0"]), (False, [])],
+    ids=["its-binding-lands", "the-api-refuses-it"],
+)
+def test_a_member_whose_release_lands_after_a_preemption_took_the_others_is_evicted(lands, evicted) -> None:
+    """kube-scheduler preempts two of a gang of three while the third's binding, part of the gang's
+    release, is still in flight: once it lands, it is a survivor of that incident and goes too (else it
+    runs alone until the stale grace)."""
+    w, disruption = disrupted_world(3, 3)
+    for name in ("g-0", "g-1", "g-2"):
+        assert w.filter(name).verdict is Verdict.PASS
+    w.scheduler.bind(namespace="default", name="g-0", uid=w.pod("g-0")["metadata"]["uid"], node="n0")
+    w.scheduler.bind(namespace="default", name="g-1", uid=w.pod("g-1")["metadata"]["uid"], node="n0")
+    last = w.pod("g-2")
+    d = w.scheduler.bind(namespace="default", name="g-2", uid=last["metadata"]["uid"], node="n0")
+    assert d.verdict is BindVerdict.RELEASE
+    where = {m.pod: m.node for m in d.members}
+    for name in ("g-1", "g-2"):  # their POSTs land; g-0's is still on its way
+        pod = w.pod(name)
+        w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": where[f"default/{name}"]}})
+    disruption.decide()
+    for name in ("g-1", "g-2"):  # kube-scheduler's preemption deletes them
+        w.cluster.delete("", "Pod", "default", name)
+    assert disruption.decide() == []  # nothing of the gang runs yet
+    if lands:
+        pod = w.pod("g-0")
+        w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": where["default/g-0"]}})
+    refused = "" if lands else "the API server refused the binding"
+    w.scheduler.release_done(d.gang, {m.pod: (refused if m.pod == "default/g-0" else "") for m in d.members})
+    evictions = disruption.decide()
+    assert [v.pod for e in evictions for v in e.pods] == evicted
+    if lands:
+        assert evictions[0].why is Why.BELOW_QUORUM
+        assert "was deleted, leaving 1 of the 3 pods its quorum needs" in evictions[0].reason
+
+
+def test_a_member_that_arrives_while_its_gang_is_evicted_whole_waits_for_the_eviction() -> None:
+    """A gang below its quorum is evicted whole; a member created before the evictions land must not
+    be planned beside the survivors (bound with them, it would be left running alone)."""
+    w, disruption = disrupted_world(3, 3)
     w.schedule("g-0", "g-1", "g-2")
     assert w.bound("g-0", "g-1", "g-2")
     disruption.decide()

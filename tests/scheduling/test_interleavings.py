@@ -793,6 +793,8 @@ class Driver:
         # rebuilt from the API server, can still count toward its gang's quorum once they are deleted
         self.done_recorded: set[str] = set()
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
+        # gangs that lost a member while some of their binds were in flight: judged once those landed
+        self.hit_in_flight: dict[str, list[tuple[str, str | None, str]]] = {}
         self.evictions_seen = 0  # every eviction of the run: settling waits for a round without one
         self.evict_asked: dict[str, list[str]] = {}  # pod uid -> why the service asked to evict it, each time
         self.evicted_twice: list[str] = []  # see note_evict_request
@@ -1752,6 +1754,17 @@ class Driver:
 
     async def check(self, *, final: bool = False) -> None:
         svc, store = self.svc, self.svc.store
+        for item in self.evicted:
+            if item[1] is not None and item[1] in self.api.gang_inflight:
+                self.hit_in_flight.setdefault(item[1], []).append(item)
+        landed = [g for g in self.hit_in_flight if g not in self.api.gang_inflight]
+        if landed:
+            # its last binds landed since: the service's ticker sees their watch events (as it does
+            # within a second) before the gang is judged as one a disruption hit
+            await svc.expire(0)
+            await self.drain()
+            for g in landed:
+                self.evicted.extend(self.hit_in_flight.pop(g))
         # a follower writes nothing on its own: no PodGroup, status, event, nudge, condition or eviction
         if self.follower_writes:
             self.fail(f"the service wrote while its kube-scheduler did not lead: {self.follower_writes[:5]}")
@@ -1814,7 +1827,12 @@ class Driver:
         # partial evictions: a gang whole at the last check that lost members since has no member
         # running, or its quorum (finished members counted), once the service's effects ran (excused
         # or not: an excuse is for a release, not an eviction)
-        hit = {gang for _, gang, _ in self.evicted if gang is not None and self.was_whole.get(gang)}
+        hit = {
+            gang
+            for _, gang, _ in self.evicted
+            if gang is not None
+            and (self.was_whole.get(gang) or (gang in landed and gang not in self.api.excused))
+        }
         for g in self.gangs:
             if (
                 g.name in hit
