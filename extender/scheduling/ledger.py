@@ -423,13 +423,22 @@ class GangLedger:
         e.domain = domain
         e.no_fit, e.no_fit_spec = None, None  # planned: it fits (nothing waits on its old no-fit)
         # a plan nobody brings to bind must not hold capacity forever
-        e.answer_at = None
-        e.hold_until = self.clock() + self.hold_s
-        e.hold_why = f"no new planned pod arrived within {self.hold_s:g}s"
+        e.answer_at = e.hold_until = None
+        self._hold_awaiting_arrivals(e)
         e.reached = set()
         e.last_reason = f"planned {len(assignment)} pods" + (f" in {domain}" if domain else "")
         for pk in assignment:
             self._pod_gang[pk] = group.key
+
+    def _hold_awaiting_arrivals(self, e: GangEntry) -> None:
+        self._hold_plan(e, self.hold_s, f"no new planned pod arrived within {self.hold_s:g}s")
+
+    def _hold_plan(self, e: GangEntry, for_s: float, why: str) -> None:
+        """The plan stands at least `for_s` from now (a later deadline stands); `why` says what the
+        deadline waited for, should the plan end at it."""
+        until_s = self.clock() + for_s
+        if e.hold_until is None or until_s > e.hold_until:
+            e.hold_until, e.hold_why = until_s, why
 
     def move(self, key: GroupKey, pod: PodKey, node: str, requests: dict[str, int]) -> None:
         """Re-place one planned member (kube-scheduler would not offer its node) onto `node`."""
@@ -464,9 +473,7 @@ class GangLedger:
             # 5,000 nodes: minutes for 4096), far past one `hold_s`; a plan no new member reaches
             # for `hold_s` still ends then, and a member moved, refused or answered and back again
             # keeps nothing alive
-            if now + self.hold_s > e.hold_until:
-                e.hold_until = now + self.hold_s
-                e.hold_why = f"no new planned pod arrived within {self.hold_s:g}s"
+            self._hold_awaiting_arrivals(e)
         e.reached.add(pod)
         e.arrived[pod] = uid or p.uid
         if not e.barrier_complete():
@@ -536,9 +543,9 @@ class GangLedger:
             self._discard(e, f"{gone[0]} is gone after its binding failed")
         elif failed:
             # the refused members must come back within the hold
-            if e.hold_until is None or self.clock() + self.wait_s > e.hold_until:
-                e.hold_until = self.clock() + self.wait_s
-                e.hold_why = f"the members the API refused did not come back within {self.wait_s:g}s"
+            self._hold_plan(
+                e, self.wait_s, f"the members the API refused did not come back within {self.wait_s:g}s"
+            )
             e.last_reason = (
                 f"{len(failed)} member(s) not bound by the API; retrying them in {e.domain or 'place'}"
             )

@@ -28,6 +28,16 @@ def large_in_one_rack(w: HoldWorld) -> tuple[list[str], str]:
     return big, w.rack_of(big[0])
 
 
+def large_in_each_rack(w: HoldWorld) -> tuple[list[str], list[str]]:
+    """Two large gangs (3 whole nodes each) bound in different racks: one free node left in each."""
+    left = w.rack_gang("l1", 3, "8", prio=100)
+    w.schedule(*left)
+    right = w.rack_gang("l2", 3, "8", prio=100)
+    w.schedule(*right)
+    assert w.bound(*left, *right) and w.rack_of(left[0]) != w.rack_of(right[0])
+    return left, right
+
+
 @pytest.mark.parametrize(
     ("holds", "into_large_rack"),
     [
@@ -112,11 +122,7 @@ def test_a_small_gang_its_pool_keeps_waiting_does_not_wait_behind_a_large_gangs_
     """Every rack hosts a large gang; a whole-rack gang holds one of them. A small gang that fits only
     beside a large gang is the head of its own class: it holds where it fits now and starts there."""
     w = HoldWorld([])
-    left = w.rack_gang("l1", 3, "8", prio=100)
-    w.schedule(*left)
-    right = w.rack_gang("l2", 3, "8", prio=100)
-    w.schedule(*right)
-    assert w.bound(*left, *right) and w.rack_of(left[0]) != w.rack_of(right[0])
+    left, right = large_in_each_rack(w)
     big = w.rack_gang("big", 4, "8")
     assert w.filter(big[0]).verdict is Verdict.NO_FIT
     w.tick()
@@ -178,11 +184,7 @@ def test_a_small_gang_kube_scheduler_refused_nodes_holds_where_it_fits_now_and_s
     when it stands in the way): its hold is chosen with the refusals dropped too, where it fits now, so
     it is ready at once and the gang starts, never held on rows the large gangs keep busy."""
     w = HoldWorld([])
-    left = w.rack_gang("l1", 3, "8", prio=100)
-    w.schedule(*left)
-    right = w.rack_gang("l2", 3, "8", prio=100)
-    w.schedule(*right)
-    assert w.bound(*left, *right) and w.rack_of(left[0]) != w.rack_of(right[0])
+    left, right = large_in_each_rack(w)
     busy = {w.pod(n)["spec"]["nodeName"] for n in (*left, *right)}
     free = sorted(set(w.store.node_rows) - busy)
     assert len(free) == 2  # one whole node in each rack
