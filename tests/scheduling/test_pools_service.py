@@ -122,7 +122,7 @@ def test_a_small_gang_its_pool_keeps_waiting_does_not_wait_behind_a_large_gangs_
     """Every rack hosts a large gang; a whole-rack gang holds one of them. A small gang that fits only
     beside a large gang is the head of its own class: it holds where it fits now and starts there."""
     w = HoldWorld([])
-    left, right = large_in_each_rack(w)
+    large_in_each_rack(w)
     big = w.rack_gang("big", 4, "8")
     assert w.filter(big[0]).verdict is Verdict.NO_FIT
     w.tick()
