@@ -28,6 +28,7 @@ from typing import Any, TypedDict
 import msgspec
 import orjson
 
+from extender.model.cycle import PROJECTED, cycle_needed
 from extender.model.keys import api_group
 from extender.model.labels import DEFAULT_SCHEDULER_NAME
 
@@ -57,8 +58,13 @@ POD_SPEC = (
     "schedulingGroup",
     "overhead",
     "resources",
+    PROJECTED,
 )
 CONTAINER = ("name", "resources", "restartPolicy")
+CYCLE_READ = ("volumes", "resourceClaims", "topologySpreadConstraints")
+"""Spec fields read only to tell whether a pending pod needs kube-scheduler's own cycle before it is
+bound (model.cycle); the answer is kept, not they. A listed page leaves them (and the containers'
+ports) undecoded."""
 POD_STATUS = ("phase", "nominatedNodeName")
 NODE_METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
 NODE_SPEC = ("unschedulable", "taints")
@@ -163,10 +169,34 @@ def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
             kept[field] = value
     if "nodeName" in kept:
         kept["nodeName"] = _name(kept["nodeName"])
+    elif PROJECTED not in kept:  # pending: a bound pod is never released by a plan
+        why = _cycle_reason(spec)
+        if why:
+            kept[PROJECTED] = why
     for field in ("containers", "initContainers"):
         if field in spec:
             kept[field] = _containers(spec[field])
     return kept
+
+
+def _loaded(value: Any) -> Any:
+    """A part a listed page left undecoded, decoded now (only a pending pod's are)."""
+    return orjson.loads(bytes(value)) if isinstance(value, msgspec.Raw) else value
+
+
+def _cycle_reason(spec: dict[str, Any]) -> str:
+    try:
+        probe = {f: _loaded(spec[f]) for f in (*CYCLE_READ, "schedulingGates", "affinity") if f in spec}
+        for field in ("containers", "initContainers"):
+            listed = spec.get(field)
+            if isinstance(listed, list):
+                probe[field] = [
+                    {"ports": _loaded(c["ports"])} if isinstance(c, dict) and "ports" in c else c
+                    for c in listed
+                ]
+    except orjson.JSONDecodeError:  # nested past orjson's depth: nothing to vouch for it with
+        return "its spec is nested too deeply to read"
+    return cycle_needed({"spec": probe})
 
 
 def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -237,12 +267,18 @@ def _fields(name: str, fields: tuple[str, ...], **typed: Any) -> Any:
     return TypedDict(name, {**dict.fromkeys(fields, Any), **typed}, total=False)
 
 
-_Container = _fields("Container", CONTAINER)
+_Container = _fields("Container", CONTAINER, ports=msgspec.Raw)
 _Pod = _fields(
     "Pod",
     ("apiVersion", "kind"),
     metadata=_fields("PodMetadata", POD_METADATA),
-    spec=_fields("PodSpec", POD_SPEC, containers=list[_Container], initContainers=list[_Container]),
+    spec=_fields(
+        "PodSpec",
+        POD_SPEC,
+        containers=list[_Container],
+        initContainers=list[_Container],
+        **dict.fromkeys(CYCLE_READ, msgspec.Raw),
+    ),
     status=_fields("PodStatus", (*POD_STATUS, "conditions")),
 )
 _Node = _fields(
