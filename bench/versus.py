@@ -24,6 +24,8 @@ with `spec.schedulingGroup.podGroupName`; plain pods join nothing.
 - extender-noholds: the same with `--holds false` (a gang that fits nowhere holds nothing: what the
   stream workload's large gang costs without its hold; size-class pools need holds, so none either).
 - extender-nopools: the same with `--pools false` (holds without size-class pools).
+- extender-early: the same with `--release-on-first-bind true` (a plan is bound whole at its first
+  member's bind, not once kube-scheduler has cycled every member).
 
 Leader election is off and client qps/burst raised in both, as in bench/scheduler.py. Each
 configuration gets a fresh kube-scheduler (and service) per series; workloads run one after the
@@ -158,6 +160,13 @@ CONFIGS = {
     ),
     "extender-nopools": Config(
         "extender-nopools", "kube-scheduler + gang-extender --pools false", "", True, ("--pools", "false")
+    ),
+    "extender-early": Config(
+        "extender-early",
+        "kube-scheduler + gang-extender --release-on-first-bind true",
+        "",
+        True,
+        ("--release-on-first-bind", "true"),
     ),
 }
 

@@ -164,6 +164,16 @@ SERVE_FLAGS = (
         "S",
     ),
     Flag(
+        "release-on-first-bind",
+        _bool,
+        "bind a planned gang whole when its first member reaches bind, not once every member has "
+        "passed its own kube-scheduler cycle (a gang of thousands waits one cycle, not thousands); "
+        "members with host ports, volumes that bind, resource claims, spread or pod affinity still "
+        "pass their own first (default false)",
+        "gang.release_on_first_bind",
+        "BOOL",
+    ),
+    Flag(
         "holds",
         _bool,
         "a gang that fits nowhere holds the rows where it fits once drained, and everyone else plans "

@@ -55,6 +55,9 @@ class GangEntry:
     """Members that reached bind under the current plan, ever (moved or refused since, too): only a
     member new to it is progress that keeps the plan."""
     releasing: set[PodKey] = dataclasses.field(default_factory=set)  # release binds in flight
+    own_cycle: frozenset[PodKey] = frozenset()
+    """Planned members bound only once kube-scheduler has filtered them on their node (see
+    model.cycle); the rest may be released with the first member's bind, where that is on."""
     failures: int = 0
     backoff_until: float = 0.0
     backoff_told: bool = True  # whether the end of the current backoff was announced (members nudged)
@@ -76,6 +79,10 @@ class GangEntry:
 
     def barrier_complete(self) -> bool:
         return bool(self.plan) and set(self.plan) <= set(self.arrived)
+
+    def releasable_early(self) -> bool:
+        """Whether a member has reached bind and every member that needs its own cycle has too."""
+        return bool(self.plan) and bool(self.arrived) and self.own_cycle <= self.arrived.keys()
 
 
 def backoff_delay_s(failures: int, *, initial_s: float, max_s: float) -> float:

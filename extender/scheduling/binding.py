@@ -319,6 +319,10 @@ class Binding:
         else:
             # the refused members are told by kube-scheduler (their bind failed); the rest follow
             effects += self.telling.tell_gang(gang, skip=settled.failed)
+            # a refused member released before it reached bind (--release-on-first-bind) may sit in
+            # kube-scheduler's backoff or unschedulable queue since a filter turned it away: its
+            # place is held for it, so bring it back now rather than after the queue's own delay
+            effects += self.telling.nudge_turned_away(gang, "retry", only=settled.failed)
         return effects
 
     def expire(self) -> list[tuple[Expiry, list[Effect]]]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from extender.grouping.membership import single_pod_group
 from extender.model.group import Membership, MembershipState, Source
-from extender.model.keys import GroupKey
+from extender.model.keys import GroupKey, PodKey
 from extender.model.priority import member_priority, pod_priority
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, queues, topology
@@ -130,6 +130,13 @@ class Filtering:
             return None
         return planned
 
+    def _bound_node(self, key: PodKey, uid: str) -> str | None:
+        """The node this very pod is bound to, as the cache or a confirmed binding has it."""
+        rec = self.store.pods.get(key)
+        if rec is None or (uid and rec.uid and rec.uid != uid):
+            return None
+        return rec.node_name or self.ledger.assumed_node(key)
+
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         decision = self._decide(pod, node_names)
         key = pod_identity(pod)[0]
@@ -149,6 +156,12 @@ class Filtering:
         planned = self.planned_node_for(pod)
         if planned is not None and self.node_usable(planned) and planned in node_names:
             return FilterDecision(Verdict.PASS, [planned])  # the plan decides; no need to map names
+        bound = self._bound_node(key, uid)
+        if bound is not None:
+            # bound by a release kube-scheduler's watch has not shown it yet: its node, where offered
+            if bound in node_names:
+                return FilterDecision(Verdict.PASS, [bound])
+            return FilterDecision(Verdict.WAITING, [], f"pod {key} is already bound to {bound}")
         rows = self.rows_of(node_names)
         membership = self.store.membership_of(pod)
         if self.view.gated_natively(pod):

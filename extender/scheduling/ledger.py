@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from extender.gang.entry import Arrival, GangEntry, Phase, PlannedPod, backoff_delay_s
+from extender.model.cycle import cycle_needed
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.scheduling import topology
@@ -136,8 +137,13 @@ class GangLedger:
         backoff_max_s: float,
         clock: Clock,
         holds: HoldSettings | None = None,
+        release_on_first_bind: bool = False,
     ) -> None:
         self.store = store
+        self.release_on_first_bind = release_on_first_bind
+        """A plan is released when its first member reaches bind: the members kube-scheduler has not
+        cycled yet are bound on their planned nodes too, except those whose filters the plan does
+        not model (model.cycle), which must reach bind first."""
         self.holds = HoldBook(holds if holds is not None else HoldSettings())
         """Capacity withheld for the gangs at the head of the wait (holds.py): read by every plan,
         replaced whole by the holding pass (`set_holds`), a gang's own dropped when it is planned
@@ -419,6 +425,11 @@ class GangLedger:
             raise
         e.spec = group
         e.plan = {pk: p for pk, (p, _) in assignment.items()}
+        e.own_cycle = (
+            frozenset(pk for pk in assignment if self._cycle_needed(pk))
+            if self.release_on_first_bind
+            else frozenset()
+        )
         self.holds.drop(group.key)  # it starts: what was held for it is its plan's now
         e.domain = domain
         e.no_fit, e.no_fit_spec = None, None  # planned: it fits (nothing waits on its old no-fit)
@@ -429,6 +440,10 @@ class GangLedger:
         e.last_reason = f"planned {len(assignment)} pods" + (f" in {domain}" if domain else "")
         for pk in assignment:
             self._pod_gang[pk] = group.key
+
+    def _cycle_needed(self, pk: PodKey) -> bool:
+        rec = self.store.pods.get(pk)
+        return rec is None or bool(cycle_needed(rec.obj))
 
     def _hold_awaiting_arrivals(self, e: GangEntry) -> None:
         self._hold_plan(e, self.hold_s, f"no new planned pod arrived within {self.hold_s:g}s")
@@ -476,9 +491,18 @@ class GangLedger:
             self._hold_awaiting_arrivals(e)
         e.reached.add(pod)
         e.arrived[pod] = uid or p.uid
-        if not e.barrier_complete():
+        complete = e.barrier_complete()
+        if not (complete or (self.release_on_first_bind and e.releasable_early())):
             return Arrival.WAIT, e, []
         self._completed.discard(key)
+        if not complete:
+            log.info(
+                "gang %s: released at its first member's bind (%d of %d planned members reached bind)",
+                key,
+                len(e.arrived),
+                len(e.plan),
+                extra={"gang": key, "members": len(e.plan)},
+            )
         return Arrival.RELEASE, e, self._release(e)
 
     def completed(self) -> list[GroupKey]:
@@ -503,8 +527,11 @@ class GangLedger:
     def _release(self, e: GangEntry) -> list[Release]:
         # members whose calls were answered meanwhile are bound too: this service is their binder,
         # and kube-scheduler drops a pod from its queue once the watch shows it bound
+        # released at the first member's bind, those not arrived yet are bound as planned (their uid)
         members = [
-            Release(pk, e.plan[pk].node, e.arrived[pk]) for pk in sorted(e.plan) if pk not in e.releasing
+            Release(pk, e.plan[pk].node, e.arrived.get(pk) or e.plan[pk].uid)
+            for pk in sorted(e.plan)
+            if pk not in e.releasing
         ]
         e.releasing.update(r.pod for r in members)
         e.answer_at = e.hold_until = None  # the binds answer for themselves now

@@ -239,12 +239,18 @@ class Telling:
             effects += self.nudge_turned_away(key, "restart")  # the parked ones: PodScheduled=False
         return effects
 
-    def nudge_turned_away(self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
+    def nudge_turned_away(
+        self, gang: GroupKey, why: str, *, skip: Sequence[PodKey] = (), only: Sequence[PodKey] | None = None
+    ) -> list[Effect]:
         """A nudge for each unbound member the service turned away (it sits in kube-scheduler's
-        backoff or unschedulable queue); members still in its active queue need no API write."""
+        backoff or unschedulable queue); members still in its active queue need no API write.
+        `only`: these members alone (where they were turned away)."""
+        members = self.store.group_members(gang)
+        if only is not None:
+            members = [rec for pk in only if (rec := self.store.pods.get(pk)) is not None]
         return [
             Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:{why}"})
-            for rec in self.store.group_members(gang)
+            for rec in members
             if self.view.turned_away(rec.key)
             and not rec.node_name
             and is_live(rec.obj)

@@ -865,6 +865,7 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
         backoff_initial_s=settings.gang.backoff_initial_s,
         backoff_max_s=settings.gang.backoff_max_s,
         clock=clock,
+        release_on_first_bind=settings.gang.release_on_first_bind,
         holds=HoldSettings(
             enabled=settings.gang.holds,
             depth=settings.gang.hold_depth,

@@ -253,6 +253,70 @@ async def test_a_plan_stands_while_its_members_keep_reaching_bind(make_service):
     svc.check_invariants()
 
 
+@pytest.mark.parametrize("host_port", [False, True], ids=["every-member-vouched-for", "a-host-port-waits"])
+async def test_released_at_its_first_bind_the_gang_binds_whole_without_its_members_cycles(
+    make_service, host_port
+):
+    """--release-on-first-bind: the first member's bind binds every planned member on its planned
+    node; the members kube-scheduler cycles afterwards are passed their node and answered bound. A
+    member with a host port is kube-scheduler's to vouch for: the release waits for its bind."""
+    objs = rack_cluster() + gang("train", 4)
+    if host_port:
+        objs[-1]["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 80}]
+    svc = await make_service(objs, gang_release_on_first_bind=True)
+    node, why = await svc.schedule("train-0")
+    assert node, why
+    plan = dict(svc.plan("default/train"))
+    assert len(plan) == 4
+    first = asyncio.create_task(svc.bind("train-0", node))
+    await asyncio.sleep(0.05)
+    if host_port:
+        assert not first.done() and not svc.node_of("train-1")  # waiting for train-3's own cycle
+        late, why = await svc.schedule("train-3")
+        assert late == plan["default/train-3"], why
+        assert await svc.bind("train-3", late) == ""
+    assert await first == ""
+    assert all(svc.node_of(f"train-{i}") == plan[f"default/train-{i}"] for i in range(4))
+    # kube-scheduler had queued the others before its watch showed them bound: answered, not refused
+    for i in (1, 2):
+        late, why = await svc.schedule(f"train-{i}")
+        assert late in (None, plan[f"default/train-{i}"]), why
+        assert await svc.bind(f"train-{i}", plan[f"default/train-{i}"]) == ""
+    assert svc.phase("default/train") is Phase.BOUND
+    assert not svc.store.reservations
+    svc.check_invariants()
+
+
+async def test_a_member_released_early_that_the_api_refused_is_brought_back_from_its_queue(
+    make_service, monkeypatch
+):
+    """Released at the first bind, a member turned away before the plan (it sits in kube-scheduler's
+    unschedulable queue) has no bind call to answer when the API refuses its binding: it keeps its
+    place, and a nudge brings it back now rather than after the queue's delay."""
+    objs = [*rack_cluster(), make_kai_podgroup("train", min_member=3)]
+    objs += [gang_pod(f"train-{i}", "train") for i in range(2)]
+    svc = await make_service(objs, gang_release_on_first_bind=True)
+    assert (await svc.filter("train-1"))["NodeNames"] == []  # quorum missing: turned away
+    svc.cluster.apply(gang_pod("train-2", "train"))
+    node, why = await svc.schedule("train-0")
+    assert node, why
+    plan = dict(svc.plan("default/train"))
+    flaky = ApiFaults(svc.cluster, fail={"train-1"})
+    monkeypatch.setattr(svc.cluster, "bind_pod", flaky)
+    assert await svc.bind("train-0", node) == ""
+    await asyncio.sleep(0.05)
+    assert svc.node_of("train-2") == plan["default/train-2"] and not svc.node_of("train-1")
+    nudge = svc.pod("train-1")["metadata"].get("annotations", {}).get("gang-extender.io/nudge", "")
+    assert nudge.startswith("default/train:retry"), nudge
+    assert svc.plan("default/train") == {"default/train-1": plan["default/train-1"]}  # its place held
+    svc.cluster.bind_pod = flaky.real
+    late, why = await svc.schedule("train-1")
+    assert late == plan["default/train-1"], why
+    assert await svc.bind("train-1", late) == ""
+    assert svc.phase("default/train") is Phase.BOUND
+    svc.check_invariants()
+
+
 async def test_a_rack_constraint_puts_the_whole_gang_in_one_rack(make_service):
     objs = [*rack_cluster(racks=3, nodes_per_rack=4), TOPOLOGY, *gang("train", 6, cpu="4", topology=RACK)]
     svc = await make_service(objs)

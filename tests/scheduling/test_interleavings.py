@@ -32,10 +32,13 @@ follows its kube-scheduler's leader-election Lease, which moves to another repli
 is away, kube-scheduler calls this sidecar no more); holds one or two gangs deep, and at times a gang
 that needs a whole rack among the smaller ones (it holds the rack it fits once drained); size-class
 pools on for most seeds, at times with a rack's worth of reserve (a small gang then waits for room
-in its own racks, bounded by its hold). Whatever
+in its own racks, bounded by its hold); for half the seeds plans released at their first member's
+bind (`--release-on-first-bind`), at times with one member asking for a host port, which only its
+own cycle vouches for. Whatever
 the service or kube-scheduler evicts, a controller recreates a while later, once the name is free.
 
 After every step it checks, from the API's objects and the service's public surface only:
+- a member asking for a host port is bound only after kube-scheduler called bind for it;
 - a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
   status, event, nudge, condition or eviction reaches the API while it follows);
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
@@ -828,6 +831,20 @@ class Driver:
         self.pool_rng = random.Random(seed * 2654435761 + 17)
         self.pools = features and "pools" not in SKIP and self.pool_rng.random() < 0.75
         self.pool_reserve = self.pool_rng.choice((0.0, 0.0, 1.0))
+        # plans released at their first member's bind (their own stream): the members kube-scheduler
+        # has not cycled yet are bound by the release, and come to filter and bind already bound or
+        # in flight, if at all. At times one member asks for a host port: only its own cycle vouches
+        # for it, so the release waits for it to reach bind
+        self.early_rng = random.Random(seed * 1000003 + 19)
+        self.release_early = features and "early" not in SKIP and self.early_rng.random() < 0.5
+        self.own_cycle: set[str] = set()
+        if self.release_early and self.early_rng.random() < 0.5:
+            picked = self.early_rng.choice([n for n, g in self.pod_gang.items() if g != "wide"])
+            for obj in self.objects:
+                if obj.get("kind") == "Pod" and obj["metadata"]["name"] == picked:
+                    obj["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+                    self.own_cycle.add(picked)
+        self.bind_called: set[str] = set()  # pods kube-scheduler called bind for, ever
         if features and "holds" not in SKIP and self.hold_rng.random() < 0.5:
             whole = Gang("whole", cpu="8", size=3, min_member=3, rack=True)
             whole.priority = self.hold_rng.choice((0, 0, 100)) if "priorities" not in SKIP else 0
@@ -864,6 +881,7 @@ class Driver:
             gang_hold_depth=self.hold_depth,
             gang_pools=self.pools,
             gang_pool_reserve=self.pool_reserve,
+            gang_release_on_first_bind=self.release_early,
             **leader,
         )
         app = build_app(settings, source=cluster, clock=self.clock)
@@ -1154,6 +1172,7 @@ class Driver:
                 return f"HTTP {resp.status}: {text.strip()}"
             return orjson.loads(text)["Error"]
 
+        self.bind_called.add(name)
         task = asyncio.get_running_loop().create_task(call())
         call_ = BindCall(name, node, self.clock.now, task)
         self.binds.append(call_)
@@ -1362,6 +1381,9 @@ class Driver:
         self.base[new] = self.base[old]
         self.pod_gang[new], self.pod_sub[new] = gang.name, self.pod_sub[old]
         replacement = gang.pod(new, self.pod_sub[old], uid=f"{new}-uid-r{self.counter}")
+        if old in self.own_cycle:  # its controller's template asks for the host port too
+            replacement["spec"]["containers"][0]["ports"] = pods[old]["spec"]["containers"][0]["ports"]
+            self.own_cycle.add(new)
         self.delete("Pod", "default", old)
         if self.rng.random() < 0.4:
             self.log(f"pod {old} deleted; its replacement {new} comes later")
@@ -1377,6 +1399,7 @@ class Driver:
                 later.append(pod)  # a name is free only once the pod that had it is gone
                 continue
             self.log(f"pod {pod['metadata']['name']} created (a replacement)")
+            self.bind_called.discard(pod["metadata"]["name"])  # kube-scheduler has not seen this one
             self.apply(pod)
         self.deferred = later
 
@@ -1789,6 +1812,12 @@ class Driver:
         for node, row in store.node_rows.items():
             if (free[row] < 0).any():
                 self.fail(f"the store's free capacity of {node} is negative: {free[row].tolist()}")
+        # a member only its own cycle vouches for (a host port) is bound only after it reached bind
+        for name in sorted(self.own_cycle & set(bound)):
+            if name not in self.bind_called:
+                self.fail(
+                    f"{name} asks for a host port and was bound before kube-scheduler called bind for it"
+                )
         # topology: a rack gang's bound members share one rack
         for g in self.gangs:
             if g.rack:
@@ -2093,6 +2122,11 @@ class Driver:
                 for g in self.gangs
             )
             + f"; plain {self.plain}"
+            + (
+                f"; released at the first bind (own cycle: {sorted(self.own_cycle)})"
+                if self.release_early
+                else ""
+            )
         )
         await self.check()
         steps = [

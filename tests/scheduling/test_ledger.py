@@ -144,6 +144,45 @@ def test_only_a_member_new_to_the_plans_barrier_keeps_the_plan():
     assert len(ledger.expire()) == 1 and store.reservations == {}
 
 
+HOST_PORT = {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}
+
+
+@pytest.mark.parametrize(
+    ("on", "own_cycle", "arrivals"),
+    [
+        # the barrier: every member reaches bind through its own kube-scheduler cycle
+        (False, (), [("train-0", Arrival.WAIT), ("train-1", Arrival.WAIT), ("train-2", Arrival.RELEASE)]),
+        # released at the first member's bind, the others bound on their planned nodes
+        (True, (), [("train-0", Arrival.RELEASE)]),
+        # a member with a host port is bound only once kube-scheduler has filtered it on its node
+        (True, ("train-2",), [("train-0", Arrival.WAIT), ("train-2", Arrival.RELEASE)]),
+        (True, ("train-2",), [("train-2", Arrival.RELEASE)]),
+    ],
+    ids=["barrier", "first-bind", "host-port-waits", "host-port-first"],
+)
+def test_a_plan_released_at_its_first_bind_waits_only_for_members_its_plan_cannot_vouch_for(
+    on, own_cycle, arrivals
+):
+    store, _, clock, spec = setup()
+    for name in own_cycle:
+        pod = copy.deepcopy(store.pods[f"default/{name}"].obj)
+        pod["spec"] |= HOST_PORT
+        store.upsert(pod)
+    ledger = GangLedger(
+        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=on
+    )
+    nodes = {"train-0": "n0", "train-1": "n0", "train-2": "n1"}
+    ledger.plan(spec, assignment(3, list(nodes.values())), domain="")
+    for name, expected in arrivals:
+        arrival, _, members = ledger.arrive(f"default/{name}", nodes[name], f"u{name[-1]}")
+        assert arrival is expected
+    # the release binds every planned member where planned, with the uid its plan was made for
+    assert sorted((m.pod, m.node, m.uid) for m in members) == [
+        (f"default/{n}", node, f"u{n[-1]}") for n, node in sorted(nodes.items())
+    ]
+    assert ledger.is_releasing("default/train-1")
+
+
 def test_a_member_deleted_mid_wait_queues_answers_for_the_waiting_binds():
     store, ledger, _, spec = setup()
     ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
