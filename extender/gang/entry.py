@@ -81,8 +81,11 @@ class GangEntry:
         return bool(self.plan) and set(self.plan) <= set(self.arrived)
 
     def releasable_early(self) -> bool:
-        """Whether a member has reached bind and every member that needs its own cycle has too."""
-        return bool(self.plan) and bool(self.arrived) and self.own_cycle <= self.arrived.keys()
+        """Whether a member has reached bind and every member still planned that needs its own
+        cycle has too (one bound since, by a release or the watch, is no longer waited for)."""
+        if not (self.plan and self.arrived):
+            return False
+        return all(pk in self.arrived for pk in self.own_cycle if pk in self.plan)
 
 
 def backoff_delay_s(failures: int, *, initial_s: float, max_s: float) -> float:

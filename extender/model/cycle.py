@@ -35,19 +35,22 @@ def cycle_needed(pod: Mapping[str, Any]) -> str:
         return "its spec is not an object"
     marked = spec.get(PROJECTED)
     if marked is not None:
-        return str(marked)
+        return marked if isinstance(marked, str) else "its projection's mark is not a string"
     if spec.get("schedulingGates"):
         return "it has scheduling gates"
     for c in (*_listed(spec.get("initContainers")), *_listed(spec.get("containers"))):
         for port in _listed(c.get("ports")) if isinstance(c, Mapping) else ():
             if isinstance(port, Mapping) and port.get("hostPort"):
-                return f"it asks for host port {port.get('hostPort')}"
+                number = port["hostPort"]
+                return f"it asks for host port {number}" if type(number) is int else "it asks for a host port"
     for volume in _listed(spec.get("volumes")):
         if not isinstance(volume, Mapping):
             continue
         kinds = sorted(str(k) for k in volume if k != "name" and k not in PLAIN_VOLUME_SOURCES)
         if kinds:
-            return f"its volume {volume.get('name')!s} is a {kinds[0]} volume"
+            name = volume.get("name")
+            shown = f"volume {name[:63]}" if isinstance(name, str) else "volume"
+            return f"its {shown} is a {kinds[0][:63]} volume"
     if spec.get("resourceClaims"):
         return "it claims dynamic resources"
     if spec.get("topologySpreadConstraints"):

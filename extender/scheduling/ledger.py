@@ -441,6 +441,17 @@ class GangLedger:
         for pk in assignment:
             self._pod_gang[pk] = group.key
 
+    def _all_live(self, e: GangEntry) -> bool:
+        """Whether every planned member not at bind is live: one being deleted (a finalizer keeps it)
+        would be refused by the API, the rest bound without it. kube-scheduler never cycles such a
+        pod, so the barrier waits for it, and the plan expires, as without the early release."""
+        for pk in e.plan:
+            if pk not in e.arrived:
+                rec = self.store.pods.get(pk)
+                if rec is None or not is_live(rec.obj):
+                    return False
+        return True
+
     def _cycle_needed(self, pk: PodKey) -> bool:
         rec = self.store.pods.get(pk)
         return rec is None or bool(cycle_needed(rec.obj))
@@ -492,7 +503,7 @@ class GangLedger:
         e.reached.add(pod)
         e.arrived[pod] = uid or p.uid
         complete = e.barrier_complete()
-        if not (complete or (self.release_on_first_bind and e.releasable_early())):
+        if not (complete or (self.release_on_first_bind and e.releasable_early() and self._all_live(e))):
             return Arrival.WAIT, e, []
         self._completed.discard(key)
         if not complete:

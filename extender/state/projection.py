@@ -169,7 +169,7 @@ def _pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
             kept[field] = value
     if "nodeName" in kept:
         kept["nodeName"] = _name(kept["nodeName"])
-    elif PROJECTED not in kept:  # pending: a bound pod is never released by a plan
+    if not kept.get("nodeName") and PROJECTED not in kept:  # pending: a bound pod is never released
         why = _cycle_reason(spec)
         if why:
             kept[PROJECTED] = why

@@ -44,9 +44,11 @@ def test_a_gang_released_at_its_first_bind_binds_whole_in_one_rack(
     released_early: Cluster, namespace: str, host_port: bool
 ) -> None:
     api = released_early.plane.api
-    n = 3 if host_port else 6  # a rack: 3 nodes of 4 cpu
+    # a rack: 3 nodes of 4 cpu. Twelve one-cpu members: kube-scheduler's first bind call reaches the
+    # service long before it has cycled all twelve (each cycle calls the filter too)
+    n, cpu = (3, "2") if host_port else (12, "1")
     job = batch_job(
-        namespace, "train", pods_n=n, cpu="2", annotations={keys.BATCH_MIN_MEMBER: str(n), **RACK_GANG}
+        namespace, "train", pods_n=n, cpu=cpu, annotations={keys.BATCH_MIN_MEMBER: str(n), **RACK_GANG}
     )
     if host_port:  # each member's own cycle vouches for its port: the release waits for every one
         for c in job["spec"]["template"]["spec"]["containers"]:
@@ -55,17 +57,11 @@ def test_a_gang_released_at_its_first_bind_binds_whole_in_one_rack(
     items = wait_all_bound(api, namespace, n, "job-name=train")
     nodes = bound_nodes(items)
     assert len({rack_of(api, node) for node in nodes}) == 1, f"a rack gang spans racks: {nodes}"
-    # kube-scheduler neither failed nor retried a member the release bound before it came to it
-    events = api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
-    failed = [
-        f"{e['involvedObject']['name']}: {e.get('message', '')}"
-        for e in events
-        if e.get("reason") == "FailedScheduling" and "already bound" in e.get("message", "")
-    ]
-    assert not failed, failed
     log = released_early.plane.log_tail("service", lines=100_000)
     if host_port:
         # one port per node: kube-scheduler's NodePorts filter kept them apart, each in its own cycle
         assert len(set(nodes)) == n, f"two members with host port 8080 share a node: {nodes}"
         assert "released at its first member's bind" not in log
         assert "pods bound together" in log
+    else:
+        assert "released at its first member's bind" in log, log[-3000:]

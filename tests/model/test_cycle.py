@@ -26,6 +26,9 @@ def anti(term: dict[str, Any]) -> dict[str, Any]:
 
 
 SELF = {"matchLabels": {"job": "train"}}
+DEEP: list[Any] = []
+for _ in range(3000):  # deeper than Python's recursion limit: its repr would raise
+    DEEP = [DEEP]
 
 CASES = [
     ("a plain training pod", {}, ""),
@@ -64,6 +67,11 @@ CASES = [
     ("affinity not an object", {"affinity": [1]}, ""),
     ("pod affinity not an object", {"affinity": {"podAffinity": "x", "podAntiAffinity": [1]}}, ""),
     ("a volume keyed oddly", {"volumes": [{"name": "v", "hostPath": {}}]}, "hostPath volume"),
+    ("a host port nested deep", {"containers": [{"name": "c", "ports": [{"hostPort": DEEP}]}]},
+     "it asks for a host port"),
+    ("a volume name nested deep", {"volumes": [{"name": DEEP, "nfs": {}}]}, "its volume is a nfs volume"),
+    ("bound to no one (an empty nodeName)", {"nodeName": "", "containers": [
+        {"name": "c", "ports": [{"hostPort": 80}]}]}, "host port 80"),
 ]  # fmt: skip
 
 

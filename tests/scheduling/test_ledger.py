@@ -183,6 +183,42 @@ def test_a_plan_released_at_its_first_bind_waits_only_for_members_its_plan_canno
     assert ledger.is_releasing("default/train-1")
 
 
+def test_a_plan_with_a_member_being_deleted_is_not_released_at_its_first_bind():
+    """A planned member with a deletionTimestamp (a finalizer keeps it) would be refused by the API and
+    the rest bound without it: the plan waits at the barrier instead, as kube-scheduler never cycles
+    such a pod, and expires."""
+    store, _, clock, spec = setup()
+    ledger = GangLedger(
+        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=True
+    )
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    going = copy.deepcopy(store.pods["default/train-2"].obj)
+    going["metadata"] |= {"deletionTimestamp": "2026-12-06T00:00:00Z", "finalizers": ["batch/tracking"]}
+    store.upsert(going)
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
+    assert not ledger.is_releasing("default/train-1")
+
+
+def test_after_a_partial_release_the_rest_is_released_at_its_next_bind():
+    """A member only its own cycle vouches for, bound by a release whose other bindings the API
+    refused, is no longer waited for: the next refused member to reach bind releases the rest."""
+    store, _, clock, spec = setup()
+    pod = copy.deepcopy(store.pods["default/train-0"].obj)
+    pod["spec"] |= HOST_PORT
+    store.upsert(pod)
+    ledger = GangLedger(
+        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=True
+    )
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    arrival, _, members = ledger.arrive("default/train-0", "n0", "u0")
+    assert arrival is Arrival.RELEASE and len(members) == 3
+    refused = "the API refused it"
+    ledger.settle(GANG, {"default/train-0": "", "default/train-1": refused, "default/train-2": refused})
+    arrival, _, members = ledger.arrive("default/train-1", "n0", "u1")
+    assert arrival is Arrival.RELEASE
+    assert sorted(m.pod for m in members) == ["default/train-1", "default/train-2"]
+
+
 def test_a_member_deleted_mid_wait_queues_answers_for_the_waiting_binds():
     store, ledger, _, spec = setup()
     ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
