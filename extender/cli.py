@@ -168,8 +168,8 @@ SERVE_FLAGS = (
         _bool,
         "bind a planned gang whole when its first member reaches bind, not once every member has "
         "passed its own kube-scheduler cycle (a gang of thousands waits one cycle, not thousands); "
-        "members with host ports, volumes that bind, resource claims, spread or pod affinity still "
-        "pass their own first (default false)",
+        "members with host ports, volumes that bind, resource claims, spread or pod affinity, or "
+        "that a bound pod's anti-affinity selects, still pass their own first (default false)",
         "gang.release_on_first_bind",
         "BOOL",
     ),

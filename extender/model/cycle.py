@@ -7,9 +7,8 @@ default profile also filters on host ports, volumes (binding a claim, per-node l
 dynamic resource claims, topology spread and inter-pod affinity against every pod on a node. A
 member that uses none of these may be bound by the service on its plan's node without a cycle of its
 own (a gang released at its first member's bind); one that does is bound only after kube-scheduler
-has filtered it there. Not checked either way: another pod's required anti-affinity against the
-member (kube-scheduler's InterPodAffinity reads it off the pods on the node); a member released
-early may be bound beside such a pod.
+has filtered it there. Another pod's required anti-affinity against the member is the cluster's,
+not the pod's: state.repelling keeps it, and the ledger asks both.
 """
 
 from __future__ import annotations
@@ -21,9 +20,7 @@ PROJECTED = "gang-extender.io/cycle"
 """The spec key under which the store's projection of a pod keeps `cycle_needed`'s answer when it is
 not "": the fields it reads (volumes, ports, claims, spread) are not kept. No API field has a '/'."""
 
-PLAIN_VOLUME_SOURCES = frozenset(
-    {"configMap", "secret", "emptyDir", "downwardAPI", "projected", "serviceAccountToken"}
-)
+PLAIN_VOLUME_SOURCES = frozenset({"configMap", "secret", "emptyDir", "downwardAPI", "projected"})
 """Volume sources no kube-scheduler filter looks at: they need no node-side binding nor a limit."""
 
 

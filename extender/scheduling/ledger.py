@@ -29,6 +29,7 @@ from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.scheduling import topology
 from extender.scheduling.holds import Held, HoldBook, HoldSettings
+from extender.state.repelling import Repelling
 from extender.state.store import GROUPING_KINDS, NODE, POD, ClusterStore, is_live, is_terminal
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,9 @@ class GangLedger:
         self.release_on_first_bind = release_on_first_bind
         """A plan is released when its first member reaches bind: the members kube-scheduler has not
         cycled yet are bound on their planned nodes too, except those whose filters the plan does
-        not model (model.cycle), which must reach bind first."""
+        not model (model.cycle) or a bound pod's anti-affinity selects, which must reach bind first."""
+        self._repelling = Repelling(store) if release_on_first_bind else None
+        """The bound pods' required anti-affinity, kept only where plans are released early."""
         self.holds = HoldBook(holds if holds is not None else HoldSettings())
         """Capacity withheld for the gangs at the head of the wait (holds.py): read by every plan,
         replaced whole by the holding pass (`set_holds`), a gang's own dropped when it is planned
@@ -441,20 +444,27 @@ class GangLedger:
         for pk in assignment:
             self._pod_gang[pk] = group.key
 
-    def _all_live(self, e: GangEntry) -> bool:
-        """Whether every planned member not at bind is live: one being deleted (a finalizer keeps it)
-        would be refused by the API, the rest bound without it. kube-scheduler never cycles such a
-        pod, so the barrier waits for it, and the plan expires, as without the early release."""
+    def _vouched_for(self, e: GangEntry) -> bool:
+        """Whether every planned member not at bind may be bound without its own cycle, as things
+        stand at the release. One being deleted (a finalizer keeps it) would be refused by the API and
+        the rest bound without it: kube-scheduler never cycles such a pod, so the barrier waits for it
+        and the plan expires, as without the early release. One a bound pod's anti-affinity selects
+        (bound since the plan, say) waits for its own cycle."""
         for pk in e.plan:
             if pk not in e.arrived:
                 rec = self.store.pods.get(pk)
                 if rec is None or not is_live(rec.obj):
                     return False
+                if self._repelling is not None and self._repelling.against(rec.obj):
+                    e.own_cycle |= {pk}
+                    return False
         return True
 
     def _cycle_needed(self, pk: PodKey) -> bool:
         rec = self.store.pods.get(pk)
-        return rec is None or bool(cycle_needed(rec.obj))
+        if rec is None or cycle_needed(rec.obj):
+            return True
+        return self._repelling is not None and bool(self._repelling.against(rec.obj))
 
     def _hold_awaiting_arrivals(self, e: GangEntry) -> None:
         self._hold_plan(e, self.hold_s, f"no new planned pod arrived within {self.hold_s:g}s")
@@ -503,7 +513,7 @@ class GangLedger:
         e.reached.add(pod)
         e.arrived[pod] = uid or p.uid
         complete = e.barrier_complete()
-        if not (complete or (self.release_on_first_bind and e.releasable_early() and self._all_live(e))):
+        if not (complete or (self.release_on_first_bind and e.releasable_early() and self._vouched_for(e))):
             return Arrival.WAIT, e, []
         self._completed.discard(key)
         if not complete:

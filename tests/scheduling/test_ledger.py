@@ -10,7 +10,7 @@ from extender.gang.entry import Arrival, PlannedPod
 from extender.model.group import GroupSpec, Source
 from extender.scheduling.ledger import GangLedger
 from extender.state.store import ClusterStore
-from tests.builders import gang_pod, make_kai_podgroup, make_node
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
 
 GANG = "default/train"
 
@@ -197,6 +197,37 @@ def test_a_plan_with_a_member_being_deleted_is_not_released_at_its_first_bind():
     store.upsert(going)
     assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
     assert not ledger.is_releasing("default/train-1")
+
+
+@pytest.mark.parametrize("bound_since_the_plan", [False, True], ids=["before-the-plan", "since-the-plan"])
+def test_a_member_a_bound_pods_anti_affinity_selects_waits_for_its_own_cycle(bound_since_the_plan):
+    """kube-scheduler's InterPodAffinity holds a bound pod's required anti-affinity against the pods it
+    places; the plan does not model it: a member such a term selects reaches bind first."""
+    store, _, clock, spec = setup()
+    repeller = make_pod("db", cpu="1", node="n2")
+    repeller["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {
+                        "matchLabels": dict(store.pods["default/train-2"].obj["metadata"].get("labels") or {})
+                    },
+                }
+            ]
+        }
+    }
+    ledger = GangLedger(
+        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=True
+    )
+    if not bound_since_the_plan:
+        store.upsert(repeller)
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    if bound_since_the_plan:
+        store.upsert(repeller)
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
+    assert ledger.arrive("default/train-1", "n0", "u1")[0] is Arrival.WAIT
+    assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.RELEASE
 
 
 def test_after_a_partial_release_the_rest_is_released_at_its_next_bind():
