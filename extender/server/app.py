@@ -587,9 +587,12 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
                 value = f"{e.data['value']}@{time.time_ns()}"
                 await source.nudge_pod(namespace=e.namespace, name=e.name, value=value)  # type: ignore[attr-defined]
             elif e.kind == "condition":
-                rec = store.pods.get(pod_key(e.namespace, e.name))
-                if rec is not None and rec.node_name:
-                    continue  # bound meanwhile: the binding set PodScheduled=True, keep it
+                key = pod_key(e.namespace, e.name)
+                rec = store.pods.get(key)
+                if (rec is not None and rec.node_name) or app[SCHEDULER].ledger.being_bound(key):
+                    # bound meanwhile, or its binding in flight or confirmed before the watch shows
+                    # it: the binding set PodScheduled=True, keep it
+                    continue
                 await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=e.data)  # type: ignore[attr-defined]
             elif e.kind == "event":
                 kind = e.data.get("kind", "Pod")

@@ -317,6 +317,47 @@ async def test_a_member_released_early_that_the_api_refused_is_brought_back_from
     svc.check_invariants()
 
 
+async def test_a_condition_told_before_a_release_is_not_written_over_its_binding(make_service, monkeypatch):
+    """The plan's filter tells the pending members why they wait (a PodScheduled=False write, after the
+    answer). Written once their release has begun, it would land over the binding's PodScheduled=True:
+    a bound pod kube-scheduler and kubectl show as unschedulable."""
+    objs = [*rack_cluster(), make_kai_podgroup("train", min_member=3)]
+    objs += [gang_pod(f"train-{i}", "train") for i in range(2)]
+    svc = await make_service(objs)
+    for name in ("train-0", "train-1"):
+        assert (await svc.filter(name))["NodeNames"] == []  # 2 of 3 exist: turned away, told why
+    svc.cluster.apply(gang_pod("train-2", "train"))
+    gate, written = asyncio.Event(), []
+    real_nudge, real_condition = svc.cluster.nudge_pod, svc.cluster.set_pod_condition
+
+    async def nudge_later(**kw):
+        await gate.wait()  # the plan's writes wait behind a slow API server
+        await real_nudge(**kw)
+
+    async def condition(**kw):
+        written.append(kw["name"])
+        await real_condition(**kw)
+
+    monkeypatch.setattr(svc.cluster, "nudge_pod", nudge_later)
+    monkeypatch.setattr(svc.cluster, "set_pod_condition", condition)
+    monkeypatch.setattr(svc.cluster, "bind_pod", ApiFaults(svc.cluster, delay_s=0.2))
+    nodes = {}
+    for name in ("train-2", "train-0", "train-1"):
+        node, why = await svc.schedule(name)
+        assert node, why
+        nodes[name] = node
+    binds = [asyncio.create_task(svc.bind(n, nodes[n])) for n in nodes]
+    await asyncio.sleep(0.05)  # the release has begun; its bindings are at the API server
+    assert svc.scheduler.ledger.is_releasing("default/train-1")
+    gate.set()
+    await asyncio.sleep(0.05)
+    assert written == []  # nothing told over a binding in flight
+    assert await asyncio.gather(*binds) == ["", "", ""]
+    for name in nodes:
+        conds = svc.pod(name)["status"].get("conditions") or []
+        assert not any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds), conds
+
+
 async def test_a_rack_constraint_puts_the_whole_gang_in_one_rack(make_service):
     objs = [*rack_cluster(racks=3, nodes_per_rack=4), TOPOLOGY, *gang("train", 6, cpu="4", topology=RACK)]
     svc = await make_service(objs)
