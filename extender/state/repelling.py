@@ -3,9 +3,10 @@ kube-scheduler's InterPodAffinity filter holds against any pod it places near th
 a plan binds without its own kube-scheduler cycle (a release at the first member's bind) must be one
 no such term selects; kube-scheduler's cycle checks the others.
 
-Owns, for each live bound pod with such terms, the keys of the terms it carries, and for each
-distinct (namespace, term) how many pods carry it. Fed by the store's events; rebuilt from the store
-when made.
+Owns, for each live bound pod with such terms, the keys of the terms it carries, for each distinct
+(namespace, term) how many pods carry it, and the terms by one label their selector requires (so a
+pod is checked against the terms that can select it, not every term in the cluster). Fed by the
+store's events; rebuilt from the store when made.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Repelling:
     def __init__(self, store: ClusterStore) -> None:
         self._by_pod: dict[PodKey, tuple[bytes, ...]] = {}
         self._terms: dict[bytes, tuple[int, str, Mapping[str, Any] | None]] = {}
+        self._anchored: dict[tuple[str, str], set[bytes]] = {}  # a label a term's selector requires
+        self._loose: set[bytes] = set()  # terms no single label anchors: checked against every pod
         store.add_listener(self._on_change)
         for rec in list(store.pods.values()):
             self._note(rec.key, rec.obj)
@@ -68,6 +71,8 @@ class Repelling:
                 k, readable = _UNREADABLE, None
             count, _, _ = self._terms.get(k, (0, namespace, readable))
             self._terms[k] = (count + 1, namespace, readable)
+            if count == 0:
+                self._index(k, readable)
             keys.append(k)
         self._by_pod[key] = tuple(keys)
 
@@ -78,6 +83,21 @@ class Repelling:
                 self._terms[k] = (count - 1, namespace, term)
             else:
                 del self._terms[k]
+                anchor = _anchor(term)
+                if anchor is None:
+                    self._loose.discard(k)
+                else:
+                    held = self._anchored[anchor]
+                    held.discard(k)
+                    if not held:
+                        del self._anchored[anchor]
+
+    def _index(self, k: bytes, term: Mapping[str, Any] | None) -> None:
+        anchor = _anchor(term)
+        if anchor is None:
+            self._loose.add(k)
+        else:
+            self._anchored.setdefault(anchor, set()).add(k)
 
     def against(self, pod: Mapping[str, Any]) -> str:
         """Why a bound pod's required anti-affinity may keep kube-scheduler from placing `pod` near it
@@ -88,7 +108,11 @@ class Repelling:
         labels = meta.get("labels") if isinstance(meta, Mapping) else None
         labels = labels if isinstance(labels, Mapping) else {}
         namespace = str(meta.get("namespace") or "default") if isinstance(meta, Mapping) else "default"
-        for _, term_namespace, term in self._terms.values():
+        keys = set(self._loose)
+        for label in labels.items():
+            keys.update(self._anchored.get(label, ()))
+        for k in keys:
+            _, term_namespace, term = self._terms[k]
             if term is None:
                 return "a bound pod's required anti-affinity could not be read"
             if term.get("namespaceSelector") is None:  # else: any namespace may be selected
@@ -102,3 +126,15 @@ class Repelling:
             if selects:
                 return "a bound pod's required anti-affinity selects it"
         return ""
+
+
+def _anchor(term: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """One label (key, value) a pod must carry for the term's selector to select it, if any."""
+    selector = term.get("labelSelector") if term is not None else None
+    required = selector.get("matchLabels") if isinstance(selector, Mapping) else None
+    if not isinstance(required, Mapping):
+        return None
+    for key, value in sorted(required.items(), key=lambda kv: str(kv[0])):
+        if isinstance(key, str) and isinstance(value, str):
+            return key, value
+    return None

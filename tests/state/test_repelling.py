@@ -51,6 +51,14 @@ CASES = [
     ("a pending pod repels nobody yet", [repeller("r", ON_HOST, node=None)], member(), False),
     ("a terminating pod repels nobody", [repeller("r", ON_HOST, deletionTimestamp=GONE)], member(), False),
     ("a null selector selects nothing", [repeller("r", {"topologyKey": HOSTNAME})], member(), False),
+    ("an expression-only selector", [repeller("r", {"topologyKey": HOSTNAME, "labelSelector": {
+        "matchExpressions": [{"key": "job", "operator": "In", "values": ["train"]}]}})], member(), True),
+    ("two required labels, one missing", [repeller("r", {"topologyKey": HOSTNAME, "labelSelector": {
+        "matchLabels": {"job": "train", "team": "b"}}})], member(), False),
+    ("two required labels, both there", [repeller("r", {"topologyKey": HOSTNAME, "labelSelector": {
+        "matchLabels": {"job": "train", "team": "b"}}})], member(labels={"job": "train", "team": "b"}), True),
+    ("many terms for others, one for it", [repeller(f"r{i}", {"topologyKey": HOSTNAME, "labelSelector": {
+        "matchLabels": {"app": f"svc-{i}"}}}) for i in range(50)] + [repeller("t", ON_HOST)], member(), True),
     ("a term that is not an object", [repeller("r", "odd")], member(), True),
     ("a selector of another shape", [repeller("r", ODD_SELECTOR)], member(), True),
 ]  # fmt: skip
