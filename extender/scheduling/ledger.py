@@ -449,7 +449,7 @@ class GangLedger:
         stand at the release. One being deleted (a finalizer keeps it) would be refused by the API and
         the rest bound without it: kube-scheduler never cycles such a pod, so the barrier waits for it
         and the plan expires, as without the early release. One a bound pod's anti-affinity selects
-        (bound since the plan, say) waits for its own cycle."""
+        (bound before the plan or since) waits for its own cycle."""
         for pk in e.plan:
             if pk not in e.arrived:
                 rec = self.store.pods.get(pk)
@@ -461,10 +461,10 @@ class GangLedger:
         return True
 
     def _cycle_needed(self, pk: PodKey) -> bool:
+        """What the pod itself asks that only its own cycle vouches for (the cluster's anti-affinity
+        against it is read at the release, `_vouched_for`, as it stands then)."""
         rec = self.store.pods.get(pk)
-        if rec is None or cycle_needed(rec.obj):
-            return True
-        return self._repelling is not None and bool(self._repelling.against(rec.obj))
+        return rec is None or bool(cycle_needed(rec.obj))
 
     def _hold_awaiting_arrivals(self, e: GangEntry) -> None:
         self._hold_plan(e, self.hold_s, f"no new planned pod arrived within {self.hold_s:g}s")

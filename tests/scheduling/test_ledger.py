@@ -48,6 +48,13 @@ def assignment(n: int, nodes: list[str]) -> dict:
     }
 
 
+def early_ledger(store: ClusterStore, clock: Clock, *, on: bool = True) -> GangLedger:
+    """A ledger as `setup` makes it, releasing plans at their first member's bind (`on`)."""
+    return GangLedger(
+        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=on
+    )
+
+
 def snapshot(store: ClusterStore, ledger: GangLedger):
     return (
         store.arrays.free.copy().tolist(),
@@ -168,9 +175,7 @@ def test_a_plan_released_at_its_first_bind_waits_only_for_members_its_plan_canno
         pod = copy.deepcopy(store.pods[f"default/{name}"].obj)
         pod["spec"] |= HOST_PORT
         store.upsert(pod)
-    ledger = GangLedger(
-        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=on
-    )
+    ledger = early_ledger(store, clock, on=on)
     nodes = {"train-0": "n0", "train-1": "n0", "train-2": "n1"}
     ledger.plan(spec, assignment(3, list(nodes.values())), domain="")
     for name, expected in arrivals:
@@ -188,9 +193,7 @@ def test_a_plan_with_a_member_being_deleted_is_not_released_at_its_first_bind():
     the rest bound without it: the plan waits at the barrier instead, as kube-scheduler never cycles
     such a pod, and expires."""
     store, _, clock, spec = setup()
-    ledger = GangLedger(
-        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=True
-    )
+    ledger = early_ledger(store, clock)
     ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
     going = copy.deepcopy(store.pods["default/train-2"].obj)
     going["metadata"] |= {"deletionTimestamp": "2026-12-06T00:00:00Z", "finalizers": ["batch/tracking"]}
@@ -217,9 +220,7 @@ def test_a_member_a_bound_pods_anti_affinity_selects_waits_for_its_own_cycle(bou
             ]
         }
     }
-    ledger = GangLedger(
-        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=True
-    )
+    ledger = early_ledger(store, clock)
     if not bound_since_the_plan:
         store.upsert(repeller)
     ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
@@ -237,9 +238,7 @@ def test_after_a_partial_release_the_rest_is_released_at_its_next_bind():
     pod = copy.deepcopy(store.pods["default/train-0"].obj)
     pod["spec"] |= HOST_PORT
     store.upsert(pod)
-    ledger = GangLedger(
-        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=True
-    )
+    ledger = early_ledger(store, clock)
     ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
     arrival, _, members = ledger.arrive("default/train-0", "n0", "u0")
     assert arrival is Arrival.RELEASE and len(members) == 3
