@@ -126,9 +126,7 @@ class Binding:
         held = self.store.reservations.get(key)
         if held is None or held.node != node:
             row = np.array([self.store.node_rows[node]], dtype=np.int32)
-            if not bool(placement.fit_mask(self.store.arrays, row, request)[0]) and not (
-                self.view.fits_once_evicted(rec.obj, rec.uid, node, request)
-            ):
+            if not bool(placement.fit_mask(self.store.arrays, row, request)[0]):
                 return BindDecision(BindVerdict.REFUSE, message=f"pod {key} no longer fits on {node}")
         self.ledger.hold(key, node, rec.requests)
         self.view.evictions.forget(rec.uid)

@@ -67,8 +67,8 @@ class Filtering:
 
     def plain_refusals(self, pod: dict[str, Any]) -> np.ndarray | None:
         """For a plain pod: the rows it must not have; every other known node passes. None: the
-        general path decides (a gang, a plan, a topology, a preemptor's forgiveness, a resource no
-        node offers, anything unusual).
+        general path decides (a gang, a plan, a topology, a preemptor whose refusal may owe to
+        the cache's lag, a resource no node offers, anything unusual).
 
         The rows where the pod does not fit (or that are not schedulable) are found over the whole
         cache at once, without mapping offered names to rows. When they are few (up to
@@ -245,11 +245,6 @@ class Filtering:
             return FilterDecision(Verdict.REJECTED, [], f"{messages.label(group)}: {exc}")
         if allowed is not None:
             fits &= allowed
-        if not fits.all() and call.uid in self.view.evictions:
-            for i in np.flatnonzero(~fits):
-                node = call.node_names[i]
-                ok = bool(usable[i]) and (allowed is None or bool(allowed[i]))
-                fits[i] = ok and self.view.fits_once_evicted(call.pod, call.uid, node, request)
         passed = list(call.node_names) if fits.all() else [call.node_names[i] for i in np.flatnonzero(fits)]
         if passed:
             return FilterDecision(Verdict.PASS, passed)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from extender.model.group import Disruption, GroupSpec, MembershipState
-from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.model.keys import GroupKey, pod_key
 from extender.model.priority import member_priority
 from extender.scheduling import messages
 from extender.scheduling.ledger import GangLedger
@@ -305,16 +305,17 @@ class _Gangs:
 
 
 class Evictions:
-    """The victims kube-scheduler is evicting for each preemptor, by node, as the preempt verb kept them.
+    """The preemptors kube-scheduler is evicting victims for, as the preempt verb answered them.
 
-    kube-scheduler and this service follow the same watch, and either may see a victim's deletion
-    first. kube-scheduler retries the preemptor the moment its own cache shows the victim gone; if
-    this service still counts the victim, its filter turns the nominated node away, and
-    kube-scheduler (no terminating victim left on the node to wait for) preempts a second time
-    somewhere else: one more pod evicted for nothing. So a preemptor's filter and bind forgive, on
-    the nodes kept for it, the room of exactly the victims kube-scheduler was allowed to evict there.
-    That room is only ever counted free for that preemptor, and kube-scheduler's own fit (which runs
-    first, on a cache that no longer holds the victims) still has to pass: nothing is over-committed.
+    Between the preempt verb's answer and the preemptor's bind, room is coming for the pod: its queue
+    is not idle (admission), and its filter takes the general path, where a refusal of a node
+    kube-scheduler counted room on is answered as a retry (lagging). That matters in the watch race:
+    kube-scheduler retries the preemptor the moment its own cache shows a victim deleted; if this
+    cache still holds the victim and the refusal were final, kube-scheduler (no terminating victim
+    left on the node to wait for) would preempt a second time somewhere else, one more pod evicted
+    for nothing. The victims' room is never counted free before the cache sees them go: a
+    kube-scheduler whose cache lags on other pods offers the node while a victim still runs out its
+    grace period there, and passed then, the node would be over-committed until the victim went.
 
     Entries go when the preemptor binds or is deleted, when a later preempt call replaces them, and
     beyond `max_preemptors` (oldest first), so memory stays bounded.
@@ -322,49 +323,25 @@ class Evictions:
 
     def __init__(self, *, max_preemptors: int = 1024) -> None:
         self.max_preemptors = max_preemptors
-        self._by_uid: collections.OrderedDict[str, dict[str, tuple[tuple[PodKey, str], ...]]] = (
-            collections.OrderedDict()
-        )
+        self._uids: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     def __contains__(self, preemptor_uid: str) -> bool:
-        return preemptor_uid in self._by_uid
+        return preemptor_uid in self._uids
 
     def __len__(self) -> int:
-        return len(self._by_uid)
+        return len(self._uids)
 
     def record(self, store: ClusterStore, preemptor_uid: str, kept: Mapping[str, dict[str, Any]]) -> None:
-        """Remember the victims of the candidates the verb answered (node -> MetaVictims)."""
+        """Remember the preemptor when a candidate the verb answered (node -> MetaVictims) names a
+        victim this cache holds; forget it when none does."""
         if not preemptor_uid:
             return
         by_uid = _victim_records(store, kept)
-        nodes = {
-            node: tuple(
-                (rec.key, rec.uid)
-                for p in meta.get("Pods") or ()
-                if (rec := by_uid.get(str(p.get("UID", "")))) is not None
-            )
-            for node, meta in kept.items()
-        }
-        self._by_uid.pop(preemptor_uid, None)
-        if any(nodes.values()):
-            self._by_uid[preemptor_uid] = {n: v for n, v in nodes.items() if v}
-        while len(self._by_uid) > self.max_preemptors:
-            self._by_uid.popitem(last=False)
+        self._uids.pop(preemptor_uid, None)
+        if any(str(p.get("UID", "")) in by_uid for meta in kept.values() for p in meta.get("Pods") or ()):
+            self._uids[preemptor_uid] = None
+        while len(self._uids) > self.max_preemptors:
+            self._uids.popitem(last=False)
 
     def forget(self, preemptor_uid: str) -> None:
-        self._by_uid.pop(preemptor_uid, None)
-
-    def freed(self, store: ClusterStore, preemptor_uid: str, node: str) -> np.ndarray | None:
-        """The room on `node` that its victims for this preemptor still take in the cache (None: none)."""
-        victims = self._by_uid.get(preemptor_uid, {}).get(node)
-        row = store.node_rows.get(node)
-        if not victims or row is None:
-            return None
-        freed = np.zeros(store.arrays.n_res, dtype=np.int64)
-        still = False
-        for key, uid in victims:
-            rec = store.pods.get(key)
-            if rec is not None and rec.uid == uid and rec.bound_row == row:
-                freed += store.vector(rec.requests)
-                still = True
-        return freed if still else None
+        self._uids.pop(preemptor_uid, None)

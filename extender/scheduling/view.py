@@ -1,8 +1,8 @@
 """Shared reads over the cluster store and the ledger: what a pod is, which gang it is in, the rows
 offered nodes map to, what a gang's members count, and whether kube-scheduler has a pod parked.
 
-Owns `preemption.Evictions`, what kube-scheduler evicts for each preemptor: the filter, the bind and
-the queues all read it to forgive a cache that has not yet seen the victims go. Writes nothing to the
+Owns `preemption.Evictions`, the preemptors kube-scheduler is evicting victims for: the filter and
+the queues read it to treat their pods as waiting for room that is coming. Writes nothing to the
 store or the ledger.
 """
 
@@ -128,15 +128,3 @@ class View:
             return True
         rec = self.store.pods.get(pk)
         return rec is not None and not rec.node_name and marked_unschedulable(rec.obj)
-
-    def fits_once_evicted(self, pod: dict[str, Any], uid: str, node: str, request: np.ndarray) -> bool:
-        """Whether the preemptor fits on `node` once the victims kube-scheduler evicts there for it
-        are gone from the cache too (preemption.Evictions); only on the node it is nominated to,
-        when kube-scheduler has said which."""
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        if nominated and nominated != node:
-            return False
-        freed = self.evictions.freed(self.store, uid, node)
-        if freed is None:
-            return False
-        return bool(np.all(self.store.arrays.free[self.store.node_rows[node]] + freed >= request))
