@@ -75,7 +75,7 @@ class GangSettings:
     stale_grace_s: float = 60.0
     """How long a gang that was bound whole may run below its quorum (members failed or went) before
     the rest are evicted, so a broken gang does not hold its nodes forever. 0: never."""
-    release_on_first_bind: bool = False
+    release_on_first_bind: bool = True
     """Bind a planned gang whole when its first member reaches bind, rather than once every member
     has reached bind through its own kube-scheduler cycle. kube-scheduler takes one cycle per pod,
     each over every node (16-25 ms at 5,000 nodes), so a gang of thousands waits minutes for its

@@ -20,7 +20,7 @@ def gang(name: str, n: int) -> list[dict]:
 
 
 async def test_the_waiting_members_bind_when_the_last_one_is_seen_bound_on_its_planned_node(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3))
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_release_on_first_bind=False)
     nodes = {}
     for n in ("train-0", "train-1", "train-2"):
         node, reason = await svc.schedule(n)

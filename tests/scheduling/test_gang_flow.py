@@ -207,7 +207,9 @@ async def test_the_barrier_binds_all_members_together(make_service):
 
 
 async def test_a_partial_gang_times_out_releases_and_backs_off(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0)
+    svc = await make_service(
+        rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_release_on_first_bind=False
+    )
     for i in range(3):
         await svc.schedule(f"train-{i}")
     plan = dict(svc.plan("default/train"))
@@ -233,7 +235,9 @@ async def test_a_plan_stands_while_its_members_keep_reaching_bind(make_service):
     """The hold ends `hold_s` (here 5 s) after the last member new to the barrier, not after the plan:
     a gang of thousands reaches bind one kube-scheduler cycle a member, for minutes. Members whose
     bind calls the wait answered meanwhile keep their place, and the last arrival binds them all."""
-    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0)
+    svc = await make_service(
+        rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_release_on_first_bind=False
+    )
     for i in range(3):
         await svc.schedule(f"train-{i}")
     plan = dict(svc.plan("default/train"))
@@ -564,7 +568,7 @@ async def test_members_of_another_template_are_never_planned_on_nodes_that_rejec
 
 
 async def test_a_member_whose_planned_node_is_withdrawn_moves_and_the_waiting_binds_hold(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 2))
+    svc = await make_service(rack_cluster() + gang("train", 2), gang_release_on_first_bind=False)
     await svc.filter("train-0")
     plan = dict(svc.plan("default/train"))
     waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))
@@ -585,7 +589,7 @@ async def test_a_member_offered_no_node_in_its_domain_drops_the_plan_and_fails_t
     make_service,
 ):
     objs = [*rack_cluster(racks=2, nodes_per_rack=2), TOPOLOGY, *gang("train", 2, topology=RACK)]
-    svc = await make_service(objs)
+    svc = await make_service(objs, gang_release_on_first_bind=False)
     await svc.filter("train-0")
     plan = dict(svc.plan("default/train"))
     waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))
@@ -625,7 +629,7 @@ async def test_a_gang_that_does_not_fit_is_not_replanned_until_capacity_is_relea
 
 
 async def test_a_member_deleted_while_others_wait_at_bind_fails_them_at_once(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3))
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_release_on_first_bind=False)
     await svc.filter("train-0")
     plan = dict(svc.plan("default/train"))
     waiting = [asyncio.create_task(svc.bind(f"train-{i}", plan[f"default/train-{i}"])) for i in range(2)]
@@ -640,7 +644,7 @@ async def test_a_member_deleted_while_others_wait_at_bind_fails_them_at_once(mak
 
 
 async def test_a_cordon_during_the_release_does_not_undo_it(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 2))
+    svc = await make_service(rack_cluster() + gang("train", 2), gang_release_on_first_bind=False)
     await svc.filter("train-0")
     plan = dict(svc.plan("default/train"))
     svc.scheduler.ledger.arrive("default/train-0", plan["default/train-0"], "")
@@ -712,7 +716,7 @@ async def test_a_scheduling_k8s_io_podgroup_gets_its_condition_when_bound(make_s
 
 
 async def test_a_straggler_of_a_timed_out_gang_is_not_bound_alone(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3))
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_release_on_first_bind=False)
     for i in range(3):
         await svc.schedule(f"train-{i}")
     plan = dict(svc.plan("default/train"))
@@ -770,7 +774,12 @@ async def test_a_bind_that_raises_does_not_strand_its_gang(make_service, monkeyp
 
 
 async def test_slow_binds_are_answered_before_kube_schedulers_timeout(make_service, monkeypatch):
-    svc = await make_service(rack_cluster() + gang("train", 2), cluster_http_timeout_s=1.0, gang_wait_s=0.5)
+    svc = await make_service(
+        rack_cluster() + gang("train", 2),
+        cluster_http_timeout_s=1.0,
+        gang_wait_s=0.5,
+        gang_release_on_first_bind=False,
+    )
     monkeypatch.setattr(svc.cluster, "bind_pod", ApiFaults(svc.cluster, delay_s=1.5))
     started = asyncio.get_running_loop().time()
     errors = await bind_all(svc, ["train-0", "train-1"])
@@ -796,7 +805,7 @@ async def test_a_failed_background_task_turns_readiness_off_with_the_reason(make
 
 
 async def test_a_timeout_is_told_on_the_waiting_members_and_the_group(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 2))
+    svc = await make_service(rack_cluster() + gang("train", 2), gang_release_on_first_bind=False)
     await svc.filter("train-0")
     plan = dict(svc.plan("default/train"))
     waiting = asyncio.create_task(svc.bind("train-0", plan["default/train-0"]))

@@ -2702,7 +2702,9 @@ def _no_over_commit(svc: Service) -> None:
 async def test_reservations_held_when_a_new_resource_name_appears_are_released_by_every_path(
     make_service, trigger, path
 ):
-    svc = await make_service([*rack_cluster(racks=1, nodes_per_rack=3), *_gang3(), _wants_foo()])
+    svc = await make_service(
+        [*rack_cluster(racks=1, nodes_per_rack=3), *_gang3(), _wants_foo()], gang_release_on_first_bind=False
+    )
     await wait_ready(svc.client)
     members = ["g-0", "g-1", "g-2"]
     assert len((await svc.filter("g-0"))["NodeNames"]) == 1

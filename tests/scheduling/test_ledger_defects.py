@@ -50,7 +50,9 @@ def free_is_exact(svc) -> None:
 
 # -------------------------------------------------------------- 1: a new resource name mid-barrier
 async def test_a_new_resource_name_while_a_gang_waits_breaks_nothing(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3) + [make_pod("wants-foo")])
+    svc = await make_service(
+        rack_cluster() + gang("train", 3) + [make_pod("wants-foo")], gang_release_on_first_bind=False
+    )
     nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
     waiting = [asyncio.create_task(svc.bind(n, nodes[n])) for n in ("train-0", "train-1")]
     await asyncio.sleep(0.05)
@@ -120,7 +122,7 @@ async def test_a_release_the_api_refuses_keeps_the_gang_planned_and_never_binds_
     make_service, monkeypatch
 ):
     objs = [*rack_cluster(racks=2, nodes_per_rack=2), TOPOLOGY, *gang("train", 4, topology=RACK)]
-    svc = await make_service(objs)
+    svc = await make_service(objs, gang_release_on_first_bind=False)
     names = [f"train-{i}" for i in range(4)]
     failing = ApiFaults(svc.cluster, fail=names, message="etcdserver: request timed out")
     monkeypatch.setattr(svc.cluster, "bind_pod", failing)
@@ -260,7 +262,12 @@ async def test_a_retried_bind_during_a_slow_release_is_answered_in_time(make_ser
 
 
 async def test_every_waiting_bind_is_answered_by_its_own_deadline(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3), cluster_http_timeout_s=10.0, gang_wait_s=5.0)
+    svc = await make_service(
+        rack_cluster() + gang("train", 3),
+        cluster_http_timeout_s=10.0,
+        gang_wait_s=5.0,
+        gang_release_on_first_bind=False,
+    )
     nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
     waiting = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
     await asyncio.sleep(0.05)
@@ -284,7 +291,7 @@ async def test_a_subgroup_binds_its_own_min_member_together_after_the_root_quoru
     pg = make_kai_podgroup("tree", subgroups=SUBGROUPS)
     pg["spec"]["minSubGroup"] = 1
     objs = [*rack_cluster(), pg, sub_pod("a-0", "a"), sub_pod("a-1", "a"), sub_pod("b-0", "b")]
-    svc = await make_service(objs)
+    svc = await make_service(objs, gang_release_on_first_bind=False)
     nodes = await filter_all(svc, ["a-0", "a-1"])
     assert await asyncio.gather(*(svc.bind(n, nodes[n]) for n in nodes)) == ["", ""]
     assert svc.phase("default/tree") is Phase.BOUND
@@ -342,7 +349,7 @@ async def test_a_value_error_of_our_own_is_an_internal_error_not_a_400(make_serv
 
 
 async def test_members_turned_away_during_a_backoff_are_nudged_when_it_ends(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3))
+    svc = await make_service(rack_cluster() + gang("train", 3), gang_release_on_first_bind=False)
     nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
     waiting = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
     await asyncio.sleep(0.05)
@@ -369,7 +376,9 @@ async def test_members_that_reach_bind_at_different_times_keep_their_places_unti
     """kube-scheduler backs each pod off on its own after a failed bind, so a gang's members come
     back spread over seconds. A member that reached bind once keeps its place; the gang binds whole
     when the last one arrives, even if the others' calls were answered meanwhile."""
-    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_hold_s=30.0)
+    svc = await make_service(
+        rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_hold_s=30.0, gang_release_on_first_bind=False
+    )
     nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
     first = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
     await asyncio.sleep(0.05)
@@ -390,7 +399,9 @@ async def test_members_that_reach_bind_at_different_times_keep_their_places_unti
 
 
 async def test_a_plan_whose_members_never_all_arrive_is_given_up_when_its_hold_ends(make_service):
-    svc = await make_service(rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_hold_s=12.0)
+    svc = await make_service(
+        rack_cluster() + gang("train", 3), gang_wait_s=5.0, gang_hold_s=12.0, gang_release_on_first_bind=False
+    )
     nodes = await filter_all(svc, ["train-0", "train-1", "train-2"])
     first = asyncio.create_task(svc.bind("train-0", nodes["train-0"]))
     await asyncio.sleep(0.05)

@@ -40,7 +40,7 @@ async def test_a_planned_pod_that_changes_gang_leaves_its_old_plan(make_service)
         gang_pod("a-1", "a", cpu="2"),
         gang_pod("b-0", "b", cpu="2"),
     ]
-    svc = await make_service(objs)
+    svc = await make_service(objs, gang_release_on_first_bind=False)
     node, reason = await svc.schedule("a-0")
     assert node, reason
     assert set(svc.plan("default/a")) == {"default/a-0", "default/a-1"}
