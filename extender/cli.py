@@ -169,7 +169,8 @@ SERVE_FLAGS = (
         "bind a planned gang whole when its first member reaches bind, not once every member has "
         "passed its own kube-scheduler cycle (a gang of thousands waits one cycle, not thousands); "
         "members with host ports, volumes that bind, resource claims, spread or pod affinity, or "
-        "that a bound pod's anti-affinity selects, still pass their own first (default false)",
+        "that a bound pod's anti-affinity selects, still pass their own first; false: every member "
+        "passes its own cycle before the gang binds (default true)",
         "gang.release_on_first_bind",
         "BOOL",
     ),

@@ -82,7 +82,8 @@ class GangSettings:
     barrier; released early it waits one cycle and the API server's writes. The barrier's check that
     kube-scheduler's own filters pass each member on its planned node is then skipped for members
     whose filters the plan models (model.cycle) and no bound pod's anti-affinity selects
-    (state.repelling); the others still reach bind first."""
+    (state.repelling); the others still reach bind first. False keeps the barrier for every member:
+    each is checked by kube-scheduler's own filters, a plugin added to the profile included."""
     holds: bool = True
     """A gang that fits nowhere holds the rows where it would fit once drained (the oldest of the
     highest priority first, `hold_depth` of them): every other gang and plain pod plans around the
