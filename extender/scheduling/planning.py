@@ -234,9 +234,12 @@ def gang_demand(
         total_needed += count
         bound_total += len(bound)
         bound_rows = np.array([row for row in bound if row >= 0], dtype=np.int32)
-        # pods of one leaf with different shapes (driver + workers), spreading or refused nodes
-        # become separate demands
-        shapes: dict[tuple[bytes, bool, frozenset[str]], list[Member]] = {}
+        # pods of one leaf with different shapes (driver + workers), spreading, refused nodes or
+        # nodes their own terms admit become separate demands: a member is never planned on a node
+        # only a sibling's selector, affinity or tolerations (or the rows kube-scheduler passed for
+        # `me`) admit, since a release binds it there without its own cycle
+        shapes: dict[tuple[bytes, bool, frozenset[str], int], list[Member]] = {}
+        admits: dict[int, np.ndarray | None] = {}  # id(mask) -> the mask, alive all call long
         for m in take:
             hit = vectors.get(id(m.rec.requests))  # pods that ask alike share one mapping
             if hit is None:
@@ -250,13 +253,12 @@ def gang_demand(
                 vec[slot] = 1
                 raw = vec.tobytes()
             refused = frozenset(excluded.get(m.key, ())) if m.key != me else frozenset()
-            shapes.setdefault((raw, spread, refused), []).append(m)
-        for (raw, _spread, refused), recs in shapes.items():
-            is_mine = any(r.key == me for r in recs)
-            if is_mine:
-                eligible: np.ndarray | None = offered
-            else:
-                eligible = store.eligible_mask(recs[0].rec.obj)
+            own = offered if m.key == me else store.eligible_mask(m.rec.obj)
+            admits[id(own)] = own
+            shapes.setdefault((raw, spread, refused, id(own)), []).append(m)
+        for (raw, _spread, refused, own_id), recs in shapes.items():
+            eligible = admits[own_id]
+            if recs[0].key != me:
                 if refused:
                     eligible = np.ones(arrays.n_rows, dtype=bool) if eligible is None else eligible.copy()
                     for node in refused:

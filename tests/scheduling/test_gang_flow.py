@@ -291,6 +291,38 @@ async def test_released_at_its_first_bind_the_gang_binds_whole_without_its_membe
     svc.check_invariants()
 
 
+@pytest.mark.parametrize(
+    ("selector", "node"),
+    [
+        ({"e2e.example.com/gpu": "a100"}, "n011"),  # the one node labelled so, in the other rack
+        ({"e2e.example.com/gpu": "h100"}, None),  # a selector no node has: the gang fits nowhere
+    ],
+    ids=["one-node-admits-it", "no-node-admits-it"],
+)
+async def test_a_member_is_planned_only_where_its_own_selector_admits_it(make_service, selector, node):
+    """Members that ask alike are planned as one demand; one whose nodeSelector differs from its
+    siblings' is its own. Planned with them on the filtered member's nodes, it was released onto a
+    node its selector refuses (e2e, a KAI gang with one member selecting no node: bound, to fail at
+    the kubelet)."""
+    nodes = rack_cluster()
+    for n in nodes:
+        if n["metadata"]["name"] == "n011":
+            n["metadata"]["labels"]["e2e.example.com/gpu"] = "a100"
+    objs = nodes + gang("train", 3)
+    objs[-1]["spec"]["nodeSelector"] = dict(selector)  # train-2
+    svc = await make_service(objs, gang_release_on_first_bind=True)
+    got, why = await svc.schedule("train-0")
+    if node is None:
+        assert got is None and not svc.plan("default/train"), why
+        return
+    assert got, why
+    plan = dict(svc.plan("default/train"))
+    assert plan["default/train-2"] == node, plan
+    assert await svc.bind("train-0", got) == ""
+    assert svc.node_of("train-2") == node
+    svc.check_invariants()
+
+
 async def test_a_member_released_early_that_the_api_refused_is_brought_back_from_its_queue(
     make_service, monkeypatch
 ):
