@@ -296,10 +296,17 @@ class GangPreemption:
         return self._plan_everywhere(pod)
 
     def _plan_everywhere(self, pod: dict[str, Any]) -> list[Effect]:
-        """The gang member's filter over every schedulable node: a plan, a preemption or reclaim started
-        or waited on, or the reason none can be; the effects to run."""
+        """The gang member's filter over every schedulable node its own selector, affinity and
+        tolerations admit (the nodes kube-scheduler's own filters would offer, resources aside: the
+        filter takes its offered nodes as where it may go, and a release binds it there): a plan, a
+        preemption or reclaim started or waited on, or the reason none can be; the effects to run."""
         arrays = self.store.arrays
-        names = [n for r, n in sorted(self.store.row_names.items()) if arrays.schedulable[r]]
+        admits = self.store.eligible_mask(pod)
+        names = [
+            n
+            for r, n in sorted(self.store.row_names.items())
+            if arrays.schedulable[r] and (admits is None or admits[r])
+        ]
         decision = self._filter(pod, names)
         if decision.verdict is Verdict.PASS:
             # planned: kube-scheduler parks the pod after an empty answer, so bring it back now

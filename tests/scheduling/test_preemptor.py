@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from extender.sim.cluster import topology
-from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
+from tests.scheduling.worlds import ClockedWorld
 
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 HIGH = 1000
@@ -392,3 +393,22 @@ async def test_a_workload_api_podgroups_priority_speaks_for_its_members(
     await settle()
     assert sorted(pk for pk, _, _ in evict.calls) == evicted, doc["FailedAndUnresolvableNodes"]
     svc.check_invariants()
+
+
+def test_a_gang_member_planned_through_the_preempt_verb_goes_only_where_its_selector_admits() -> None:
+    """kube-scheduler's own filters passed a gang member no node, so its preempt verb plans the gang
+    over every node (gang_preemption._plan_everywhere): only the nodes the member's own terms admit,
+    as kube-scheduler would have offered. Over every schedulable node, a member selecting n1 was
+    planned on n2, the busier node packing prefers (the interleavings harness, seed 132), and a
+    release binds it there."""
+    n1 = make_node("n1", cpu="4")
+    n1["metadata"]["labels"]["picky"] = "yes"
+    busy = make_pod("o2", cpu="2", node="n2", uid="uid-o2")
+    members = [gang_pod(f"g-{i}", "g", cpu="2", uid=f"uid-g-{i}") for i in range(2)]
+    members[1]["spec"]["nodeSelector"] = {"picky": "yes"}
+    for m in members:
+        m["spec"]["priority"] = 100
+    w = ClockedWorld([n1, make_node("n2", cpu="4"), busy, make_kai_podgroup("g", min_member=2), *members])
+    effects = w.scheduler.gang_preemption.preempt_as_gang(w.cluster.get("", "Pod", "default", "g-1"))
+    assert effects is not None
+    assert w.scheduler.ledger.planned_node("default/g-1", "uid-g-1") == "n1"
