@@ -39,6 +39,8 @@ the service or kube-scheduler evicts, a controller recreates a while later, once
 
 After every step it checks, from the API's objects and the service's public surface only:
 - a member asking for a host port is bound only after kube-scheduler called bind for it;
+- a pod is bound only to a node its nodeSelector admits (a gang member may select nodes its siblings
+  do not: planned beside them, a release would bind it where kube-scheduler never would);
 - a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
   status, event, nudge, condition or eviction reaches the API while it follows);
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
@@ -89,8 +91,9 @@ leaves those kinds of step out: the newer ones are queues (no Queue objects at a
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
 tree), preempt, regroup, annex, succeed,
 delete-finished, holds (no holds, no whole-rack gang), apart (no gang whose members must be alone),
-stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica) and
-evict-lag (an accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later)).
+stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica),
+picky (no member with a nodeSelector of its own) and evict-lag (an accepted eviction reaches the
+watch at once, not up to EVICTION_SEEN_S later)).
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 UNKNOWN = "example.com/foo"
 QUEUE_LABEL = "kai.scheduler/queue"
 APART_LABEL = "apart-of"  # an apart gang's pods carry their gang's name here, and shun each other by it
+PICKY_LABEL = "picky.example.com/admits"  # on some nodes: a picky member's nodeSelector asks for it
 GROUP_ANNOTATION = "pod-group-name"
 NATIVE_API = "scheduling.k8s.io/v1beta1"
 PREEMPTED_BY = re.compile(r"preempted by gang (\S+) \(priority (-?\d+)\)")
@@ -845,6 +849,19 @@ class Driver:
                     obj["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
                     self.own_cycle.add(picked)
         self.bind_called: set[str] = set()  # pods kube-scheduler called bind for, ever
+        # a gang member with a nodeSelector of its own (its own stream), admitted by some nodes only:
+        # kube-scheduler offers it those alone, and nothing may bind it elsewhere
+        self.picky_rng = random.Random(seed * 1000003 + 29)
+        self.picky: set[str] = set()
+        if features and "picky" not in SKIP and self.picky_rng.random() < 0.4:
+            node_objs = [o for o in self.objects if o.get("kind") == "Node"]
+            for node_obj in self.picky_rng.sample(node_objs, max(1, len(node_objs) // 2)):
+                node_obj["metadata"].setdefault("labels", {})[PICKY_LABEL] = "yes"
+            picked = self.picky_rng.choice(sorted(self.pod_gang))
+            for obj in self.objects:
+                if obj.get("kind") == "Pod" and obj["metadata"]["name"] == picked:
+                    obj["spec"]["nodeSelector"] = {PICKY_LABEL: "yes"}
+                    self.picky.add(picked)
         if features and "holds" not in SKIP and self.hold_rng.random() < 0.5:
             whole = Gang("whole", cpu="8", size=3, min_member=3, rack=True)
             whole.priority = self.hold_rng.choice((0, 0, 100)) if "priorities" not in SKIP else 0
@@ -1080,9 +1097,21 @@ class Driver:
         shunned = self.shunned(name, in_flight=in_flight)
         return [
             n
-            for n in self.schedulable()
+            for n in self.admitting(name)
             if n not in shunned
             and all(allocatable(nodes[n]).get(k, 0) - used[n][k] >= v for k, v in req.items() if v)
+        ]
+
+    def admitting(self, name: str) -> list[str]:
+        """The schedulable nodes the pod's nodeSelector admits (NodeAffinity)."""
+        selector = self.pods()[name]["spec"].get("nodeSelector") or {}
+        if not selector:
+            return self.schedulable()
+        nodes = self.nodes()
+        return [
+            n
+            for n in self.schedulable()
+            if all((nodes[n]["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
         ]
 
     def shunned(self, name: str, *, in_flight: bool = True) -> set[str]:
@@ -1207,7 +1236,7 @@ class Driver:
             # kube-scheduler asks the extender only about nodes its own filters passed; the
             # unknown-resource step sends every schedulable node anyway (the issue's reproduction:
             # one such call must break nothing)
-            offered = self.schedulable() if mode == "unknown" else self.with_room(name)
+            offered = self.admitting(name) if mode == "unknown" else self.with_room(name)
             if mode == "subset" and len(offered) > 1:
                 offered = sorted(self.rng.sample(offered, self.rng.randint(1, len(offered) - 1)))
             elif mode == "not-planned" and plans.get(name) in offered and len(offered) > 1:
@@ -1381,6 +1410,9 @@ class Driver:
         self.base[new] = self.base[old]
         self.pod_gang[new], self.pod_sub[new] = gang.name, self.pod_sub[old]
         replacement = gang.pod(new, self.pod_sub[old], uid=f"{new}-uid-r{self.counter}")
+        if old in self.picky:  # and for the nodes its selector names
+            replacement["spec"]["nodeSelector"] = dict(pods[old]["spec"]["nodeSelector"])
+            self.picky.add(new)
         if old in self.own_cycle:  # its controller's template asks for the host port too
             replacement["spec"]["containers"][0]["ports"] = pods[old]["spec"]["containers"][0]["ports"]
             self.own_cycle.add(new)
@@ -1643,7 +1675,7 @@ class Driver:
                 assumed[b.node].append(pods[b.pod])
         offered: dict[str, list[dict]] = {}
         shunned = self.shunned(name)
-        for node in self.schedulable():
+        for node in self.admitting(name):
             if node in shunned:
                 continue  # InterPodAntiAffinity: its own gang's members there are no lower-priority victims
             alloc = allocatable(nodes[node])
@@ -1812,6 +1844,12 @@ class Driver:
         for node, row in store.node_rows.items():
             if (free[row] < 0).any():
                 self.fail(f"the store's free capacity of {node} is negative: {free[row].tolist()}")
+        # a pod is bound only where its nodeSelector admits it
+        for name, node in bound.items():
+            selector = pods[name]["spec"].get("nodeSelector") or {}
+            labels = (nodes[node]["metadata"].get("labels") or {}) if node in nodes else {}
+            if selector and not finished(pods[name]) and any(labels.get(k) != v for k, v in selector.items()):
+                self.fail(f"pod {name} is bound to {node}, which its nodeSelector {selector} does not admit")
         # a member only its own cycle vouches for (a host port) is bound only after it reached bind
         for name in sorted(self.own_cycle & set(bound)):
             if name not in self.bind_called:
@@ -2127,6 +2165,7 @@ class Driver:
                 if self.release_early
                 else ""
             )
+            + (f"; picky {sorted(self.picky)}" if self.picky else "")
         )
         await self.check()
         steps = [
@@ -2424,6 +2463,8 @@ class Driver:
                 n for n, gang in self.gone_done.items() if gang == g.name and n in self.done_recorded
             )
             members = live + done
+            if any(pods[n]["spec"].get("nodeSelector") for n in live):
+                continue  # a picky member: the room counted below is not all the room it may use
             # the priority its pending members plan at (a 1.37 PodGroup's, else each pod's own: a pod
             # annexed into the gang keeps its own), the lowest: the holds that bind the most of them
             g_prio = min(self.rank(pods[n]) for n in live)
