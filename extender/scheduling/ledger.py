@@ -449,16 +449,25 @@ class GangLedger:
         stand at the release. One being deleted (a finalizer keeps it) would be refused by the API and
         the rest bound without it: kube-scheduler never cycles such a pod, so the barrier waits for it
         and the plan expires, as without the early release. One a bound pod's anti-affinity selects
-        (bound before the plan or since) waits for its own cycle."""
-        for pk in e.plan:
+        (bound before the plan or since), or whose planned node its selector, affinity or tolerations
+        no longer admit (the node's labels or taints changed since the plan), waits for its own
+        cycle."""
+        for pk, planned in e.plan.items():
             if pk not in e.arrived:
                 rec = self.store.pods.get(pk)
                 if rec is None or not is_live(rec.obj):
                     return False
-                if self._repelling is not None and self._repelling.against(rec.obj):
+                if (self._repelling is not None and self._repelling.against(rec.obj)) or not self._admits(
+                    rec.obj, planned.node
+                ):
                     e.own_cycle |= {pk}
                     return False
         return True
+
+    def _admits(self, pod: dict[str, Any], node: str) -> bool:
+        row = self.store.node_rows.get(node)
+        admits = self.store.eligible_mask(pod)
+        return row is not None and (admits is None or bool(admits[row]))
 
     def _cycle_needed(self, pk: PodKey) -> bool:
         """What the pod itself asks that only its own cycle vouches for (the cluster's anti-affinity

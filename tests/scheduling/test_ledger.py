@@ -231,6 +231,31 @@ def test_a_member_a_bound_pods_anti_affinity_selects_waits_for_its_own_cycle(bou
     assert ledger.arrive("default/train-2", "n1", "u2")[0] is Arrival.RELEASE
 
 
+@pytest.mark.parametrize("change", ["label", "taint"])
+def test_a_member_whose_planned_node_no_longer_admits_it_waits_for_its_own_cycle(change):
+    """The plan was made where the member's selector and tolerations admitted it; the node's labels or
+    taints changed since. Released without its own cycle it would be bound where kube-scheduler's
+    NodeAffinity or TaintToleration would refuse it (and the kubelet rejects it)."""
+    store, _, clock, spec = setup()
+    picky = copy.deepcopy(store.pods["default/train-2"].obj)
+    picky["spec"]["nodeSelector"] = {"pool": "a"}
+    store.upsert(picky)
+    node = make_node("n1", cpu="4")
+    node["metadata"]["labels"]["pool"] = "a"
+    store.upsert(node)
+    ledger = early_ledger(store, clock)
+    ledger.plan(spec, assignment(3, ["n0", "n0", "n1"]), domain="")
+    node = copy.deepcopy(node)
+    if change == "label":
+        node["metadata"]["labels"]["pool"] = "b"
+    else:
+        node["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    store.upsert(node)
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
+    assert ledger.arrive("default/train-1", "n0", "u1")[0] is Arrival.WAIT
+    assert not ledger.is_releasing("default/train-2")
+
+
 def test_after_a_partial_release_the_rest_is_released_at_its_next_bind():
     """A member only its own cycle vouches for, bound by a release whose other bindings the API
     refused, is no longer waited for: the next refused member to reach bind releases the rest."""
