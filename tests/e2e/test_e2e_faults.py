@@ -13,6 +13,7 @@ The service is restarted after each scenario (same port, same flags).
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import time
@@ -25,6 +26,7 @@ from controlplane.proxies import ApiProxy, ExtenderProxy
 from controlplane.start import TOKEN, Api
 from test_e2e_gangs import bound_nodes, create_jobset, pending_reasons, pods, rack_of
 from test_e2e_ledger import (
+    BLOCKED,
     PODGROUPS,
     RACK_CONSTRAINT,
     Findings,
@@ -56,7 +58,6 @@ PARTIAL_GRACE_S = 3.0  # a release binds its members one POST at a time; longer 
 # bindings still in flight must land first (README, "Restarts")
 KILLED_PARTIAL_GRACE_S = 5.0 + PARTIAL_GRACE_S
 GANG_LABEL = "e2e-gang"
-BLOCKED = {"e2e.example.com/nowhere": "true"}  # a nodeSelector no node has: kube-scheduler never places it
 
 
 # ---------------------------------------------------------------- what a scenario created
@@ -91,7 +92,7 @@ class Scenario:
         for i in range(size):
             pod = member(self.namespace, f"{name}-{i}", name, cpu=cpu, labels={GANG_LABEL: name})
             if i >= size - blocked:
-                pod["spec"]["nodeSelector"] = dict(BLOCKED)
+                pod["spec"]["affinity"] = copy.deepcopy(BLOCKED)
             create_pod(self.api, pod)
         gang = Gang(name, f"{GANG_LABEL}={name}", size, True)
         self.gangs.append(gang)
