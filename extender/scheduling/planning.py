@@ -199,6 +199,10 @@ def gang_demand(
         offered = np.zeros(arrays.n_rows, dtype=bool)
         offered[offered_rows if offered_rows is not None else slice(None)] = True
     excluded = ledger.excluded(group.key) if avoid_refused else {}
+    me_rec = next((m.rec for m in members if m.key == me), None) if me is not None else None
+    # `me`'s own terms (the store hands out one mask per set of terms: identity tells them apart)
+    mine: object = store.eligible_mask(me_rec.obj) if me_rec is not None else object()
+    admits: dict[int, np.ndarray | None] = {}  # id(mask) -> the mask, alive all call long
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
     demands: list[tuple[int, bytes, np.ndarray | None]] = []  # (tree node, request, eligible)
@@ -239,7 +243,6 @@ def gang_demand(
         # only a sibling's selector, affinity or tolerations (or the rows kube-scheduler passed for
         # `me`) admit, since a release binds it there without its own cycle
         shapes: dict[tuple[bytes, bool, frozenset[str], int], list[Member]] = {}
-        admits: dict[int, np.ndarray | None] = {}  # id(mask) -> the mask, alive all call long
         for m in take:
             hit = vectors.get(id(m.rec.requests))  # pods that ask alike share one mapping
             if hit is None:
@@ -253,7 +256,11 @@ def gang_demand(
                 vec[slot] = 1
                 raw = vec.tobytes()
             refused = frozenset(excluded.get(m.key, ())) if m.key != me else frozenset()
-            own = offered if m.key == me else store.eligible_mask(m.rec.obj)
+            own = store.eligible_mask(m.rec.obj)
+            if m.key == me or own is mine:
+                # `me`, and the members whose terms are its own: the nodes kube-scheduler's filters
+                # passed `me` (its cache may know of pods this one has not seen yet)
+                own = offered
             admits[id(own)] = own
             shapes.setdefault((raw, spread, refused, id(own)), []).append(m)
         for (raw, _spread, refused, own_id), recs in shapes.items():

@@ -189,12 +189,11 @@ def _replicas_jobset(replicas: int, parallelism: int, anns: dict[str, str]) -> d
 @pytest.mark.parametrize(
     ("anns", "tree_nodes", "demands"),
     [
-        # no replica has a topology: its subgroups add nothing to the placement, one pool of members
-        # (the filtered pod's replica apart: it is held to the nodes kube-scheduler offered)
-        ({}, 1, 2),
-        # each replica in one rack: the root and a node per replica (`workers` itself has none); a
-        # demand per replica, the filtered pod's apart from its replica's other member
-        ({keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}, 1 + 6, 7),
+        # no replica has a topology: its subgroups add nothing to the placement, one pool of members,
+        # held to the nodes kube-scheduler offered the filtered pod (their terms are its own)
+        ({}, 1, 1),
+        # each replica in one rack: the root and a node per replica (`workers` itself has none)
+        ({keys.TOPOLOGY: "dc", keys.TOPOLOGY_REQUIRED: "rack"}, 1 + 6, 6),
     ],
 )
 def test_a_jobsets_replicas_are_planned_as_one_pool_unless_each_has_a_topology(
