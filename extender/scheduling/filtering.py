@@ -190,7 +190,10 @@ class Filtering:
             return settled
         decision = self._filter_gang(call) if call.group.is_gang() else self._filter_single(call)
         if decision.verdict is Verdict.NO_FIT:
-            decision.lagging_on = self.lagging.retry(key, rows, node_names, requests) or ""
+            coming = (
+                (pod.get("status") or {}).get("nominatedNodeName") if uid in self.view.evictions else None
+            )
+            decision.lagging_on = self.lagging.retry(key, rows, node_names, requests, coming=coming) or ""
         return decision
 
     def _settle_stale_plan(self, call: FilterCall) -> FilterDecision | None:

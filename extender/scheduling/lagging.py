@@ -79,11 +79,22 @@ class Lagging:
         return None
 
     def retry(
-        self, key: PodKey, rows: np.ndarray, node_names: Sequence[str], requests: dict[str, int]
+        self,
+        key: PodKey,
+        rows: np.ndarray,
+        node_names: Sequence[str],
+        requests: dict[str, int],
+        *,
+        coming: str | None = None,
     ) -> str | None:
         """For a refusal of `key`: the offered node this cache may be behind on, when the refusal
-        should be answered as a retry; None when it stands."""
+        should be answered as a retry; None when it stands. `coming`: the node kube-scheduler's
+        preemption is freeing for the pod (it is nominated there and its victims are leaving): offered,
+        it may be that kube-scheduler has seen them go and this cache has not, whatever resource
+        they free and whatever else is reserved there."""
         i = self.behind_on(rows, requests)
+        if i is None and coming is not None and coming in node_names:
+            i = list(node_names).index(coming)
         if i is None:
             self._since.pop(key, None)  # the caches agree: a later disagreement starts a new run
             return None
@@ -107,7 +118,7 @@ class Lagging:
         return None
 
     def forget(self, key: PodKey) -> None:
-        """The pod passed: its run, if any, ended."""
+        """The pod passed, or a preemption begins freeing room for it: its run, if any, ended."""
         self._since.pop(key, None)
 
     def _forget_old(self, now: float) -> None:

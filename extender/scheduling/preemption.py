@@ -308,8 +308,10 @@ class Evictions:
     """The preemptors kube-scheduler is evicting victims for, as the preempt verb answered them.
 
     Between the preempt verb's answer and the preemptor's bind, room is coming for the pod: its queue
-    is not idle (admission), and its filter takes the general path, where a refusal of a node
-    kube-scheduler counted room on is answered as a retry (lagging). That matters in the watch race:
+    is not idle (admission), and its filter takes the general path, where a refusal of the node it is
+    nominated to is answered as a retry (lagging), whatever resource the victims free and whatever
+    else is reserved there, within lagging's window (which the preempt call starts afresh). That
+    matters in the watch race:
     kube-scheduler retries the preemptor the moment its own cache shows a victim deleted; if this
     cache still holds the victim and the refusal were final, kube-scheduler (no terminating victim
     left on the node to wait for) would preempt a second time somewhere else, one more pod evicted

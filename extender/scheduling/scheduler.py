@@ -349,6 +349,8 @@ class Scheduler:
             self.store, self.ledger, pod, requests, victims, self.admission.preempt_queue_rule(pod, requests)
         )
         self.view.evictions.record(self.store, uid, decision.victims)
+        if uid in self.view.evictions:
+            self.filtering.lagging.forget(key)  # its victims' going is a new run of retries
         self.admission.room_may_be_freed()
         if len(decision.victims) < len(victims):
             log.info(

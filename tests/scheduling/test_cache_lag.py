@@ -131,6 +131,30 @@ CASES: list[tuple[str, list[Step], str, list[str], list[str], str]] = [
         "n1",
     ),
     (
+        "nominated to n1 where a reservation holds room too: still a retry (the victims' going is news)",
+        [
+            *PREEMPTED,
+            lambda w: w.scheduler.ledger.hold("default/rival", "n1", w.store.pods["default/rival"].requests),
+        ],
+        "urgent",
+        ["n1"],
+        [],
+        "n1",
+    ),
+    (
+        "retries given up before the preemption: the preemption starts a new run of them",
+        [
+            lambda w: w.filter("urgent", ["n1"]),
+            lambda w: setattr(w, "clock_s", w.clock_s + 31),
+            lambda w: w.filter("urgent", ["n1"]),
+            *PREEMPTED,
+        ],
+        "urgent",
+        ["n1"],
+        [],
+        "n1",
+    ),
+    (
         "another pod is not passed on the preemptor's victims either",
         [*PREEMPTED, lambda w: w.nominate("rival", "n1")],
         "rival",
