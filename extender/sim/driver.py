@@ -150,17 +150,24 @@ class SimulationResult:
 
 
 class SimClock:
-    """Seconds since start: real elapsed time plus every jump taken while nothing could happen."""
+    """Seconds since start: real elapsed time plus every jump taken while nothing could happen.
+
+    It stands at 0 until `start`: the service's start-up (compiling its placement kernels on a cold
+    cache takes seconds) is not simulated time, or the first arrivals would all come at once."""
 
     def __init__(self) -> None:
-        self._t0 = time.monotonic()
+        self._t0: float | None = None
         self._skipped = 0.0
 
+    def start(self) -> None:
+        if self._t0 is None:
+            self._t0 = time.monotonic()
+
     def now(self) -> float:
-        return time.monotonic() - self._t0 + self._skipped
+        return self.real() + self._skipped
 
     def real(self) -> float:
-        return time.monotonic() - self._t0
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
     def jump_to(self, t: float) -> None:
         ahead = t - self.now()
@@ -323,6 +330,7 @@ class Driver:
     # ---------------------------------------------------------------- setup
     def start(self) -> None:
         """Read nodes and pods from the cluster, queue every pending pod, start watching."""
+        self.clock.start()  # simulated time begins here, whoever made the clock
         for node in self._cluster.list("", "Node"):
             state = NodeState.of(node)
             self.nodes[state.name] = state
