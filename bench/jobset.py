@@ -150,7 +150,13 @@ def measure(n_rjs: int, touch_every: int, replicas: int = 1) -> dict[str, object
     cluster = EmbeddedCluster([_node(i) for i in range(n_rjs * replicas // PODS_PER_NODE + 1)])
     cluster.attach(store)
     ledger = GangLedger(
-        store, wait_s=600, hold_s=600, backoff_initial_s=2, backoff_max_s=60, clock=time.monotonic
+        store,
+        wait_s=600,
+        hold_s=600,
+        backoff_initial_s=2,
+        backoff_max_s=60,
+        clock=time.monotonic,
+        release_on_first_bind=False,  # the barrier, as every earlier figure: the last bind releases the gang
     )
     scheduler = Scheduler(store, ledger)
     placement.warm_up()  # as the server does before it reports ready: no call pays numba's loading

@@ -138,7 +138,7 @@ class GangLedger:
         backoff_max_s: float,
         clock: Clock,
         holds: HoldSettings | None = None,
-        release_on_first_bind: bool = False,
+        release_on_first_bind: bool = True,
     ) -> None:
         self.store = store
         self.release_on_first_bind = release_on_first_bind

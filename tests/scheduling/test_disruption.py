@@ -624,7 +624,13 @@ def disrupted_world(n: int, quorum: int) -> tuple[FilterWorld, GangDisruption]:
     1 cpu, its quorum `quorum`, on four nodes."""
     w = FilterWorld([*(make_node(f"n{i}") for i in range(4)), make_kai_podgroup("g", min_member=quorum)])
     ledger = GangLedger(
-        w.store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=w.scheduler.ledger.clock
+        w.store,
+        wait_s=5,
+        hold_s=5,
+        backoff_initial_s=2,
+        backoff_max_s=60,
+        clock=w.scheduler.ledger.clock,
+        release_on_first_bind=False,
     )
     disruption = GangDisruption(w.store, ledger, clock=ledger.clock)
     w.scheduler = Scheduler(w.store, ledger, disruption=disruption)

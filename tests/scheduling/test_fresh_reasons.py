@@ -135,7 +135,15 @@ def world(objects: list[dict]) -> World:
     cluster = EmbeddedCluster(objects)
     cluster.attach(store)
     clock = Clock()
-    ledger = GangLedger(store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock)
+    ledger = GangLedger(
+        store,
+        wait_s=5,
+        hold_s=5,
+        backoff_initial_s=2,
+        backoff_max_s=60,
+        clock=clock,
+        release_on_first_bind=False,
+    )
     return World(cluster, store, Scheduler(store, ledger), clock)
 
 

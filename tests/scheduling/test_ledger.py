@@ -36,7 +36,9 @@ def setup(n: int = 3) -> tuple[ClusterStore, GangLedger, Clock, GroupSpec]:
             }
         )
     clock = Clock()
-    ledger = GangLedger(store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock)
+    ledger = GangLedger(
+        store, wait_s=5, backoff_initial_s=2, backoff_max_s=60, clock=clock, release_on_first_bind=False
+    )
     spec = GroupSpec(key=GANG, source=Source.KAI_PODGROUP, min_member=n)
     return store, ledger, clock, spec
 

@@ -22,6 +22,11 @@ class ClockedWorld:
         self.scheduler = Scheduler(
             self.store,
             GangLedger(
-                self.store, wait_s=5, backoff_initial_s=1, backoff_max_s=10, clock=lambda: self.clock_s
+                self.store,
+                wait_s=5,
+                backoff_initial_s=1,
+                backoff_max_s=10,
+                clock=lambda: self.clock_s,
+                release_on_first_bind=False,  # the barrier: its steps are what these worlds walk through
             ),
         )
