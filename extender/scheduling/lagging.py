@@ -93,8 +93,8 @@ class Lagging:
         it may be that kube-scheduler has seen them go and this cache has not, whatever resource
         they free and whatever else is reserved there."""
         i = self.behind_on(rows, requests)
-        if i is None and coming is not None and coming in node_names:
-            i = list(node_names).index(coming)
+        if i is None and coming is not None:
+            i = next((j for j, name in enumerate(node_names) if name == coming), None)
         if i is None:
             self._since.pop(key, None)  # the caches agree: a later disagreement starts a new run
             return None

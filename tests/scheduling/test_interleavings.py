@@ -204,6 +204,13 @@ def finished(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL
 
 
+def selects(pod: dict, node: dict | None) -> bool:
+    """Whether the pod's nodeSelector admits `node` (a node that is gone: only a pod selecting none)."""
+    selector = pod["spec"].get("nodeSelector") or {}
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
 def leaving(pod: dict) -> bool:
     """Evicted and running out its grace period: still bound and running, on its way out."""
     return bool(pod["metadata"].get("deletionTimestamp"))
@@ -1104,15 +1111,8 @@ class Driver:
 
     def admitting(self, name: str) -> list[str]:
         """The schedulable nodes the pod's nodeSelector admits (NodeAffinity)."""
-        selector = self.pods()[name]["spec"].get("nodeSelector") or {}
-        if not selector:
-            return self.schedulable()
-        nodes = self.nodes()
-        return [
-            n
-            for n in self.schedulable()
-            if all((nodes[n]["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
-        ]
+        pod, nodes = self.pods()[name], self.nodes()
+        return [n for n in self.schedulable() if selects(pod, nodes.get(n))]
 
     def shunned(self, name: str, *, in_flight: bool = True) -> set[str]:
         """The nodes the pod's required anti-affinity keeps it off (InterPodAntiAffinity): those where
@@ -1846,9 +1846,8 @@ class Driver:
                 self.fail(f"the store's free capacity of {node} is negative: {free[row].tolist()}")
         # a pod is bound only where its nodeSelector admits it
         for name, node in bound.items():
-            selector = pods[name]["spec"].get("nodeSelector") or {}
-            labels = (nodes[node]["metadata"].get("labels") or {}) if node in nodes else {}
-            if selector and not finished(pods[name]) and any(labels.get(k) != v for k, v in selector.items()):
+            if not finished(pods[name]) and not selects(pods[name], nodes.get(node)):
+                selector = pods[name]["spec"].get("nodeSelector")
                 self.fail(f"pod {name} is bound to {node}, which its nodeSelector {selector} does not admit")
         # a member only its own cycle vouches for (a host port) is bound only after it reached bind
         for name in sorted(self.own_cycle & set(bound)):
