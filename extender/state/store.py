@@ -396,6 +396,9 @@ class ClusterStore:
         self._pod_finished: dict[PodKey, GroupKey] = {}
         self._grouped: set[PodKey] = set()  # pods not surely plain (is_single_pod False), terminal or not
         self._finished_seen: dict[GroupKey, tuple[int, GroupSpec, dict[str | None, int]]] = {}
+        # namespace -> keys of its Jobs whose status counts succeeded pods: a gang whose namespace has
+        # none is not walked member by member for its Jobs' counts (`finished_counts`)
+        self._succeeded_jobs: dict[str, set[str]] = {}
         # what each pod's membership read (grouping kinds only, hits and misses) and who read each
         # object: a change re-derives and re-indexes its readers, no other pod
         self._reads: dict[PodKey, frozenset[tuple[Kind, str]]] = {}
@@ -424,6 +427,8 @@ class ClusterStore:
             bucket[key] = obj
             if kind == NODE:
                 self._apply_node(obj, old)
+            elif kind == JOB:
+                self._note_succeeded(key, obj)
             elif kind in TREE_KINDS:
                 self._retree(kind, key, old, obj)
         if kind in GROUPING_KINDS and self._grouping_changed(kind, key, obj):
@@ -470,6 +475,8 @@ class ClusterStore:
             self._remove_node(key)
         elif kind == POD:
             self._remove_pod(PodKey(key))
+        elif kind == JOB:
+            self._note_succeeded(key, None)
         elif kind in TREE_KINDS:
             self._retree(kind, key, old, None)
         if kind in GROUPING_KINDS:
@@ -948,9 +955,21 @@ class ClusterStore:
         self._finished_seen[group.key] = (self._object_gen, group, counts)
         return dict(counts)
 
+    def _note_succeeded(self, key: str, job: dict[str, Any] | None) -> None:
+        namespace = key.partition("/")[0]
+        keys = self._succeeded_jobs.setdefault(namespace, set())
+        if job is not None and _count((job.get("status") or {}).get("succeeded")):
+            keys.add(key)
+        else:
+            keys.discard(key)
+            if not keys:
+                del self._succeeded_jobs[namespace]
+
     def _succeeded_by_jobs(self, namespace: str, members: Iterable[PodRecord]) -> dict[str | None, int]:
         """`status.succeeded` of the Jobs that own `members`, per leaf (a Job whose members sit in
         several leaves cannot say which of them its finished pods were in: it is left out)."""
+        if namespace not in self._succeeded_jobs:
+            return {}  # no Job there counts a finished pod: nothing to walk the members for
         leaf_of: dict[tuple[str, str], str | None] = {}
         split: set[tuple[str, str]] = set()
         for rec in members:

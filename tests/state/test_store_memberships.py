@@ -137,6 +137,13 @@ def test_finished_counts_follow_the_pods_then_the_jobs_status():
     recreated = {**JOB, "metadata": {**JOB["metadata"], "uid": "job-2"}, "status": {"succeeded": 5}}
     store.upsert(recreated)  # another Job under the name: not the one the pods belong to
     assert store.finished_counts(group) == {}
+    store.upsert({**JOB, "status": {"succeeded": 2}})  # its own again
+    assert store.finished_counts(group) == {None: 2}
+    store.upsert({**JOB, "status": {}})  # a count the Job no longer keeps
+    assert store.finished_counts(group) == {}
+    store.upsert({**JOB, "status": {"succeeded": 3}})
+    store.remove(JOB)  # deleted: its count goes with it
+    assert store.finished_counts(group) == {}
 
 
 def test_an_external_podgroups_own_succeeded_count_is_read():
