@@ -109,6 +109,12 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _succeeded_of(obj: dict[str, Any]) -> int:
+    """An object's `status.succeeded`; 0 when absent or malformed (a status that is not an object)."""
+    status = obj.get("status")
+    return _count(status.get("succeeded")) if isinstance(status, dict) else 0
+
+
 _ABSENT: Any = object()  # a field the pod does not have (None is a value a field may hold)
 _IN_KEY: Any = object()  # a name the record's key spells after "namespace/"
 _OWN_METADATA = ("name", "namespace", "uid", "creationTimestamp")  # differ from pod to pod
@@ -956,9 +962,10 @@ class ClusterStore:
         return dict(counts)
 
     def _note_succeeded(self, key: str, job: dict[str, Any] | None) -> None:
-        namespace = key.partition("/")[0]
+        ns, slash, _ = key.partition("/")
+        namespace = ns if slash else ""
         keys = self._succeeded_jobs.setdefault(namespace, set())
-        if job is not None and _count((job.get("status") or {}).get("succeeded")):
+        if job is not None and _succeeded_of(job):
             keys.add(key)
         else:
             keys.discard(key)
@@ -985,7 +992,7 @@ class ClusterStore:
             obj = self.get(*JOB, namespace, name)
             if (name, uid) in split or obj is None or (uid and (obj.get("metadata") or {}).get("uid") != uid):
                 continue
-            n = _count((obj.get("status") or {}).get("succeeded"))
+            n = _succeeded_of(obj)
             if n:
                 out[leaf] = out.get(leaf, 0) + n
         return out

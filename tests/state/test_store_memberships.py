@@ -146,6 +146,30 @@ def test_finished_counts_follow_the_pods_then_the_jobs_status():
     assert store.finished_counts(group) == {}
 
 
+@pytest.mark.parametrize(
+    ("steps", "counting"),
+    [
+        ([("a", {"succeeded": 1}), ("b", {"succeeded": 2})], {"default/a", "default/b"}),
+        ([("a", {"succeeded": 1}), ("b", {"succeeded": 2}), ("a", None)], {"default/b"}),
+        ([("a", {"succeeded": 1}), ("a", {"active": 1})], set()),
+        ([("a", {"succeeded": 1}), ("a", "not an object")], set()),  # malformed: taken, counts nothing
+        ([("a", {"active": 3})], set()),
+    ],
+)
+def test_the_jobs_that_count_finished_pods_are_kept_by_events(steps, counting):
+    """The Jobs whose status counts succeeded pods, per namespace: a gang's finished count walks its
+    members for their Jobs only where one does (`finished_counts`). None: the Job deleted."""
+    store = ClusterStore()
+    for name, status in steps:
+        job = {**JOB, "metadata": {**JOB["metadata"], "name": name, "uid": f"{name}-uid"}, "status": status}
+        if status is None:
+            store.remove(job)
+        else:
+            store.upsert(job)
+    assert store._succeeded_jobs.get("default", set()) == counting
+    assert set(store._succeeded_jobs) == ({"default"} if counting else set())
+
+
 def test_an_external_podgroups_own_succeeded_count_is_read():
     store = _store([gang_pod("g-0", "g")])
     group = store.membership(store.pods["default/g-0"]).group
