@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from extender.gang.entry import Arrival, GangEntry, Phase, PlannedPod, backoff_delay_s
-from extender.model.cycle import cycle_needed
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.scheduling import topology
@@ -473,7 +472,7 @@ class GangLedger:
         """What the pod itself asks that only its own cycle vouches for (the cluster's anti-affinity
         against it is read at the release, `_vouched_for`, as it stands then)."""
         rec = self.store.pods.get(pk)
-        return rec is None or bool(cycle_needed(rec.obj))
+        return rec is None or bool(self.store.cycle_needed(rec))
 
     def _hold_awaiting_arrivals(self, e: GangEntry) -> None:
         self._hold_plan(e, self.hold_s, f"no new planned pod arrived within {self.hold_s:g}s")

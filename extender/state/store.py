@@ -36,6 +36,7 @@ import orjson
 from extender import grouping
 from extender.grouping.owners import controller_ref
 from extender.model import nodematch, podaffinity, resources
+from extender.model.cycle import cycle_needed
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
 from extender.model.labels import DEFAULT_SCHEDULER_NAME
@@ -292,6 +293,11 @@ class PodRecord:
         status = (self._whole if self._whole is not None else self._top).get("status")
         return (status or {}).get("phase") == "Succeeded"
 
+    def spec_template(self) -> dict[str, Any] | None:
+        """The spec it shares with the pods that have it alike (its node name aside); None when it is
+        kept as it came, or has no spec."""
+        return self._spec if self._whole is None else None
+
     @property
     def live(self) -> bool:
         """is_live(obj), without building it: the loops over every pod (preemption) ask it first."""
@@ -405,6 +411,8 @@ class ClusterStore:
         # namespace -> keys of its Jobs whose status counts succeeded pods: a gang whose namespace has
         # none is not walked member by member for its Jobs' counts (`finished_counts`)
         self._succeeded_jobs: dict[str, set[str]] = {}
+        # id(shared spec template) -> (the template, held so its id is not reused; `cycle_needed`'s answer)
+        self._cycle_by_spec: dict[int, tuple[dict[str, Any], str]] = {}
         # what each pod's membership read (grouping kinds only, hits and misses) and who read each
         # object: a change re-derives and re-indexes its readers, no other pod
         self._reads: dict[PodKey, frozenset[tuple[Kind, str]]] = {}
@@ -960,6 +968,21 @@ class ClusterStore:
             self._finished_seen.clear()
         self._finished_seen[group.key] = (self._object_gen, group, counts)
         return dict(counts)
+
+    def cycle_needed(self, rec: PodRecord) -> str:
+        """`model.cycle.cycle_needed` of the pod, worked out once per spec its workload's pods share (it
+        reads the spec alone, the node name aside): a release asks it of every member of a plan."""
+        spec = rec.spec_template()
+        if spec is None:
+            return cycle_needed(rec.obj)
+        hit = self._cycle_by_spec.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        answer = cycle_needed({"spec": spec})
+        if len(self._cycle_by_spec) >= _REQUESTS_KEPT:
+            self._cycle_by_spec.clear()
+        self._cycle_by_spec[id(spec)] = (spec, answer)
+        return answer
 
     def _note_succeeded(self, key: str, job: dict[str, Any] | None) -> None:
         ns, slash, _ = key.partition("/")

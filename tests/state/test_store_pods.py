@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from extender.model.cycle import cycle_needed
 from extender.model.keys import PodKey, object_key
 from extender.state.projection import project
 from extender.state.store import ClusterStore, PodRecord, is_live, is_terminal
@@ -56,6 +57,21 @@ def test_a_kept_pod_reads_back_as_it_was_given(obj: dict[str, Any]) -> None:
         is_terminal(obj),
         is_live(obj),
     )
+
+
+def test_the_cycle_a_pod_needs_is_read_from_its_shared_spec_as_from_the_pod() -> None:
+    """The store answers `cycle_needed` once per spec template its pods share; every kept shape (served,
+    projected with its mark, odd) gets the pod's own answer, first and again from what was kept."""
+    store = ClusterStore()
+    recs = []
+    for i, obj in enumerate(CASES):
+        rec = PodRecord(key=PodKey(f"case/{i}"), obj=obj, requests={})
+        rec.keep(obj)
+        recs.append((rec, cycle_needed(obj)))
+    answers = {a for _, a in recs}
+    assert "" in answers and len(answers) > 2  # pods that need their own cycle, for several reasons
+    for _ in range(2):
+        assert [store.cycle_needed(rec) for rec, _ in recs] == [a for _, a in recs]
 
 
 def test_pods_of_one_workload_share_all_but_their_own_fields() -> None:
