@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from extender.model import labels as keys
 from extender.scheduling.decisions import BindVerdict, Verdict
 from extender.scheduling.disruption import RETRY_S, GangDisruption, Why
-from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
 from extender.server.app import DISRUPTION, METRICS
 from extender.state.embedded import EmbeddedCluster
@@ -623,15 +622,7 @@ def disrupted_world(n: int, quorum: int) -> tuple[FilterWorld, GangDisruption]:
     """A store, a real ledger and scheduler, and the disruption logic over them; gang g of `n` pods of
     1 cpu, its quorum `quorum`, on four nodes."""
     w = FilterWorld([*(make_node(f"n{i}") for i in range(4)), make_kai_podgroup("g", min_member=quorum)])
-    ledger = GangLedger(
-        w.store,
-        wait_s=5,
-        hold_s=5,
-        backoff_initial_s=2,
-        backoff_max_s=60,
-        clock=w.scheduler.ledger.clock,
-        release_on_first_bind=False,
-    )
+    ledger = w.ledger(release_on_first_bind=False)
     disruption = GangDisruption(w.store, ledger, clock=ledger.clock)
     w.scheduler = Scheduler(w.store, ledger, disruption=disruption)
     for i in range(n):

@@ -15,7 +15,6 @@ import pytest
 
 from extender.scheduling.decisions import Verdict
 from extender.scheduling.holds import HoldSettings
-from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
 from extender.sim.cluster import topology
 from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
@@ -27,16 +26,7 @@ RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 class HoldWorld(World):
     def __init__(self, objects: list[dict[str, Any]], *, holds: HoldSettings | None = None) -> None:
         super().__init__([*rack_cluster(racks=2, nodes_per_rack=4, cpu="8"), topology("dc"), *objects])
-        ledger = GangLedger(
-            self.store,
-            wait_s=5,
-            hold_s=5,
-            backoff_initial_s=2,
-            backoff_max_s=60,
-            clock=self.scheduler.ledger.clock,
-            holds=holds,
-        )
-        self.scheduler = Scheduler(self.store, ledger)
+        self.scheduler = Scheduler(self.store, self.ledger(holds=holds))
 
     def rack_gang(
         self,

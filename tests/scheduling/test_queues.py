@@ -39,10 +39,15 @@ class World:
         self.store = ClusterStore()
         self.cluster = EmbeddedCluster(objects)
         self.cluster.attach(self.store)
-        ledger = GangLedger(
-            self.store, wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60, clock=Clock()
-        )
-        self.scheduler = Scheduler(self.store, ledger, **kw)
+        self.scheduler = Scheduler(self.store, self.ledger(clock=Clock()), **kw)
+
+    def ledger(self, **kw: Any) -> GangLedger:
+        """A ledger of this world's settings over its store, on its scheduler's clock unless `kw` says
+        otherwise; `kw` adds or replaces settings."""
+        settings: dict[str, Any] = dict(wait_s=5, hold_s=5, backoff_initial_s=2, backoff_max_s=60)
+        if "clock" not in kw:
+            settings["clock"] = self.scheduler.ledger.clock
+        return GangLedger(self.store, **(settings | kw))
 
     def pod(self, name: str) -> dict[str, Any]:
         pod = self.cluster.get("", "Pod", "default", name)
