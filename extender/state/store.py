@@ -958,7 +958,7 @@ class ClusterStore:
         if group.source is Source.KAI_PODGROUP and not group.subgroups:
             # an external PodGroup's own count (KAI's scheduler keeps it), for pods no Job owns
             pg = self.get("scheduling.run.ai", "PodGroup", group.namespace, group.name) or {}
-            n = _count((pg.get("status") or {}).get("succeeded"))
+            n = _succeeded_of(pg)
             if n > by_jobs.get(None, 0):
                 by_jobs[None] = n
         counts = {
@@ -987,10 +987,11 @@ class ClusterStore:
     def _note_succeeded(self, key: str, job: dict[str, Any] | None) -> None:
         ns, slash, _ = key.partition("/")
         namespace = ns if slash else ""
-        keys = self._succeeded_jobs.setdefault(namespace, set())
         if job is not None and _succeeded_of(job):
-            keys.add(key)
-        else:
+            self._succeeded_jobs.setdefault(namespace, set()).add(key)
+            return
+        keys = self._succeeded_jobs.get(namespace)
+        if keys is not None:
             keys.discard(key)
             if not keys:
                 del self._succeeded_jobs[namespace]
