@@ -32,7 +32,7 @@ import orjson
 
 from extender.model import labels
 from extender.model.keys import object_key
-from extender.state import heap
+from extender.state import heap, nesting
 from extender.state.projection import page_decoder, project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
 
@@ -712,12 +712,17 @@ class KubeClusterSource:
                     raise _status_message(status, data)
                 doc = decode(data) if decode is not None else None
                 if doc is None:
-                    doc = orjson.loads(data)
+                    doc = nesting.loads_page(data)
                 del data
                 items = doc.get("items") or []
                 meta = doc.get("metadata") or {}
                 del doc
                 for item in items:
+                    if isinstance(item, nesting.Unreadable):
+                        # the store keeps the last version it read of it, as of any object it skips
+                        fresh.add(object_key(item.ref))
+                        self._skip(item.ref, item.error, served)
+                        continue
                     if not isinstance(item, dict):
                         self._skip(item, ValueError("a listed item that is not a mapping"), served)
                         continue
@@ -752,6 +757,17 @@ class KubeClusterSource:
     @property
     def last_bad_object(self) -> str:
         return self.skipped.last
+
+    def _unreadable(self, kind: Any, obj: nesting.Unreadable, served: ServedKind, store: ClusterStore) -> str:
+        """A watched object that cannot be decoded. Its deletion is applied by its name; a new version
+        is skipped and the store keeps the last it read. Returns the event's resourceVersion ("" when
+        unread), for the watch's cursor."""
+        ref = dict(obj.ref, apiVersion=served.api_version, kind=served.kind)
+        if kind == "DELETED":
+            self._apply(store.remove, ref, served)
+        elif kind in ("ADDED", "MODIFIED"):
+            self._skip(ref, obj.error, served)
+        return str(ref["metadata"].get("resourceVersion") or "")
 
     def _remove_unlisted(self, store: ClusterStore, served: ServedKind, fresh: set[str]) -> None:
         """The end of a (re)list: what the store holds of this kind and the list did not have is gone.
@@ -789,11 +805,18 @@ class KubeClusterSource:
                     slice_start = time.monotonic()
                 if not line.strip():
                     continue
-                event = orjson.loads(line)
+                event = nesting.loads_event(line)
                 if not isinstance(event, dict):
                     raise ValueError(f"malformed watch event: {line[:100]!r}")
                 kind = event.get("type")
                 obj = event.get("object") or {}
+                if isinstance(obj, nesting.Unreadable):
+                    if kind == "ERROR":
+                        raise ValueError(f"malformed watch event: {line[:100]!r}")
+                    new_rv = self._unreadable(kind, obj, served, store)
+                    if new_rv:
+                        cursor.rv = rv = new_rv
+                    continue
                 if not isinstance(obj, dict):
                     if kind == "ERROR":
                         raise ValueError(f"malformed watch event: {line[:100]!r}")

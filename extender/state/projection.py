@@ -299,7 +299,7 @@ def _lenient(decoder: Any) -> Callable[[bytes], dict[str, Any] | None]:
     def decode(data: bytes) -> dict[str, Any] | None:
         try:
             return decoder.decode(data)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return None  # decoded again whole: a shape kept as it came, or the JSON error as always
 
     return decode

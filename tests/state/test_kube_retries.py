@@ -17,6 +17,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from extender.state import nesting
 from extender.state.kube import KubeClusterSource, KubeSettings
 from extender.state.source import BindError, SourceFatalError
 from extender.state.store import ClusterStore
@@ -353,6 +354,75 @@ async def test_one_bad_object_in_a_list_does_not_cost_the_rest_of_it(fake: tuple
     assert source.is_synced()
     assert sorted(o["metadata"]["name"] for o in store.list("", "Pod")) == ["a", "huge"]
     assert source.bad_objects == 1 and source.last_bad_object.startswith("Pod ns/poison: RuntimeError")
+
+
+def _nested(pod: dict[str, Any], depth: int) -> bytes:
+    """`pod` in JSON with a field nested `depth` levels deep (orjson reads 1024, the API server 10,000)."""
+    return orjson.dumps(pod)[:-1] + b',"x":' + b"[" * depth + b"]" * depth + b"}"
+
+
+async def test_an_object_nested_deeper_than_the_decoder_reads_costs_only_itself(
+    fake: tuple[Script, str],
+) -> None:
+    """A custom resource that keeps unknown fields can be stored 10,000 levels deep. One such object
+    failed its whole list page on every relist, and its watch event restarted the watch at the same
+    event forever: the kind's cache never moved again. Now it alone is skipped, with its name and
+    why; the store keeps the version it read before, and its deletion still lands."""
+    script, kubeconfig = fake
+    page = (
+        b'{"metadata":{"resourceVersion":"5"},"items":['
+        + orjson.dumps(_pod("a", "2"))
+        + b","
+        + _nested(_pod("deep", "3"), 2000)
+        + b","
+        + orjson.dumps(_pod("b", "4"))
+        + b"]}"
+    )
+    events = [
+        b'{"type":"ADDED","object":' + _nested(_pod("deeper", "6"), 5000) + b"}",
+        orjson.dumps({"type": "MODIFIED", "object": _pod("a", "7", node="n1")}),
+        b'{"type":"DELETED","object":' + _nested(_pod("deep", "8"), 3000) + b"}",
+        orjson.dumps({"type": "ADDED", "object": _pod("after", "9")}),
+    ]
+    _serve_nodes_and_pods(script, pods=[], watch=b"\n".join(events) + b"\n")
+    script.on("GET", "/api/v1/pods", (200, page))
+    store = ClusterStore()
+    store.upsert(_pod("deep", "1"))  # the version read before it was edited past the decoder's depth
+    source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=2)
+    await asyncio.wait_for(source.run(store), 30)  # it listed the same page forever
+    assert source.is_synced()
+    lists = [path for path, _ in script.queries if path == "/api/v1/pods"]
+    assert lists == ["/api/v1/pods"], "the page was read once, not retried"
+    assert sorted(o["metadata"]["name"] for o in store.list("", "Pod")) == ["a", "after", "b"]
+    assert store.get("", "Pod", "ns", "a")["spec"]["nodeName"] == "n1", "events after it still arrive"
+    assert source.bad_objects == 2, "the listed object and the watched one, each skipped once"
+    assert source.last_bad_object.startswith("Pod ns/deeper: ValueError: it cannot be decoded (depth limit")
+    assert "edit or delete the object" in source.last_bad_object
+    watches = [q["resourceVersion"] for path, q in script.queries if path == "/api/v1/pods?watch"]
+    assert watches == ["5", "9"], "the watch resumed after the last event, never at the deep one again"
+
+
+@pytest.mark.parametrize(
+    ("read", "data"),
+    [
+        (nesting.loads_page, b'{"items":[{"metadata":{}}'),
+        (nesting.loads_page, b"[" * 3000),
+        (nesting.loads_page, b'{"items":[' + b"[" * 20000 + b"]" * 20000 + b"]}"),
+        (nesting.loads_event, b'{"type":"ADDED","object":' + b"[" * 3000),
+        (nesting.loads_event, b'{"type":"ADDED","other":' + b"[" * 2000 + b"]" * 2000 + b"}"),
+    ],
+    ids=[
+        "a truncated page",
+        "a truncated deep page",
+        "a page deeper than the API server stores",
+        "a truncated deep event",
+        "a deep event with no object",
+    ],
+)
+def test_what_the_fallback_cannot_split_fails_with_the_decoders_error(read: Any, data: bytes) -> None:
+    """Only JSON the API server could serve is split: anything else is orjson's error, as before."""
+    with pytest.raises(orjson.JSONDecodeError):
+        read(data)
 
 
 async def test_an_event_whose_object_is_not_a_mapping_is_skipped(fake: tuple[Script, str]) -> None:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from extender.state.kube import DEFAULT_KINDS, KubeClusterSource, KubeSettings, _Cursor, _Gone, lease_kind
@@ -361,3 +362,48 @@ async def test_group_status_writes_follow_the_served_crd(plane: ControlPlane, na
         assert '"phase"' in first[0], first  # what the source learned from
         assert '"phase"' not in second[0] and '"running"' not in second[0], second
         assert source.write_errors == {}
+
+
+def _jobset(namespace: str, name: str, *, depth: int = 0) -> bytes:
+    """A JobSet in JSON; `depth` > 0 nests its `spec.scheduling` (kept as it comes: the tier's CRD
+    preserves its unknown fields) that many levels, past what the source's decoder reads."""
+    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "sleep:v0.1.0"}]}}
+    body = orjson.dumps(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {"template": pod}}}]
+            },
+        }
+    )
+    if not depth:
+        return body
+    nested = b'"scheduling":{"x":' + b"[" * depth + b"]" * depth + b"},"
+    return body.replace(b'"spec":{', b'"spec":{' + nested, 1)
+
+
+async def test_a_custom_resource_nested_past_the_decoder_costs_only_itself(
+    plane: ControlPlane, namespace: str
+) -> None:
+    """The API server stores a JobSet whose preserved `spec.scheduling` is 2,000 levels deep; orjson
+    reads 1,024. The list goes on past it, with the object named and skipped; its deletion and the
+    events after it are applied."""
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
+    for name, depth in (("shallow", 0), ("deep", 2000)):
+        plane.api.request("POST", path, _jobset(namespace, name, depth=depth), decode=False)
+    async with running(plane) as (source, store):
+        await started(source)
+        listed = await store.wait_for(lambda op: op[:2] == ("listed", "JobSet"))
+        assert {f"{namespace}/shallow", f"{namespace}/deep"} <= set(listed[3]), (
+            "the deep one is kept, not unlisted"
+        )
+        applied = {op[2] for op in store.ops if op[0] == "upsert" and op[1] == "JobSet"}
+        assert "shallow" in applied and "deep" not in applied
+        assert source.bad_objects >= 1
+        assert f"JobSet {namespace}/deep: ValueError: it cannot be decoded" in source.last_bad_object
+        plane.api.request("DELETE", f"{path}/deep", decode=False)
+        plane.api.request("POST", path, _jobset(namespace, "after"), decode=False)
+        await store.wait_for(lambda op: op[:3] == ("remove", "JobSet", "deep"))
+        await store.wait_for(lambda op: op[:3] == ("upsert", "JobSet", "after"))

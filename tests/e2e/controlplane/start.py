@@ -449,8 +449,11 @@ class Api:
         content_type: str = "application/json",
         ok: Iterable[int] = (200, 201, 202),
         timeout_s: float = 30.0,
+        decode: bool = True,
     ) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
+        """`body` bytes are sent as they are (JSON this module's encoder cannot write); `decode` False
+        answers the body's bytes (JSON its decoder cannot read)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Content-Type", content_type)
@@ -460,6 +463,10 @@ class Api:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, exc.read()
+        if not decode:
+            if status not in tuple(ok):
+                raise AssertionError(f"{method} {path} -> {status}: {raw[:300]!r}")
+            return status, raw
         try:
             doc = json.loads(raw) if raw else None
         except json.JSONDecodeError:
