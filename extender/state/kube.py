@@ -759,13 +759,13 @@ class KubeClusterSource:
         return self.skipped.last
 
     def _unreadable(self, kind: Any, obj: nesting.Unreadable, served: ServedKind, store: ClusterStore) -> str:
-        """A watched object that cannot be decoded. Its deletion is applied by its name; a new version
-        is skipped and the store keeps the last it read. Returns the event's resourceVersion ("" when
-        unread), for the watch's cursor."""
+        """A watched object that cannot be decoded. Its deletion is applied by its name (skipped when
+        even that cannot be read); a new version is skipped and the store keeps the last it read.
+        Returns the event's resourceVersion ("" when unread), for the watch's cursor."""
         ref = dict(obj.ref, apiVersion=served.api_version, kind=served.kind)
-        if kind == "DELETED":
+        if kind == "DELETED" and ref["metadata"].get("name"):
             self._apply(store.remove, ref, served)
-        elif kind in ("ADDED", "MODIFIED"):
+        elif kind in ("ADDED", "MODIFIED", "DELETED"):
             self._skip(ref, obj.error, served)
         return str(ref["metadata"].get("resourceVersion") or "")
 

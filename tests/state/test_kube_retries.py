@@ -379,27 +379,39 @@ async def test_an_object_nested_deeper_than_the_decoder_reads_costs_only_itself(
         + b"]}"
     )
     events = [
-        b'{"type":"ADDED","object":' + _nested(_pod("deeper", "6"), 5000) + b"}",
-        orjson.dumps({"type": "MODIFIED", "object": _pod("a", "7", node="n1")}),
-        b'{"type":"DELETED","object":' + _nested(_pod("deep", "8"), 3000) + b"}",
-        orjson.dumps({"type": "ADDED", "object": _pod("after", "9")}),
+        orjson.dumps({"type": "MODIFIED", "object": _pod("a", "6", node="n1")}),
+        b'{"type":"DELETED","object":' + _nested(_pod("deep", "7"), 3000) + b"}",
+        orjson.dumps({"type": "ADDED", "object": _pod("after", "8")}),
+        b'{"type":"ADDED","object":' + _nested(_pod("deeper", "9"), 5000) + b"}",
     ]
     _serve_nodes_and_pods(script, pods=[], watch=b"\n".join(events) + b"\n")
     script.on("GET", "/api/v1/pods", (200, page))
     store = ClusterStore()
     store.upsert(_pod("deep", "1"))  # the version read before it was edited past the decoder's depth
+    seen: list[tuple[str, str]] = []
+    store.add_listener(lambda event, kind, obj: seen.append((event, obj["metadata"]["name"])))
     source = KubeClusterSource(kubeconfig, settings=FAST, _iterations=2)
     await asyncio.wait_for(source.run(store), 30)  # it listed the same page forever
     assert source.is_synced()
     lists = [path for path, _ in script.queries if path == "/api/v1/pods"]
     assert lists == ["/api/v1/pods"], "the page was read once, not retried"
+    pods = [s for s in seen if s[1] != "n1"]
+    assert pods == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),  # the list kept the deep one as the store had it
+        ("MODIFIED", "a"),
+        ("DELETED", "deep"),  # its deletion, read by its name
+        ("ADDED", "after"),
+    ], pods
     assert sorted(o["metadata"]["name"] for o in store.list("", "Pod")) == ["a", "after", "b"]
-    assert store.get("", "Pod", "ns", "a")["spec"]["nodeName"] == "n1", "events after it still arrive"
     assert source.bad_objects == 2, "the listed object and the watched one, each skipped once"
-    assert source.last_bad_object.startswith("Pod ns/deeper: ValueError: it cannot be decoded (depth limit")
+    assert source.last_bad_object.startswith(
+        "Pod ns/deeper: ValueError: it cannot be decoded, nested deeper than the 1024 levels this "
+        "service reads"
+    )
     assert "edit or delete the object" in source.last_bad_object
     watches = [q["resourceVersion"] for path, q in script.queries if path == "/api/v1/pods?watch"]
-    assert watches == ["5", "9"], "the watch resumed after the last event, never at the deep one again"
+    assert watches == ["5", "9"], "the watch resumed after the last event, the deep one, never at it again"
 
 
 @pytest.mark.parametrize(
@@ -407,14 +419,12 @@ async def test_an_object_nested_deeper_than_the_decoder_reads_costs_only_itself(
     [
         (nesting.loads_page, b'{"items":[{"metadata":{}}'),
         (nesting.loads_page, b"[" * 3000),
-        (nesting.loads_page, b'{"items":[' + b"[" * 20000 + b"]" * 20000 + b"]}"),
         (nesting.loads_event, b'{"type":"ADDED","object":' + b"[" * 3000),
         (nesting.loads_event, b'{"type":"ADDED","other":' + b"[" * 2000 + b"]" * 2000 + b"}"),
     ],
     ids=[
         "a truncated page",
         "a truncated deep page",
-        "a page deeper than the API server stores",
         "a truncated deep event",
         "a deep event with no object",
     ],
@@ -423,6 +433,55 @@ def test_what_the_fallback_cannot_split_fails_with_the_decoders_error(read: Any,
     """Only JSON the API server could serve is split: anything else is orjson's error, as before."""
     with pytest.raises(orjson.JSONDecodeError):
         read(data)
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    ("page", "names"),
+    [
+        (
+            b'{"kind":"PodList","metadata":{"continue":"c"},"items":[{"metadata":{"name":"a"}},'
+            + b'{"metadata":{"name":"b","namespace":"n","resourceVersion":"7"},"x":'
+            + _deep(2000)
+            + b"}]}",
+            ["a", ("n", "b", "7")],
+        ),
+        (  # strings that hold brackets, commas, colons, escaped quotes and backslashes
+            b' { "items" : [ {"metadata":{"name":"q\\"[{,:"}, "x": '
+            + _deep(1500)
+            + b' } , {"metadata":{"name":"}]\\\\"}} ] , "metadata" : {} } ',
+            [(None, 'q\\"[{,:', None), "}]\\\\"],
+        ),
+        (b'{"items":[' + _deep(20000) + b',{"metadata":{"name":"z"}}]}', [(None, None, None), "z"]),
+        (b'{"items":[{"metadata":' + _deep(1100) + b"}]}", [(None, None, None)]),
+    ],
+    ids=[
+        "a named deep item",
+        "strings that look like structure",
+        "an item deeper than any server",
+        "no name",
+    ],
+)
+def test_a_page_is_split_into_its_items_whatever_their_depth(page: bytes, names: list[Any]) -> None:
+    doc = nesting.loads_page(page)
+    got: list[Any] = []
+    for item in doc["items"]:
+        if isinstance(item, nesting.Unreadable):
+            meta = item.ref["metadata"]
+            got.append((meta.get("namespace"), meta.get("name"), meta.get("resourceVersion")))
+        else:
+            got.append(item["metadata"]["name"])
+    want = [
+        tuple(orjson.loads(b'"' + n.encode() + b'"') if isinstance(n, str) else n for n in x)
+        if isinstance(x, tuple)
+        else orjson.loads(b'"' + x.encode() + b'"')
+        for x in names
+    ]
+    assert got == want
+    assert set(doc) <= {"kind", "metadata", "items"}
 
 
 async def test_an_event_whose_object_is_not_a_mapping_is_skipped(fake: tuple[Script, str]) -> None:

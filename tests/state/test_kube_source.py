@@ -393,17 +393,20 @@ async def test_a_custom_resource_nested_past_the_decoder_costs_only_itself(
     path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
     for name, depth in (("shallow", 0), ("deep", 2000)):
         plane.api.request("POST", path, _jobset(namespace, name, depth=depth), decode=False)
-    async with running(plane) as (source, store):
-        await started(source)
-        listed = await store.wait_for(lambda op: op[:2] == ("listed", "JobSet"))
-        assert {f"{namespace}/shallow", f"{namespace}/deep"} <= set(listed[3]), (
-            "the deep one is kept, not unlisted"
-        )
-        applied = {op[2] for op in store.ops if op[0] == "upsert" and op[1] == "JobSet"}
-        assert "shallow" in applied and "deep" not in applied
-        assert source.bad_objects >= 1
-        assert f"JobSet {namespace}/deep: ValueError: it cannot be decoded" in source.last_bad_object
-        plane.api.request("DELETE", f"{path}/deep", decode=False)
-        plane.api.request("POST", path, _jobset(namespace, "after"), decode=False)
-        await store.wait_for(lambda op: op[:3] == ("remove", "JobSet", "deep"))
-        await store.wait_for(lambda op: op[:3] == ("upsert", "JobSet", "after"))
+    try:
+        async with running(plane) as (source, store):
+            await started(source)
+            listed = await store.wait_for(lambda op: op[:2] == ("listed", "JobSet"))
+            assert {f"{namespace}/shallow", f"{namespace}/deep"} <= set(listed[3]), "the deep one is kept"
+            applied = {op[2] for op in store.ops if op[0] == "upsert" and op[1] == "JobSet"}
+            assert "shallow" in applied and "deep" not in applied
+            assert source.bad_objects >= 1
+            assert f"JobSet {namespace}/deep: ValueError: it cannot be decoded, nested deeper" in (
+                source.last_bad_object
+            )
+            plane.api.request("DELETE", f"{path}/deep", decode=False)
+            plane.api.request("POST", path, _jobset(namespace, "after"), decode=False)
+            await store.wait_for(lambda op: op[:3] == ("remove", "JobSet", "deep"))
+            await store.wait_for(lambda op: op[:3] == ("upsert", "JobSet", "after"))
+    finally:
+        plane.api.request("DELETE", f"{path}/deep", ok=(200, 202, 404), decode=False)
