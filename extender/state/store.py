@@ -458,16 +458,22 @@ class ClusterStore:
         the comparison is against a fingerprint kept here, not against the previous object.
         """
         meta = obj.get("metadata") or {}
-        fingerprint = orjson.dumps(
-            [
-                obj.get("spec"),
-                meta.get("uid"),
-                meta.get("labels"),
-                meta.get("annotations"),
-                meta.get("ownerReferences"),
-            ],
-            option=orjson.OPT_SORT_KEYS,
-        )
+        try:
+            fingerprint = orjson.dumps(
+                [
+                    obj.get("spec"),
+                    meta.get("uid"),
+                    meta.get("labels"),
+                    meta.get("annotations"),
+                    meta.get("ownerReferences"),
+                ],
+                option=orjson.OPT_SORT_KEYS,
+            )
+        except TypeError:
+            # nested past what orjson writes (255 levels; a custom resource's preserved fields reach
+            # it), or a value JSON has no form for: every write of it is a change, as it was applied
+            self._fingerprints.pop((kind, key), None)
+            return True
         if self._fingerprints.get((kind, key)) == fingerprint:
             return False
         self._fingerprints[(kind, key)] = sized(fingerprint)

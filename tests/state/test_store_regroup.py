@@ -164,3 +164,25 @@ def test_clusters_whose_objects_share_names_and_versions_keep_their_own_trees():
         group = store.membership(rec).group
         sizes[n_rjs] = (len(group.subgroups), len(store.group_members(group.key)))
     assert sizes == {3: (6, 3), 5: (10, 5)}
+
+
+def test_a_workload_nested_past_what_the_fingerprint_writes_is_applied_whole():
+    """orjson writes 255 levels and reads 1024; a JobSet whose preserved `spec.scheduling` lies between
+    raised out of the fingerprint after the store had taken it, half applied. Now each write of it
+    counts as a change, and its pods join its gang."""
+    store = ClusterStore()
+    store.upsert(make_node("n1"))
+    deep: Any = []
+    for _ in range(400):
+        deep = [deep]
+    big = jobset("deep", 2)
+    jobs, pods = expand(big)
+    big["spec"]["scheduling"] = {"x": deep}
+    for obj in (big, *jobs, *pods):
+        store.upsert(obj)
+    keys = {store.membership(rec).group.key for rec in store.pods.values()}
+    assert len(keys) == 1 and next(iter(keys)).startswith("default/deep-"), keys  # KAI's derived name
+    assert len(store.group_members(next(iter(keys)))) == 2
+    before = store.grouping_gen
+    store.upsert(big)
+    assert store.grouping_gen == before + 1, "with no fingerprint, a write of it is a change"
