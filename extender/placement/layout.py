@@ -118,8 +118,10 @@ class ClusterArrays:
         allocatable: Sequence[int] | np.ndarray | None = None,
         labels: Mapping[str, str] | None = None,
         schedulable: bool | None = None,
-    ) -> None:
+    ) -> bool:
+        """Returns whether the row moved to another domain at some level (a label of it changed)."""
         self._require_row(row)
+        moved = False
         if allocatable is not None:
             alloc = self._as_vector(allocatable, field="allocatable")
             # Pods already counted against the node stay counted: only the difference moves.
@@ -128,9 +130,12 @@ class ClusterArrays:
         if labels is not None:
             self._labels[row] = dict(labels)
             for level in range(self.n_levels):
-                self.domains[level, row] = self._domain_of(level, labels)
+                domain = self._domain_of(level, labels)
+                moved = moved or domain != self.domains[level, row]
+                self.domains[level, row] = domain
         if schedulable is not None:
             self.schedulable[row] = bool(schedulable)
+        return moved
 
     def remove_row(self, row: int) -> None:
         self._require_row(row)

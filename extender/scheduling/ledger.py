@@ -184,6 +184,7 @@ class GangLedger:
         """Bumps when a preemption starts or ends or a no-fit is remembered: what the queue book reads
         of the ledger (victims leaving, gangs stuck) may have changed without a store change."""
         self._grouping_seen = store.grouping_gen  # the grouping the plans' members were last checked at
+        self._topology_seen = store.topology_gen  # the nodes' domains the plans were last checked at
         store.add_listener(self._on_change)
 
     # ================================================================= reads
@@ -875,6 +876,10 @@ class GangLedger:
                 for e in list(self.gangs.values()):
                     if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
                         self._discard(e, f"planned node {name} was removed or cordoned")
+            elif self._topology_seen != self.store.topology_gen:
+                self._topology_seen = self.store.topology_gen
+                for e in list(self.gangs.values()):
+                    self._discard_if_moved(e, name, row)
         elif kind in GROUPING_KINDS:
             # a status write leaves every gang as it was; only a grouping change can move a member
             moved = self._grouping_seen != self.store.grouping_gen
@@ -957,24 +962,18 @@ class GangLedger:
             # counts it as bound and keeps the others with it
             self._discard(e, f"member {pk} was bound to {node}, not its planned {planned.node}")
 
-    def _discard_if_split_by(self, e: GangEntry, pk: PodKey, pod: dict[str, Any], node: str) -> None:
-        """A member in no plan seen bound (by a killed predecessor whose release lands late, or by
-        another binder): a plan outside the domain it now pins would split the gang once released.
-        The replan counts it as bound and keeps the rest with it. A member already apart from
-        another bound one changes nothing (no replan can mend that), so its later updates never
-        churn the plan."""
+    def _apart_test(self, e: GangEntry, leaf: str | None, row: int) -> Callable[[str | None, int], bool]:
+        """Whether a member of `leaf` on `row` and another (its leaf, its row) break a required
+        constraint both sit under: the constraints of the subgroups they share, read from the other's
+        ancestry. Raises topology.TopologyError when the group's definition no longer resolves."""
         spec = e.spec
-        row = self.store.node_rows.get(node)
-        if spec is None or row is None or not e.plan:
-            return
-        gang, leaf = self._place_now(pod)
-        if gang != e.key:
-            return
+        assert spec is not None
+        arrays = self.store.arrays
+        chain = [(name, arrays.level(k)) for name, k in topology.required_chain(spec, leaf, self.store)]
+        domains = arrays.domains  # read once every level the chain names is registered
         shared: dict[str | None, list[int]] = {}  # other member's leaf -> levels it shares with `leaf`
 
         def apart(other_leaf: str | None, other_row: int) -> bool:
-            """Whether a member on `other_row` breaks a required constraint it shares with this one:
-            the constraints of the subgroups both sit under, read from the other's ancestry."""
             if other_row < 0:
                 return False
             if other_leaf not in shared:
@@ -982,15 +981,31 @@ class GangLedger:
                 shared[other_leaf] = [lvl for name, lvl in chain if name in under]
             return any(domains[lvl, row] != domains[lvl, other_row] for lvl in shared[other_leaf])
 
+        return apart
+
+    def _apart_from_bound(self, e: GangEntry, apart: Callable[[str | None, int], bool], pk: PodKey) -> bool:
+        """Whether a member bound outside the plan (not `pk`) is apart from `pk`'s row (`apart`)."""
+        return any(
+            apart(self.store.membership(rec).subgroup, rec.bound_row)
+            for rec in self.store.group_members(e.key)
+            if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
+        )
+
+    def _discard_if_split_by(self, e: GangEntry, pk: PodKey, pod: dict[str, Any], node: str) -> None:
+        """A member in no plan seen bound (by a killed predecessor whose release lands late, or by
+        another binder): a plan outside the domain it now pins would split the gang once released.
+        The replan counts it as bound and keeps the rest with it. A member already apart from
+        another bound one changes nothing (no replan can mend that), so its later updates never
+        churn the plan."""
+        row = self.store.node_rows.get(node)
+        if e.spec is None or row is None or not e.plan:
+            return
+        gang, leaf = self._place_now(pod)
+        if gang != e.key:
+            return
         try:
-            arrays = self.store.arrays
-            chain = [(name, arrays.level(k)) for name, k in topology.required_chain(spec, leaf, self.store)]
-            domains = arrays.domains  # read once every level the chain names is registered
-            if any(
-                apart(self.store.membership(rec).subgroup, rec.bound_row)
-                for rec in self.store.group_members(e.key)
-                if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
-            ):
+            apart = self._apart_test(e, leaf, row)
+            if self._apart_from_bound(e, apart, pk):
                 return
             outside = next(
                 (
@@ -1004,6 +1019,26 @@ class GangLedger:
             return  # the plan itself is undone by the group's definition changing
         if outside is not None:
             self._discard(e, f"member {pk} was bound to {node}, outside the domain of its planned {outside}")
+
+    def _discard_if_moved(self, e: GangEntry, node: str, row: int) -> None:
+        """A node some of the plan's members are planned on moved to another domain (a topology label
+        of it changed): released there, they would sit apart from the members planned or bound
+        elsewhere. The replan places them anew, with the members already bound."""
+        if e.spec is None:
+            return
+        for pk, p in e.plan.items():
+            if p.node != node or pk in e.releasing:
+                continue
+            try:
+                apart = self._apart_test(e, p.leaf, row)
+                split = self._apart_from_bound(e, apart, pk) or any(
+                    apart(o.leaf, self.store.node_rows.get(o.node, -1)) for q, o in e.plan.items() if q != pk
+                )
+            except topology.TopologyError:
+                return  # the plan itself is undone by the group's definition changing
+            if split:
+                self._discard(e, f"planned node {node} moved to another topology domain since the plan")
+                return
 
     def _left(self, e: GangEntry, pk: PodKey) -> bool:
         """Whether a planned member (not in flight) is no longer in the gang whose plan holds it."""

@@ -386,6 +386,7 @@ class ClusterStore:
         self._reserved_rows: dict[int, int] = {}  # row -> how many reservations name it
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
+        self.topology_gen = 0  # bumps when a known node moves to another domain of a level in use
         self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
         self.pods_added = 0  # bumps when a pod the store did not hold appears: a gang's quorum may exist
         self.change_gen = (
@@ -655,7 +656,8 @@ class ClusterStore:
                 if rec.bound_row < 0:
                     self._charge(rec, row)
         else:
-            self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable)
+            if self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable):
+                self.topology_gen += 1
         if any(
             t.get("effect") in ("NoSchedule", "NoExecute")
             for t in (node.get("spec") or {}).get("taints") or ()

@@ -45,7 +45,7 @@ def test_capacity_grows_past_the_initial_size_and_keeps_the_contract() -> None:
 def test_a_new_allocatable_moves_free_by_the_difference_so_bound_pods_stay_counted() -> None:
     arrays = two_racks()
     arrays.sub(0, np.array([1500, 2]))
-    arrays.update_row(0, allocatable=[3000, 8])
+    assert not arrays.update_row(0, allocatable=[3000, 8]), "no label changed: the row stays in its domains"
     assert arrays.free[0].tolist() == [1500, 6]
     arrays.add(0, np.array([1500, 2]))
     assert arrays.free[0].tolist() == [3000, 8]
@@ -54,7 +54,8 @@ def test_a_new_allocatable_moves_free_by_the_difference_so_bound_pods_stay_count
 def test_relabelling_a_row_moves_it_between_domains() -> None:
     arrays = two_racks()
     rack = arrays.level("rack")
-    arrays.update_row(1, labels={"rack": "c"}, schedulable=False)
+    assert not arrays.update_row(1, labels={"rack": "b", "team": "a"}), "a label of no level moves nothing"
+    assert arrays.update_row(1, labels={"rack": "c"}, schedulable=False), "it says the row moved"
     assert arrays.domains[rack, 1] == 2 and not arrays.schedulable[1]
 
 

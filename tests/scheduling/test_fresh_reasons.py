@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ from extender.state.store import ClusterStore
 from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
 
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
+RACK_LABEL = "topology.kubernetes.io/rack"
 GANG = "default/train"
 
 
@@ -227,6 +229,51 @@ def test_a_plan_dropped_by_the_watch_is_told_by_the_ticker():
     assert w.gang_reason() == "gang default/train: planned node n000 was removed or cordoned; replanning"
     assert w.conditions["default/train-0"] == w.gang_reason()
     assert w.conditions["default/train-1"] == w.gang_reason()  # its bind call was answered
+
+
+@pytest.mark.parametrize(
+    ("edit", "dropped"),
+    [
+        pytest.param(
+            lambda node: {**node["metadata"]["labels"], RACK_LABEL: "r01"}, True, id="moved to rack r01"
+        ),
+        pytest.param(
+            lambda node: {k: v for k, v in node["metadata"]["labels"].items() if k != RACK_LABEL},
+            True,
+            id="its rack label removed",
+        ),
+        pytest.param(
+            lambda node: {**node["metadata"]["labels"], "team": "a"}, False, id="another label added"
+        ),
+        pytest.param(lambda node: node["metadata"]["labels"], False, id="the same labels written again"),
+    ],
+)
+def test_a_plan_is_dropped_when_a_planned_node_moves_out_of_its_domain(edit, dropped):
+    """A rack gang planned on two nodes of rack r00 (one member each): a node's rack label rewritten
+    since would have its release bind the gang across two racks. The plan is dropped and replanned in
+    one rack; a label that leaves every node in its domain keeps it."""
+    w = world([*rack_cluster(), topology("dc"), make_kai_podgroup("train", min_member=2, topology=RACK)])
+    for i in range(2):
+        w.cluster.apply(gang_pod(f"train-{i}", "train", cpu="5"))
+    assert w.filter("train-0") is Verdict.PASS
+    plan = dict(w.scheduler.ledger.entry(GANG).plan)
+    nodes = sorted(p.node for p in plan.values())
+    assert len(nodes) == 2 and nodes[0] != nodes[1] and {n[:3] for n in nodes} == {"n00"}, nodes
+    node = w.store.node(nodes[-1])
+    w.cluster.apply({**node, "metadata": {**node["metadata"], "labels": edit(node)}})
+    w.settle()
+    entry = w.scheduler.ledger.entry(GANG)
+    if not dropped:
+        assert entry.plan == plan
+        return
+    assert not entry.plan
+    assert w.gang_reason() == (
+        f"gang default/train: planned node {nodes[-1]} moved to another topology domain since the plan; "
+        "replanning"
+    )
+    assert w.filter("train-0") is Verdict.PASS
+    racks = {w.store.node(p.node)["metadata"]["labels"].get(RACK_LABEL) for p in entry.plan.values()}
+    assert len(entry.plan) == 2 and len(racks) == 1 and None not in racks, entry.plan
 
 
 # ---------------------------------------------------------------------------- any interleaving

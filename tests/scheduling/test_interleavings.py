@@ -11,9 +11,10 @@ binds launched as concurrent tasks on a passed node (kube-scheduler's binding go
 the service nudged, filtered at the end of the step (a pod's update takes it out of kube-scheduler's
 unschedulable queue at once); the fake
 clock moving (barrier timeouts, backoffs); nodes gaining a new extended resource, cordoned, deleted
-or added; a filter for a pod asking for a resource no node has; pending gang members replaced by a
-new pod, now or later; API failures, outages and slow binds; restarts over the same objects.
-Across features, with a stream of draws of their own: KAI Queues (a parent with a limit over leaves
+or added, and (a stream of its own) moved to another rack or given or stripped of a picky member's
+label while plans stand; a filter for a pod asking for a resource no node has; pending gang members
+replaced by a new pod, now or later; API failures, outages and slow binds; restarts over the same
+objects. Across features, with a stream of draws of their own: KAI Queues (a parent with a limit over leaves
 with quotas, limits and weights; gangs and plain pods in them) whose limits, quotas, weights and
 parents are edited; priorities on gangs and plain pods (so gangs preempt, and queues reclaim); the
 preempt verb called as kube-scheduler calls it for a pending pod of priority above 0 that fits
@@ -40,12 +41,14 @@ the service or kube-scheduler evicts, a controller recreates a while later, once
 After every step it checks, from the API's objects and the service's public surface only:
 - a member asking for a host port is bound only after kube-scheduler called bind for it;
 - a pod is bound only to a node its nodeSelector admits (a gang member may select nodes its siblings
-  do not: planned beside them, a release would bind it where kube-scheduler never would);
+  do not: planned beside them, a release would bind it where kube-scheduler never would), judged
+  under the node's labels as the binding landed (a relabel later leaves it legitimately there);
 - a replica whose kube-scheduler does not hold the Lease writes nothing on its own (no PodGroup,
   status, event, nudge, condition or eviction reaches the API while it follows);
 - no node is over-committed (the requests of the pods bound to it fit its allocatable, and the
   store's free capacity of every live node is >= 0), a rack gang's bound members share a rack (so do
-  each subgroup's, where the subgroup gang gives each its own rack constraint and itself none), and
+  each subgroup's, where the subgroup gang gives each its own rack constraint and itself none: each
+  binding lands in the rack its bound siblings share, unless a relabel split them already), and
   an apart gang's (required anti-affinity to each other on the hostname) never share a node;
 - no reservation is left behind (each one is a pod in the store, planned in GET /debug/gangs or
   with a bind in flight);
@@ -92,8 +95,8 @@ priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no C
 tree), preempt, regroup, annex, succeed,
 delete-finished, holds (no holds, no whole-rack gang), apart (no gang whose members must be alone),
 stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica),
-picky (no member with a nodeSelector of its own) and evict-lag (an accepted eviction reaches the
-watch at once, not up to EVICTION_SEEN_S later)).
+picky (no member with a nodeSelector of its own), relabel (no node relabelled) and evict-lag (an
+accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later)).
 """
 
 from __future__ import annotations
@@ -859,6 +862,11 @@ class Driver:
         # a gang member with a nodeSelector of its own (its own stream), admitted by some nodes only:
         # kube-scheduler offers it those alone, and nothing may bind it elsewhere
         self.picky_rng = random.Random(seed * 1000003 + 29)
+        # an operator relabelling nodes (its own stream): bindings are judged where they landed
+        self.relabel_rng = random.Random(seed * 1000003 + 31)
+        self.judged: set[tuple[str, str]] = set()  # (pod, uid) of the bindings judged
+        self.unjudged: set[tuple[str, str]] = set()  # (pod, uid) bindings written across a relabel
+        self.relabels = features and "relabel" not in SKIP and self.relabel_rng.random() < 0.5
         self.picky: set[str] = set()
         if features and "picky" not in SKIP and self.picky_rng.random() < 0.4:
             node_objs = [o for o in self.objects if o.get("kind") == "Node"]
@@ -1773,6 +1781,78 @@ class Driver:
         await self.start(new)
 
     # ------------------------------------------------------------------ invariants
+    def judge_landings(self) -> None:
+        """Each binding judged once, under the labels of its node as it landed (an operator may relabel
+        the node later, and a pod bound before stays legitimately): its nodeSelector admits the node,
+        and a rack gang's member (each subgroup's, where each has a rack) sits in the rack the gang's
+        other bound members share, unless a relabel split them already (then no rack is right)."""
+        nodes, pods, bound = self.nodes(), self.pods(), self.bound()
+        landed = {(n, str(pods[n]["metadata"].get("uid", ""))) for n in bound}
+        fresh = {n for n, _ in landed - self.judged - self.unjudged}
+        self.judged = landed
+        self.unjudged = {(n, uid) for n, uid in self.unjudged if n in pods and n not in bound}
+        for name in sorted(fresh):
+            if not finished(pods[name]) and not selects(pods[name], nodes.get(bound[name])):
+                selector = pods[name]["spec"].get("nodeSelector")
+                self.fail(
+                    f"pod {name} is bound to {bound[name]}, which its nodeSelector {selector} does not admit"
+                )
+
+        def rack(n: str) -> str | None:
+            return ((nodes.get(bound[n]) or {}).get("metadata", {}).get("labels") or {}).get(RACK_LABEL)
+
+        for g in self.gangs:
+            if not (g.rack or g.sub_rack):
+                continue
+            members = [
+                n
+                for n in bound
+                if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n])
+            ]
+            if fresh.isdisjoint(members):
+                continue
+            units: dict[str | None, list[str]] = {}
+            for n in members:
+                units.setdefault(self.pod_sub.get(n) if g.sub_rack else None, []).append(n)
+            for unit, names in units.items():
+                before = {rack(n) for n in names if n not in fresh}
+                racks = {rack(n) for n in names}
+                if len(before) <= 1 and len(racks) > 1:
+                    what = f"gang {g.name}" + (f"'s subgroup {unit}" if g.sub_rack else "")
+                    self.fail(
+                        f"{what} must sit in one rack; its bound members are in {sorted(map(str, racks))}"
+                    )
+
+    def relabel(self) -> None:
+        """An operator moves a node to another rack, or gives or takes the label a picky member's
+        nodeSelector asks for. The bindings so far are judged first, under the labels they landed under;
+        the ones decided before it and not landed yet are not judged."""
+        self.judge_landings()
+        pods = self.pods()
+        # written by the API server, or asked by kube-scheduler on its own filter's word (in no plan)
+        decided = set(self.api.inflight) | (self.in_flight() - set(self.plans()))
+        self.unjudged |= {(n, str(pods[n]["metadata"].get("uid", ""))) for n in decided if n in pods}
+        nodes = self.nodes()
+        name = self.relabel_rng.choice(sorted(nodes))
+        node = copy.deepcopy(nodes[name])
+        labels = node["metadata"].setdefault("labels", {})
+        if self.picky and self.relabel_rng.random() < 0.3:
+            if labels.pop(PICKY_LABEL, None) is None:
+                labels[PICKY_LABEL] = "yes"
+            self.log(f"node {name} {'gains' if PICKY_LABEL in labels else 'loses'} label {PICKY_LABEL}")
+        else:
+            racks = sorted({o["metadata"]["labels"].get(RACK_LABEL, "") for o in nodes.values()} - {""})
+            racks = [r for r in racks if r != labels.get(RACK_LABEL)]
+            self.counter += 1
+            rack = (
+                self.relabel_rng.choice(racks)
+                if racks and self.relabel_rng.random() < 0.8
+                else f"rx{self.counter}"
+            )
+            self.log(f"node {name} relabelled from rack {labels.get(RACK_LABEL)} to {rack}")
+            labels[RACK_LABEL] = rack
+        self.apply(node)
+
     def bound(self) -> dict[str, str]:
         return {n: p["spec"]["nodeName"] for n, p in self.pods().items() if p["spec"].get("nodeName")}
 
@@ -1844,39 +1924,14 @@ class Driver:
         for node, row in store.node_rows.items():
             if (free[row] < 0).any():
                 self.fail(f"the store's free capacity of {node} is negative: {free[row].tolist()}")
-        # a pod is bound only where its nodeSelector admits it
-        for name, node in bound.items():
-            if not finished(pods[name]) and not selects(pods[name], nodes.get(node)):
-                selector = pods[name]["spec"].get("nodeSelector")
-                self.fail(f"pod {name} is bound to {node}, which its nodeSelector {selector} does not admit")
+        # where a pod landed: its nodeSelector admits the node, a rack gang's members share a rack
+        self.judge_landings()
         # a member only its own cycle vouches for (a host port) is bound only after it reached bind
         for name in sorted(self.own_cycle & set(bound)):
             if name not in self.bind_called:
                 self.fail(
                     f"{name} asks for a host port and was bound before kube-scheduler called bind for it"
                 )
-        # topology: a rack gang's bound members share one rack
-        for g in self.gangs:
-            if g.rack:
-                racks = {
-                    nodes[bound[n]]["metadata"]["labels"].get(RACK_LABEL)
-                    for n in bound
-                    if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n])
-                }
-                if len(racks) > 1:
-                    self.fail(f"gang {g.name} must sit in one rack; its bound members are in {sorted(racks)}")
-            if g.sub_rack:
-                by_sub: dict[str | None, set[str | None]] = {}
-                for n in bound:
-                    if self.pod_gang.get(n) == g.name and not finished(pods[n]) and not leaving(pods[n]):
-                        rack = nodes[bound[n]]["metadata"]["labels"].get(RACK_LABEL)
-                        by_sub.setdefault(self.pod_sub.get(n), set()).add(rack)
-                for sub, racks in by_sub.items():
-                    if len(racks) > 1:
-                        self.fail(
-                            f"gang {g.name}'s subgroup {sub} must sit in one rack; its bound members are in "
-                            f"{sorted(map(str, racks))}"
-                        )
         # anti-affinity: an apart gang's bound members each alone on their nodes
         on_node: dict[tuple[str, str], list[str]] = {}
         for n, node in bound.items():
@@ -2251,6 +2306,8 @@ class Driver:
                 self.end_graces()
             elif kind == "jobset-edit":
                 self.jobset_edit()
+            if self.relabels and self.relabel_rng.random() < 0.06:
+                self.relabel()
             if self.faults.outage and self.step >= self.faults.outage_until:
                 self.faults.outage = False
                 self.log("API outage over")
@@ -2481,8 +2538,11 @@ class Driver:
             domains = list(free) if not g.rack else None
             if g.rack:
                 running = [n for n in on if n in bound and not finished(pods[n])]
-                pinned = {nodes[bound[n]]["metadata"]["labels"][RACK_LABEL] for n in running}
-                domains = racks.get(next(iter(pinned)), []) if pinned else None
+                pinned = {nodes[bound[n]]["metadata"]["labels"].get(RACK_LABEL) for n in running}
+                # running members a relabel put in two racks: no rack can take the rest
+                domains = (
+                    (racks.get(next(iter(pinned)) or "", []) if len(pinned) == 1 else []) if pinned else None
+                )
             # unit -> how many of its pods bind together (the quorum, or each subgroup's minMember)
             units: dict[str | None, int] = dict(g.subgroups) if g.subgroups else {None: g.min_member or 1}
             said = [self.last_filter.get(n) for n in members if n not in bound][:2]
@@ -2503,7 +2563,9 @@ class Driver:
                     for n in members
                     if self.pod_sub.get(n) == unit and n in bound and not finished(pods[n])
                 }
-                return [racks.get(next(iter(pinned)), [])] if pinned else list(racks.values())
+                if len(pinned) > 1:  # a relabel split its running members: no rack can take the rest
+                    return [[]]
+                return [racks.get(next(iter(pinned)) or "", [])] if pinned else list(racks.values())
 
             if not on:
                 need = sum(units.values())
