@@ -31,7 +31,7 @@ from extender.scheduling.pooling import PoolMap
 from extender.scheduling.settling import SettlingRows
 from extender.scheduling.telling import Telling, gang_message
 from extender.scheduling.view import FilterCall, View, pod_identity
-from extender.state.store import PodRecord, is_live
+from extender.state.store import PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class Filtering:
         members = [
             planning.Member(rec, self.store.membership(rec).subgroup)
             for rec in self.store.group_members(group.key)
-            if is_live(rec.obj)
+            if rec.live
         ]
         if key not in {m.key for m in members}:
             members.append(planning.Member(PodRecord(key=key, obj=call.pod, requests=call.requests), leaf))

@@ -286,7 +286,7 @@ class GangLedger:
         that ran to completion count as bound (`ClusterStore.finished_counts`)."""
         counts = self.store.finished_counts(group)
         for rec in self.store.group_members(group.key):
-            if (rec.node_name or rec.key in self.assumed) and is_live(rec.obj):
+            if (rec.node_name or rec.key in self.assumed) and rec.live:
                 leaf = self.store.membership(rec).subgroup
                 counts[leaf] = counts.get(leaf, 0) + 1
         return counts

@@ -178,6 +178,9 @@ class Demand:
     unoffered: tuple[str, ...] = ()  # requested names no node offers
 
 
+_NONE_REFUSED: frozenset[str] = frozenset()
+
+
 def gang_demand(
     store: ClusterStore,
     ledger: GangLedger,
@@ -201,7 +204,7 @@ def gang_demand(
     excluded = ledger.excluded(group.key) if avoid_refused else {}
     me_rec = next((m.rec for m in members if m.key == me), None) if me is not None else None
     # `me`'s own terms (the store hands out one mask per set of terms: identity tells them apart)
-    mine: object = store.eligible_mask(me_rec.obj) if me_rec is not None else object()
+    mine: object = store.eligible_mask_of(me_rec) if me_rec is not None else object()
     admits: dict[int, np.ndarray | None] = {}  # id(mask) -> the mask, alive all call long
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
@@ -222,7 +225,7 @@ def gang_demand(
         placed = [(m, placed_row(store, ledger, m.rec)) for m in leaf_members]
         is_bound = [bool(m.rec.node_name or ledger.is_assumed(m.key)) for m in leaf_members]
         bound = [row for (m, row), b in zip(placed, is_bound, strict=True) if b]
-        spread_rows += [row for m, row in placed if row >= 0 and podaffinity.one_per_node(m.rec.obj)]
+        spread_rows += [row for m, row in placed if row >= 0 and store.one_per_node_of(m.rec)]
         pending = sorted(
             (
                 m
@@ -250,13 +253,14 @@ def gang_demand(
                 unoffered.update(missing)
                 hit = vectors[id(m.rec.requests)] = (vec, vec.tobytes())
             vec, raw = hit
-            spread = slot is not None and podaffinity.one_per_node(m.rec.obj)
+            spread = slot is not None and store.one_per_node_of(m.rec)
             if spread:
                 vec = vec.copy()
                 vec[slot] = 1
                 raw = vec.tobytes()
-            refused = frozenset(excluded.get(m.key, ())) if m.key != me else frozenset()
-            own = store.eligible_mask(m.rec.obj)
+            refusals = excluded.get(m.key) if m.key != me else None
+            refused = frozenset(refusals) if refusals else _NONE_REFUSED
+            own = store.eligible_mask_of(m.rec)
             if m.key == me or own is mine:
                 # `me`, and the members whose terms are its own: the nodes kube-scheduler's filters
                 # passed `me` (its cache may know of pods this one has not seen yet)
@@ -456,11 +460,11 @@ def repair(
     allowed = domain_mask(store, ledger, group, member.leaf, rows, exclude=member.key)
     if allowed is not None:
         ok &= allowed
-    if podaffinity.one_per_node(member.rec.obj):
+    if store.one_per_node_of(member.rec):
         taken = {
             placed_row(store, ledger, rec)
             for rec in store.group_members(group.key)
-            if rec.key != member.key and podaffinity.one_per_node(rec.obj)
+            if rec.key != member.key and store.one_per_node_of(rec)
         }
         ok &= np.array([int(r) not in taken for r in rows], dtype=bool)
     refused = ledger.excluded(group.key).get(member.key, set())

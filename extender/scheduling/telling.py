@@ -71,7 +71,7 @@ class Telling:
         for rec in members:
             pk = rec.key
             at_bind = pk in entry.arrived or pk in entry.releasing
-            if pk in skip or at_bind or rec.node_name or not is_live(rec.obj):
+            if pk in skip or at_bind or rec.node_name or not rec.live:
                 continue  # told by kube-scheduler (filtered now, or its bind call answered), or bound
             if self.told.stale(pk, reason):
                 self.told.told(pk, reason)

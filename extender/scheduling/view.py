@@ -21,7 +21,7 @@ from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.scheduling import preemption
 from extender.scheduling.decisions import UnknownNodesError
 from extender.scheduling.ledger import GangLedger
-from extender.state.store import ClusterStore, PodRecord, is_live
+from extender.state.store import ClusterStore, PodRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +115,7 @@ class View:
         the gang without subgroups)."""
         counts = self.store.finished_counts(spec)
         for rec in self.store.group_members(key):
-            if is_live(rec.obj):
+            if rec.live:
                 leaf = self.store.membership(rec).subgroup
                 counts[leaf] = counts.get(leaf, 0) + 1
         return counts
@@ -127,4 +127,4 @@ class View:
         if self.ledger.was_rejected(pk):
             return True
         rec = self.store.pods.get(pk)
-        return rec is not None and not rec.node_name and marked_unschedulable(rec.obj)
+        return rec is not None and not rec.node_name and marked_unschedulable({"status": rec.status})

@@ -143,6 +143,28 @@ def _template(value: dict[str, Any]) -> dict[str, Any] | None:
     return found if found == value else None
 
 
+def _may_repel(spec: dict[str, Any]) -> bool:
+    """Whether a spec may hold a required pod anti-affinity term (a part of an odd shape may: the pod
+    is then read whole, as it always was)."""
+    affinity = spec.get("affinity")
+    if not affinity:
+        return False
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else affinity
+    if not anti:
+        return False
+    return not isinstance(anti, dict) or bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SpecFacts:
+    """What the decisions read of a pod's spec alone (see ClusterStore._spec_facts)."""
+
+    cycle: str  # model.cycle.cycle_needed
+    terms: tuple[list[dict[str, Any]], Mapping[str, Any], Mapping[str, Any] | None]  # placement_terms
+    sig: bytes  # the terms in JSON: eligible_mask's key
+    anti: bool  # a required pod anti-affinity: one_per_node must read the pod's labels too
+
+
 class PodRecord:
     """One per pod: 150,000 of them. What the store keeps of a pod is compact (`keep`): the parts
     many pods have alike (the mapping's shape, labels, owner, spec, status) in shared templates,
@@ -289,6 +311,11 @@ class PodRecord:
         return (status or {}).get("phase") in ("Succeeded", "Failed")
 
     @property
+    def status(self) -> Any:
+        """The pod's status as it came (None when it has none), without building the pod."""
+        return (self._whole if self._whole is not None else self._top).get("status")
+
+    @property
     def succeeded(self) -> bool:
         status = (self._whole if self._whole is not None else self._top).get("status")
         return (status or {}).get("phase") == "Succeeded"
@@ -412,8 +439,8 @@ class ClusterStore:
         # namespace -> keys of its Jobs whose status counts succeeded pods: a gang whose namespace has
         # none is not walked member by member for its Jobs' counts (`finished_counts`)
         self._succeeded_jobs: dict[str, set[str]] = {}
-        # id(shared spec template) -> (the template, held so its id is not reused; `cycle_needed`'s answer)
-        self._cycle_by_spec: dict[int, tuple[dict[str, Any], str]] = {}
+        # id(shared spec template) -> (the template, held so its id is not reused; what is read of it)
+        self._facts_by_spec: dict[int, tuple[dict[str, Any], _SpecFacts | None]] = {}
         # what each pod's membership read (grouping kinds only, hits and misses) and who read each
         # object: a change re-derives and re-indexes its readers, no other pod
         self._reads: dict[PodKey, frozenset[tuple[Kind, str]]] = {}
@@ -702,10 +729,20 @@ class ClusterStore:
         For gang members whose own node list kube-scheduler has not sent yet. Cached per placement
         terms until a node changes; only tainted rows are examined unless the pod selects nodes.
         """
-        tolerations, selector, affinity = nodematch.placement_terms(pod)
+        return self._eligible(*nodematch.placement_terms(pod))
+
+    def _eligible(
+        self,
+        tolerations: list[dict[str, Any]],
+        selector: Mapping[str, Any],
+        affinity: Mapping[str, Any] | None,
+        *,
+        sig: bytes | None = None,
+    ) -> np.ndarray | None:
         if not selector and not affinity and not self.tainted_rows:
             return None
-        sig = orjson.dumps([tolerations, selector, affinity], option=orjson.OPT_SORT_KEYS)
+        if sig is None:
+            sig = orjson.dumps([tolerations, selector, affinity], option=orjson.OPT_SORT_KEYS)
         hit = self._eligible_cache.get(sig)
         if hit is not None and hit[0] == self.node_gen:
             return hit[1]
@@ -977,20 +1014,49 @@ class ClusterStore:
         self._finished_seen[group.key] = (self._object_gen, group, counts)
         return dict(counts)
 
-    def cycle_needed(self, rec: PodRecord) -> str:
-        """`model.cycle.cycle_needed` of the pod, worked out once per spec its workload's pods share (it
-        reads the spec alone, the node name aside): a release asks it of every member of a plan."""
+    def _spec_facts(self, rec: PodRecord) -> _SpecFacts | None:
+        """What the decisions read of the pod's spec alone (its node name aside), worked out once per
+        spec its workload's pods share: a large gang's plan and release ask it of every member. None
+        for a pod kept as it came."""
         spec = rec.spec_template()
         if spec is None:
-            return cycle_needed(rec.obj)
-        hit = self._cycle_by_spec.get(id(spec))
+            return None
+        hit = self._facts_by_spec.get(id(spec))
         if hit is not None and hit[0] is spec:
             return hit[1]
-        answer = cycle_needed({"spec": spec})
-        if len(self._cycle_by_spec) >= _REQUESTS_KEPT:
-            self._cycle_by_spec.clear()
-        self._cycle_by_spec[id(spec)] = (spec, answer)
-        return answer
+        pod = {"spec": spec}
+        terms = nodematch.placement_terms(pod)
+        try:
+            sig = orjson.dumps(list(terms), option=orjson.OPT_SORT_KEYS)
+            facts: _SpecFacts | None = _SpecFacts(
+                cycle=cycle_needed(pod), terms=terms, sig=sized(sig), anti=_may_repel(spec)
+            )
+        except (TypeError, AttributeError):
+            facts = None  # an odd shape: read from the pod, as it always was, and reported there
+        if len(self._facts_by_spec) >= _REQUESTS_KEPT:
+            self._facts_by_spec.clear()
+        self._facts_by_spec[id(spec)] = (spec, facts)
+        return facts
+
+    def cycle_needed(self, rec: PodRecord) -> str:
+        """`model.cycle.cycle_needed` of the pod, read once per spec its workload's pods share."""
+        facts = self._spec_facts(rec)
+        return facts.cycle if facts is not None else cycle_needed(rec.obj)
+
+    def eligible_mask_of(self, rec: PodRecord) -> np.ndarray | None:
+        """`eligible_mask` of the pod (the same mask object), its terms read once per shared spec."""
+        facts = self._spec_facts(rec)
+        if facts is None:
+            return self.eligible_mask(rec.obj)
+        return self._eligible(*facts.terms, sig=facts.sig)
+
+    def one_per_node_of(self, rec: PodRecord) -> bool:
+        """`podaffinity.one_per_node` of the pod; a spec its workload's pods share with no required pod
+        anti-affinity answers without building the pod."""
+        facts = self._spec_facts(rec)
+        if facts is not None and not facts.anti:
+            return False
+        return podaffinity.one_per_node(rec.obj)
 
     def _note_succeeded(self, key: str, job: dict[str, Any] | None) -> None:
         ns, slash, _ = key.partition("/")

@@ -11,6 +11,7 @@ import pytest
 
 from extender.model.cycle import cycle_needed
 from extender.model.keys import PodKey, object_key
+from extender.model.podaffinity import one_per_node
 from extender.state.projection import project
 from extender.state.store import ClusterStore, PodRecord, is_live, is_terminal
 from tests.state.test_projection import PODS, as_served, node, pod
@@ -72,6 +73,41 @@ def test_the_cycle_a_pod_needs_is_read_from_its_shared_spec_as_from_the_pod() ->
     assert "" in answers and len(answers) > 2  # pods that need their own cycle, for several reasons
     for _ in range(2):
         assert [store.cycle_needed(rec) for rec, _ in recs] == [a for _, a in recs]
+
+
+ODD_AFFINITY = [
+    pod("affinity a list", {"affinity": ["x"]}),
+    pod("anti a list", {"affinity": {"podAntiAffinity": ["x"]}}),
+    pod("anti empty", {"affinity": {"podAntiAffinity": {}}}),
+    pod("anti preferred only", {"affinity": {"podAntiAffinity": {"preferredDuringScheduling": [{}]}}}),
+]
+
+
+def _outcome(read: Any, arg: Any) -> Any:
+    try:
+        return ("answered", read(arg))
+    except Exception as exc:  # an odd pod raises where it raised before, the same way
+        return ("raised", type(exc))
+
+
+def test_what_planning_reads_of_a_member_is_read_from_its_shared_spec_as_from_the_pod() -> None:
+    """Its eligible nodes (the same mask object: planning tells terms apart by it), whether it must be
+    alone on its node, and its status, for every kept shape, twice: read once per spec template its
+    workload's pods share, they answer as the pod itself does."""
+    store = ClusterStore()
+    store.upsert(node("n1", {"taints": [{"key": "t", "effect": "NoSchedule"}]}))
+    store.upsert(node("n2"))
+    for i, obj in enumerate([*CASES, *ODD_AFFINITY, *(project(as_served(p)) for p in ODD_AFFINITY)]):
+        rec = PodRecord(key=PodKey(f"case/{i}"), obj=obj, requests={})
+        rec.keep(obj)
+        for _ in range(2):
+            mask, own = (
+                _outcome(store.eligible_mask_of, rec),
+                _outcome(store.eligible_mask, obj),
+            )
+            assert mask[0] == own[0] and (mask[1] is own[1] if mask[0] == "answered" else mask == own), obj
+            assert _outcome(store.one_per_node_of, rec) == _outcome(one_per_node, obj), obj
+            assert rec.status == obj.get("status")
 
 
 def test_pods_of_one_workload_share_all_but_their_own_fields() -> None:
