@@ -389,7 +389,7 @@ class GangDisruption:
     ) -> GangEviction | None:
         key = view.spec.key
         have, need = _total(view.healthy), view.spec.quorum_upper_bound()
-        if not whole or self._being_bound(key):
+        if not whole or self._gang_planned(key):
             self._below_since.pop(key, None)
             self.decisions[key] = f"below quorum ({have} of {need}) but never bound whole: left alone"
             return None
@@ -414,7 +414,8 @@ class GangDisruption:
         """The gang this service is evicting the pod for (a preemption or a reclaim): the ledger's."""
         return self.ledger.victim_of(pod) if self.ledger is not None else None
 
-    def _being_bound(self, key: GroupKey) -> bool:
+    def _gang_planned(self, key: GroupKey) -> bool:
+        """Whether the ledger holds a plan for the gang, or part of one being released or bound."""
         entry = self.ledger.entry(key) if self.ledger is not None else None
         return entry is not None and bool(entry.plan or entry.releasing or entry.arrived)
 
