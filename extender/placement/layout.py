@@ -131,7 +131,7 @@ class ClusterArrays:
             self._labels[row] = dict(labels)
             for level in range(self.n_levels):
                 domain = self._domain_of(level, labels)
-                moved = moved or domain != self.domains[level, row]
+                moved = moved or bool(domain != self.domains[level, row])
                 self.domains[level, row] = domain
         if schedulable is not None:
             self.schedulable[row] = bool(schedulable)

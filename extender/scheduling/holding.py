@@ -326,14 +326,20 @@ class Holding:
             priority=w.priority,
             since_s=self.ledger.clock() if since_s is None else since_s,
             domain=messages.domain_text(self.store, hold.plan) if hold.plan.domains else "",
+            row_domains=self.store.arrays.domains[:, hold.rows.astype(np.int64)].copy(),
         )
 
     def _still_valid(self, h: Held) -> bool:
-        """Every held row is still the node it was, and schedulable."""
-        names = self.store.row_names
-        return h.hold.usable(self.store.arrays) and all(
-            names.get(int(r)) == n for r, n in zip(h.hold.rows, h.nodes, strict=True)
-        )
+        """Every held row is still the node it was, schedulable, and in the domains it was in."""
+        names, arrays = self.store.row_names, self.store.arrays
+        if not h.hold.usable(arrays) or any(
+            names.get(int(r)) != n for r, n in zip(h.hold.rows, h.nodes, strict=True)
+        ):
+            return False
+        if h.row_domains is None:
+            return True
+        levels = h.row_domains.shape[0]
+        return bool((arrays.domains[:levels, h.hold.rows.astype(np.int64)] == h.row_domains).all())
 
     def _nudge_ready(self, gang: GroupKey) -> list[Effect]:
         """Bring back every parked member of a gang whose hold is ready: those the service turned away,

@@ -62,6 +62,9 @@ class Held:
     priority: int
     since_s: float  # when the gang first held
     domain: str  # "rack r3", for messages
+    row_domains: np.ndarray | None = None
+    """int32[levels, k]: each held row's domain at every level as held (arrays.domains' columns): a
+    row relabelled into another domain since leaves the hold's plan split, and the hold is chosen anew."""
 
 
 class HoldBook:

@@ -29,7 +29,7 @@ from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.scheduling import topology
 from extender.scheduling.holds import Held, HoldBook, HoldSettings
 from extender.state.repelling import Repelling
-from extender.state.store import GROUPING_KINDS, NODE, POD, ClusterStore, is_live, is_terminal
+from extender.state.store import GROUPING_KINDS, NODE, POD, ClusterStore, PodRecord, is_live, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,7 @@ class GangLedger:
         of the ledger (victims leaving, gangs stuck) may have changed without a store change."""
         self._grouping_seen = store.grouping_gen  # the grouping the plans' members were last checked at
         self._topology_seen = store.topology_gen  # the nodes' domains the plans were last checked at
+        self._node_terms_seen = store.node_terms_gen  # the nodes' labels and taints, likewise
         store.add_listener(self._on_change)
 
     # ================================================================= reads
@@ -872,14 +873,20 @@ class GangLedger:
         elif kind == NODE:
             name = str(meta.get("name", ""))
             row = self.store.node_rows.get(name)
+            # a heartbeat changes neither: only a relabel or a taint makes the plans be looked at
+            moved = self._topology_seen != self.store.topology_gen
+            relabelled = self._node_terms_seen != self.store.node_terms_gen
+            self._topology_seen, self._node_terms_seen = self.store.topology_gen, self.store.node_terms_gen
             if event == "DELETED" or row is None or not bool(self.store.arrays.schedulable[row]):
                 for e in list(self.gangs.values()):
                     if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
                         self._discard(e, f"planned node {name} was removed or cordoned")
-            elif self._topology_seen != self.store.topology_gen:
-                self._topology_seen = self.store.topology_gen
+            elif moved or relabelled:
                 for e in list(self.gangs.values()):
-                    self._discard_if_moved(e, name, row)
+                    if relabelled and e.plan:
+                        self._discard_if_unadmitted(e, name)
+                    if moved and e.plan:
+                        self._discard_if_moved(e, name, row)
         elif kind in GROUPING_KINDS:
             # a status write leaves every gang as it was; only a grouping change can move a member
             moved = self._grouping_seen != self.store.grouping_gen
@@ -985,11 +992,19 @@ class GangLedger:
 
     def _apart_from_bound(self, e: GangEntry, apart: Callable[[str | None, int], bool], pk: PodKey) -> bool:
         """Whether a member bound outside the plan (not `pk`) is apart from `pk`'s row (`apart`)."""
-        return any(
-            apart(self.store.membership(rec).subgroup, rec.bound_row)
-            for rec in self.store.group_members(e.key)
-            if rec.bound_row >= 0 and rec.key != pk and rec.key not in e.plan
-        )
+        for rec in self.store.group_members(e.key):
+            if rec.key != pk and rec.key not in e.plan:
+                row = self._bound_row(rec)
+                if row >= 0 and apart(self.store.membership(rec).subgroup, row):
+                    return True
+        return False
+
+    def _bound_row(self, rec: PodRecord) -> int:
+        """Where a member is bound: as the cache shows it, else as the API confirmed it; -1: nowhere."""
+        if rec.bound_row >= 0:
+            return rec.bound_row
+        node = self.assumed.get(rec.key)
+        return self.store.node_rows.get(node, -1) if node is not None else -1
 
     def _discard_if_split_by(self, e: GangEntry, pk: PodKey, pod: dict[str, Any], node: str) -> None:
         """A member in no plan seen bound (by a killed predecessor whose release lands late, or by
@@ -1021,16 +1036,18 @@ class GangLedger:
             self._discard(e, f"member {pk} was bound to {node}, outside the domain of its planned {outside}")
 
     def _discard_if_moved(self, e: GangEntry, node: str, row: int) -> None:
-        """A node some of the plan's members are planned on moved to another domain (a topology label
-        of it changed): released there, they would sit apart from the members planned or bound
-        elsewhere. The replan places them anew, with the members already bound."""
+        """A node moved to another domain (a topology label of it changed). Members planned on it,
+        released there, would sit apart from the members planned or bound elsewhere; members bound on
+        it (as the cache or the API has it) now pin the rest of the gang to where it moved. Either
+        way the replan places the rest anew, with the members already bound."""
         if e.spec is None:
             return
+        tests: dict[str | None, Callable[[str | None, int], bool]] = {}
         for pk, p in e.plan.items():
             if p.node != node or pk in e.releasing:
                 continue
             try:
-                apart = self._apart_test(e, p.leaf, row)
+                apart = tests.get(p.leaf) or tests.setdefault(p.leaf, self._apart_test(e, p.leaf, row))
                 split = self._apart_from_bound(e, apart, pk) or any(
                     apart(o.leaf, self.store.node_rows.get(o.node, -1)) for q, o in e.plan.items() if q != pk
                 )
@@ -1038,6 +1055,25 @@ class GangLedger:
                 return  # the plan itself is undone by the group's definition changing
             if split:
                 self._discard(e, f"planned node {node} moved to another topology domain since the plan")
+                return
+        for rec in self.store.group_members(e.key):
+            if not e.plan:
+                return
+            if rec.key not in e.plan and self._bound_row(rec) == row:
+                self._discard_if_split_by(e, rec.key, rec.obj, node)
+
+    def _discard_if_unadmitted(self, e: GangEntry, node: str) -> None:
+        """A node's labels or taints changed: a member planned on it that its selector, affinity or
+        tolerations no longer admit there would be bound where kube-scheduler never would bind it
+        (at its arrival, or at a release that binds it without its own cycle)."""
+        for pk, p in e.plan.items():
+            if p.node != node or pk in e.releasing:
+                continue
+            rec = self.store.pods.get(pk)
+            if rec is not None and not self._admits(rec.obj, node):
+                self._discard(
+                    e, f"planned node {node} no longer admits member {pk} (its labels or taints changed)"
+                )
                 return
 
     def _left(self, e: GangEntry, pk: PodKey) -> bool:

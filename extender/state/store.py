@@ -143,6 +143,10 @@ def _template(value: dict[str, Any]) -> dict[str, Any] | None:
     return found if found == value else None
 
 
+def _taints(node: dict[str, Any] | None) -> Any:
+    return ((node or {}).get("spec") or {}).get("taints")
+
+
 def _may_repel(spec: dict[str, Any]) -> bool:
     """Whether a spec may hold a required pod anti-affinity term (a part of an odd shape may: the pod
     is then read whole, as it always was)."""
@@ -414,6 +418,7 @@ class ClusterStore:
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
         self.topology_gen = 0  # bumps when a known node moves to another domain of a level in use
+        self.node_terms_gen = 0  # bumps when a known node's labels or taints change: whom it admits
         self.release_gen = 0  # bumps whenever capacity may have grown: a "does not fit" may be stale
         self.pods_added = 0  # bumps when a pod the store did not hold appears: a gang's quorum may exist
         self.change_gen = (
@@ -683,6 +688,8 @@ class ClusterStore:
                 if rec.bound_row < 0:
                     self._charge(rec, row)
         else:
+            if dict(self.arrays.row_labels(row)) != labels or _taints(old) != _taints(node):
+                self.node_terms_gen += 1
             if self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable):
                 self.topology_gen += 1
         if any(

@@ -28,6 +28,7 @@ from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
 
 RACK = {"topology": "dc", "requiredTopologyLevel": "rack"}
 RACK_LABEL = "topology.kubernetes.io/rack"
+PICKY = "picky.example.com/admits"
 GANG = "default/train"
 
 
@@ -274,6 +275,95 @@ def test_a_plan_is_dropped_when_a_planned_node_moves_out_of_its_domain(edit, dro
     assert w.filter("train-0") is Verdict.PASS
     racks = {w.store.node(p.node)["metadata"]["labels"].get(RACK_LABEL) for p in entry.plan.values()}
     assert len(entry.plan) == 2 and len(racks) == 1 and None not in racks, entry.plan
+
+
+def _relabel(w: World, name: str, **labels: str | None) -> None:
+    node = w.store.node(name)
+    now = {**node["metadata"]["labels"], **labels}
+    w.cluster.apply({**node, "metadata": {**node["metadata"], "labels": {k: v for k, v in now.items() if v}}})
+    w.settle()
+
+
+def _half_released(w: World, *, watch_shows_it: bool) -> tuple[str, str]:
+    """A rack gang of two planned on two nodes of rack r00; its release binds train-0 (the watch showing
+    it, or not yet) and the API refuses train-1, which stays planned. Their nodes."""
+    w.cluster.apply(topology("dc"))
+    for i in range(2):
+        w.cluster.apply(gang_pod(f"train-{i}", "train", cpu="5"))
+    assert w.filter("train-0") is Verdict.PASS
+    plan = w.scheduler.ledger.entry(GANG).plan
+    a, b = plan["default/train-0"].node, plan["default/train-1"].node
+    for name, node in (("train-0", a), ("train-1", b)):
+        bind = w.scheduler.bind(namespace="default", name=name, uid=w.pod(name)["metadata"]["uid"], node=node)
+        if bind.verdict is BindVerdict.RELEASE:
+            break
+    assert bind.verdict is BindVerdict.RELEASE
+    if watch_shows_it:
+        pod = w.pod("train-0")
+        w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": a}})
+    w.scheduler.release_done(bind.gang, {"default/train-0": "", "default/train-1": "conflict: try again"})
+    assert list(w.scheduler.ledger.entry(GANG).plan) == ["default/train-1"]
+    return a, b
+
+
+@pytest.mark.parametrize("watch_shows_it", [True, False], ids=["bound", "bound by the API, unseen"])
+@pytest.mark.parametrize("moved", ["the bound member's", "the planned member's"])
+def test_a_plan_is_dropped_when_a_bound_members_domain_and_its_own_part(watch_shows_it, moved):
+    """Half of a rack gang bound, the rest planned beside it: a relabel that puts the bound member's
+    node, or the planned member's, in another rack drops the plan, whether the cache shows the bound
+    member or only the API confirmed it; the replan joins the bound member where it now is."""
+    w = world([*rack_cluster(), make_kai_podgroup("train", min_member=2, topology=RACK)])
+    a, b = _half_released(w, watch_shows_it=watch_shows_it)
+    _relabel(w, a if moved == "the bound member's" else b, **{RACK_LABEL: "r01"})
+    assert not w.scheduler.ledger.entry(GANG).plan, w.gang_reason()
+    if not watch_shows_it:
+        pod = w.pod("train-0")  # the watch catches up
+        w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeName": a}})
+    decision = w.scheduler.filter(w.pod("train-1"), sorted(w.store.node_rows))
+    assert decision.verdict is Verdict.PASS, decision.reason
+    racks = {w.store.node(n)["metadata"]["labels"][RACK_LABEL] for n in (a, *decision.passed)}
+    assert len(racks) == 1, (a, decision.passed, racks)
+
+
+@pytest.mark.parametrize(
+    ("edit", "dropped"),
+    [
+        pytest.param({"labels": {PICKY: None}}, True, id="the label its selector asks for removed"),
+        pytest.param({"taints": [{"key": "t", "effect": "NoSchedule"}]}, True, id="tainted"),
+        pytest.param({"labels": {"team": "a"}}, False, id="another label added"),
+    ],
+)
+def test_a_plan_is_dropped_when_a_planned_node_no_longer_admits_its_member(edit, dropped):
+    """train-0 selects nodes by a label and waits at bind on its planned node; that node loses the label
+    (or takes a taint it does not tolerate) before the barrier completes. Released there, it would run
+    where kube-scheduler would never bind it: the plan is dropped with the reason instead."""
+    nodes = rack_cluster()
+    for n in nodes:
+        n["metadata"]["labels"][PICKY] = "yes"
+    w = world([*nodes, make_kai_podgroup("train", min_member=2)])
+    picky = gang_pod("train-0", "train", cpu="5")
+    picky["spec"]["nodeSelector"] = {PICKY: "yes"}
+    w.cluster.apply(picky)
+    w.cluster.apply(gang_pod("train-1", "train", cpu="5"))
+    assert w.filter("train-0") is Verdict.PASS
+    at = w.scheduler.ledger.entry(GANG).plan["default/train-0"].node
+    uid = w.pod("train-0")["metadata"]["uid"]
+    assert w.scheduler.bind(namespace="default", name="train-0", uid=uid, node=at).verdict is BindVerdict.WAIT
+    if "labels" in edit:
+        _relabel(w, at, **edit["labels"])
+    else:
+        node = w.store.node(at)
+        w.cluster.apply({**node, "spec": {**node.get("spec", {}), "taints": edit["taints"]}})
+        w.settle()
+    entry = w.scheduler.ledger.entry(GANG)
+    if not dropped:
+        assert "default/train-0" in entry.arrived and entry.plan["default/train-0"].node == at
+        return
+    assert not entry.plan
+    assert w.gang_reason() == (
+        f"gang default/train: planned node {at} no longer admits member default/train-0 (its labels or "
+        "taints changed); replanning"
+    )
 
 
 # ---------------------------------------------------------------------------- any interleaving

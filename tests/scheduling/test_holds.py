@@ -118,6 +118,30 @@ def test_a_large_gang_holds_the_least_used_rack_others_go_around_it_and_it_start
     assert [h.gang for h in w.scheduler.ledger.holds.all()] == ["default/c"]  # the next in line holds
 
 
+def test_a_hold_split_by_a_relabel_is_chosen_again_in_one_rack() -> None:
+    """A rack gang holds a whole rack; an operator moves one of the held nodes to the other rack. The
+    hold would span two racks, where the gang can never start (it was ready and nudged forever, in a
+    randomized run): the next pass chooses it again, in the one rack that can take it once drained
+    (the other has three nodes left)."""
+    w = HoldWorld([])
+    fill(w)
+    big = w.rack_gang("big", 4, "8")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    held = w.scheduler.ledger.holds.of("default/big")
+    assert held is not None and len({w.node_rack(n) for n in held.nodes}) == 1
+    moved = held.nodes[0]
+    other = next(r for r in ("r00", "r01") if r != w.node_rack(moved))
+    node = w.cluster.get("", "Node", None, moved)
+    labels = {**node["metadata"]["labels"], "topology.kubernetes.io/rack": other}
+    w.cluster.apply({**node, "metadata": {**node["metadata"], "labels": labels}})
+    w.scheduler.ledger.clock.now += 2  # type: ignore[attr-defined]  # the pass is due
+    w.tick()
+    again = w.scheduler.ledger.holds.of("default/big")
+    assert again is not None and again.nodes != held.nodes
+    assert {w.node_rack(n) for n in again.nodes} == {other}, again.nodes
+
+
 def test_a_gang_whose_members_must_be_alone_holds_a_node_for_each_and_starts_one_per_node() -> None:
     """Four members of 2 cpu, one per node, in one rack: the rack of a has room for each but on three
     nodes only; b's has one free node. Held one node each in a's rack (the least used); a small gang

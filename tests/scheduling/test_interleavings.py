@@ -208,10 +208,15 @@ def finished(pod: dict) -> bool:
 
 
 def selects(pod: dict, node: dict | None) -> bool:
-    """Whether the pod's nodeSelector admits `node` (a node that is gone: only a pod selecting none)."""
+    """Whether the pod's nodeSelector admits `node` (a node that is gone: only a pod selecting none) and
+    the pod tolerates its NoSchedule taints (no pod here tolerates any)."""
     selector = pod["spec"].get("nodeSelector") or {}
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
+    return all(labels.get(k) == v for k, v in selector.items()) and not tainted(node)
+
+
+def tainted(node: dict | None) -> bool:
+    return any(t.get("effect") == "NoSchedule" for t in ((node or {}).get("spec") or {}).get("taints") or ())
 
 
 def leaving(pod: dict) -> bool:
@@ -1089,7 +1094,11 @@ class Driver:
         return {n["metadata"]["name"]: n for n in self.cluster.list("", "Node")}
 
     def schedulable(self) -> list[str]:
-        return sorted(n for n, obj in self.nodes().items() if not obj["spec"].get("unschedulable"))
+        """The nodes kube-scheduler may place a pod on: neither cordoned nor tainted (no pod here
+        tolerates a taint)."""
+        return sorted(
+            n for n, obj in self.nodes().items() if not obj["spec"].get("unschedulable") and not tainted(obj)
+        )
 
     def with_room(self, name: str, *, in_flight: bool = True) -> list[str]:
         """Schedulable nodes with room for the pod as kube-scheduler counts it (NodeResourcesFit):
@@ -1790,7 +1799,9 @@ class Driver:
         landed = {(n, str(pods[n]["metadata"].get("uid", ""))) for n in bound}
         fresh = {n for n, _ in landed - self.judged - self.unjudged}
         self.judged = landed
-        self.unjudged = {(n, uid) for n, uid in self.unjudged if n in pods and n not in bound}
+        # an exemption lasts while the bind decided before the relabel does: a later one is judged
+        flying = self.unlanded()
+        self.unjudged = {(n, uid) for n, uid in self.unjudged if n in flying and n not in bound}
         for name in sorted(fresh):
             if not finished(pods[name]) and not selects(pods[name], nodes.get(bound[name])):
                 selector = pods[name]["spec"].get("nodeSelector")
@@ -1817,26 +1828,44 @@ class Driver:
             for unit, names in units.items():
                 before = {rack(n) for n in names if n not in fresh}
                 racks = {rack(n) for n in names}
-                if len(before) <= 1 and len(racks) > 1:
+                # split by a relabel already: a landing may join either part, never a third rack
+                if not racks <= before if len(before) > 1 else len(racks) > 1:
                     what = f"gang {g.name}" + (f"'s subgroup {unit}" if g.sub_rack else "")
                     self.fail(
                         f"{what} must sit in one rack; its bound members are in {sorted(map(str, racks))}"
                     )
 
+    def unlanded(self) -> set[str]:
+        """The pods whose binding is decided and not landed: written by the API server, released by the
+        service, or asked by kube-scheduler on its own filter's word (in no plan: a member waiting at
+        the barrier is decided at the release). The ledger's plans as they stand, not the last check's."""
+        ledger = self.svc.scheduler.ledger
+        releasing = {pk.split("/", 1)[1] for e in ledger.gangs.values() for pk in e.releasing}
+        waiting = {pk.split("/", 1)[1] for e in ledger.gangs.values() for pk in e.plan} - releasing
+        return set(self.api.inflight) | releasing | (self.in_flight() - waiting)
+
     def relabel(self) -> None:
-        """An operator moves a node to another rack, or gives or takes the label a picky member's
-        nodeSelector asks for. The bindings so far are judged first, under the labels they landed under;
-        the ones decided before it and not landed yet are not judged."""
+        """An operator moves a node to another rack, gives or takes the label a picky member's
+        nodeSelector asks for, or taints a node NoSchedule or untaints it. The bindings so far are
+        judged first, under the labels they landed under; the ones decided before it and not landed
+        yet are not judged while that bind lasts."""
         self.judge_landings()
         pods = self.pods()
-        # written by the API server, or asked by kube-scheduler on its own filter's word (in no plan)
-        decided = set(self.api.inflight) | (self.in_flight() - set(self.plans()))
+        decided = self.unlanded()
         self.unjudged |= {(n, str(pods[n]["metadata"].get("uid", ""))) for n in decided if n in pods}
         nodes = self.nodes()
         name = self.relabel_rng.choice(sorted(nodes))
         node = copy.deepcopy(nodes[name])
         labels = node["metadata"].setdefault("labels", {})
-        if self.picky and self.relabel_rng.random() < 0.3:
+        draw = self.relabel_rng.random()
+        if draw < 0.25:
+            taints = node["spec"].setdefault("taints", [])
+            if taints:
+                taints.clear()
+            else:
+                taints.append({"key": "dedicated", "value": "other-team", "effect": "NoSchedule"})
+            self.log(f"node {name} {'tainted NoSchedule' if taints else 'untainted'}")
+        elif self.picky and draw < 0.5:
             if labels.pop(PICKY_LABEL, None) is None:
                 labels[PICKY_LABEL] = "yes"
             self.log(f"node {name} {'gains' if PICKY_LABEL in labels else 'loses'} label {PICKY_LABEL}")

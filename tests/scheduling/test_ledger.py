@@ -237,7 +237,8 @@ def test_a_member_a_bound_pods_anti_affinity_selects_waits_for_its_own_cycle(bou
 def test_a_member_whose_planned_node_no_longer_admits_it_waits_for_its_own_cycle(change):
     """The plan was made where the member's selector and tolerations admitted it; the node's labels or
     taints changed since. Released without its own cycle it would be bound where kube-scheduler's
-    NodeAffinity or TaintToleration would refuse it (and the kubelet rejects it)."""
+    NodeAffinity or TaintToleration would refuse it (and the kubelet rejects it): the plan is dropped
+    when the node changes, with the reason, and nothing is released."""
     store, _, clock, spec = setup()
     picky = copy.deepcopy(store.pods["default/train-2"].obj)
     picky["spec"]["nodeSelector"] = {"pool": "a"}
@@ -253,8 +254,12 @@ def test_a_member_whose_planned_node_no_longer_admits_it_waits_for_its_own_cycle
     else:
         node["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
     store.upsert(node)
-    assert ledger.arrive("default/train-0", "n0", "u0")[0] is Arrival.WAIT
-    assert ledger.arrive("default/train-1", "n0", "u1")[0] is Arrival.WAIT
+    entry = ledger.entry(GANG)
+    assert entry is not None and not entry.plan
+    assert entry.last_reason == (
+        "planned node n1 no longer admits member default/train-2 (its labels or taints changed); replanning"
+    )
+    assert ledger.arrive("default/train-0", "n0", "u0")[0] is not Arrival.RELEASE
     assert not ledger.is_releasing("default/train-2")
 
 
