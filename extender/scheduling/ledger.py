@@ -459,15 +459,15 @@ class GangLedger:
                 if rec is None or not is_live(rec.obj):
                     return False
                 if (self._repelling is not None and self._repelling.against(rec.obj)) or not self._admits(
-                    rec.obj, planned.node
+                    rec, planned.node
                 ):
                     e.own_cycle |= {pk}
                     return False
         return True
 
-    def _admits(self, pod: dict[str, Any], node: str) -> bool:
+    def _admits(self, rec: PodRecord, node: str) -> bool:
         row = self.store.node_rows.get(node)
-        admits = self.store.eligible_mask(pod)
+        admits = self.store.eligible_mask_of(rec)
         return row is not None and (admits is None or bool(admits[row]))
 
     def _cycle_needed(self, pk: PodKey) -> bool:
@@ -881,7 +881,8 @@ class GangLedger:
                 for e in list(self.gangs.values()):
                     if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
                         self._discard(e, f"planned node {name} was removed or cordoned")
-            elif moved or relabelled:
+            if event != "DELETED" and row is not None and (moved or relabelled):
+                # a cordoned node still runs its members: where it moves, they pin the rest
                 for e in list(self.gangs.values()):
                     if relabelled and e.plan:
                         self._discard_if_unadmitted(e, name)
@@ -969,14 +970,19 @@ class GangLedger:
             # counts it as bound and keeps the others with it
             self._discard(e, f"member {pk} was bound to {node}, not its planned {planned.node}")
 
-    def _apart_test(self, e: GangEntry, leaf: str | None, row: int) -> Callable[[str | None, int], bool]:
+    def _apart_test(
+        self, e: GangEntry, leaf: str | None, row: int
+    ) -> Callable[[str | None, int], bool] | None:
         """Whether a member of `leaf` on `row` and another (its leaf, its row) break a required
         constraint both sit under: the constraints of the subgroups they share, read from the other's
-        ancestry. Raises topology.TopologyError when the group's definition no longer resolves."""
+        ancestry. None: `leaf` sits under no required constraint, so nothing is apart from it. Raises
+        topology.TopologyError when the group's definition no longer resolves."""
         spec = e.spec
         assert spec is not None
         arrays = self.store.arrays
         chain = [(name, arrays.level(k)) for name, k in topology.required_chain(spec, leaf, self.store)]
+        if not chain:
+            return None
         domains = arrays.domains  # read once every level the chain names is registered
         shared: dict[str | None, list[int]] = {}  # other member's leaf -> levels it shares with `leaf`
 
@@ -1020,7 +1026,7 @@ class GangLedger:
             return
         try:
             apart = self._apart_test(e, leaf, row)
-            if self._apart_from_bound(e, apart, pk):
+            if apart is None or self._apart_from_bound(e, apart, pk):
                 return
             outside = next(
                 (
@@ -1039,28 +1045,31 @@ class GangLedger:
         """A node moved to another domain (a topology label of it changed). Members planned on it,
         released there, would sit apart from the members planned or bound elsewhere; members bound on
         it (as the cache or the API has it) now pin the rest of the gang to where it moved. Either
-        way the replan places the rest anew, with the members already bound."""
+        way the replan places the rest anew, with the members already bound. Looked at once per
+        subgroup on the node, not per member: they all sit on the one row."""
         if e.spec is None:
             return
-        tests: dict[str | None, Callable[[str | None, int], bool]] = {}
-        for pk, p in e.plan.items():
-            if p.node != node or pk in e.releasing:
-                continue
+        planned_leaves = {p.leaf: pk for pk, p in e.plan.items() if p.node == node and pk not in e.releasing}
+        for leaf, pk in planned_leaves.items():
             try:
-                apart = tests.get(p.leaf) or tests.setdefault(p.leaf, self._apart_test(e, p.leaf, row))
-                split = self._apart_from_bound(e, apart, pk) or any(
-                    apart(o.leaf, self.store.node_rows.get(o.node, -1)) for q, o in e.plan.items() if q != pk
+                apart = self._apart_test(e, leaf, row)
+                split = apart is not None and (
+                    self._apart_from_bound(e, apart, pk)
+                    or any(apart(o.leaf, self.store.node_rows.get(o.node, -1)) for o in e.plan.values())
                 )
             except topology.TopologyError:
                 return  # the plan itself is undone by the group's definition changing
             if split:
                 self._discard(e, f"planned node {node} moved to another topology domain since the plan")
                 return
+        bound_leaves: dict[str | None, PodRecord] = {}
         for rec in self.store.group_members(e.key):
+            if rec.key not in e.plan and self._bound_row(rec) == row:
+                bound_leaves.setdefault(self.store.membership(rec).subgroup, rec)
+        for rec in bound_leaves.values():
             if not e.plan:
                 return
-            if rec.key not in e.plan and self._bound_row(rec) == row:
-                self._discard_if_split_by(e, rec.key, rec.obj, node)
+            self._discard_if_split_by(e, rec.key, rec.obj, node)
 
     def _discard_if_unadmitted(self, e: GangEntry, node: str) -> None:
         """A node's labels or taints changed: a member planned on it that its selector, affinity or
@@ -1070,7 +1079,7 @@ class GangLedger:
             if p.node != node or pk in e.releasing:
                 continue
             rec = self.store.pods.get(pk)
-            if rec is not None and not self._admits(rec.obj, node):
+            if rec is not None and not self._admits(rec, node):
                 self._discard(
                     e, f"planned node {node} no longer admits member {pk} (its labels or taints changed)"
                 )

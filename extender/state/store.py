@@ -143,6 +143,10 @@ def _template(value: dict[str, Any]) -> dict[str, Any] | None:
     return found if found == value else None
 
 
+def _labels(node: dict[str, Any] | None) -> Any:
+    return ((node or {}).get("metadata") or {}).get("labels")
+
+
 def _taints(node: dict[str, Any] | None) -> Any:
     return ((node or {}).get("spec") or {}).get("taints")
 
@@ -688,7 +692,7 @@ class ClusterStore:
                 if rec.bound_row < 0:
                     self._charge(rec, row)
         else:
-            if dict(self.arrays.row_labels(row)) != labels or _taints(old) != _taints(node):
+            if _labels(old) != _labels(node) or _taints(old) != _taints(node):
                 self.node_terms_gen += 1
             if self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable):
                 self.topology_gen += 1
@@ -1032,8 +1036,8 @@ class ClusterStore:
         if hit is not None and hit[0] is spec:
             return hit[1]
         pod = {"spec": spec}
-        terms = nodematch.placement_terms(pod)
         try:
+            terms = nodematch.placement_terms(pod)
             sig = orjson.dumps(list(terms), option=orjson.OPT_SORT_KEYS)
             facts: _SpecFacts | None = _SpecFacts(
                 cycle=cycle_needed(pod), terms=terms, sig=sized(sig), anti=_may_repel(spec)

@@ -325,6 +325,19 @@ def test_a_plan_is_dropped_when_a_bound_members_domain_and_its_own_part(watch_sh
     assert len(racks) == 1, (a, decision.passed, racks)
 
 
+def test_a_cordoned_node_that_moves_still_pins_the_members_bound_on_it():
+    """Cordoning unbinds nothing: the member bound on a cordoned node still pins its gang's rack, so
+    when that node moves to another rack the rest of the plan is dropped as for any node."""
+    w = world([*rack_cluster(), make_kai_podgroup("train", min_member=2, topology=RACK)])
+    a, _ = _half_released(w, watch_shows_it=True)
+    node = w.store.node(a)
+    w.cluster.apply({**node, "spec": {**node.get("spec", {}), "unschedulable": True}})
+    w.settle()
+    assert list(w.scheduler.ledger.entry(GANG).plan) == ["default/train-1"]
+    _relabel(w, a, **{RACK_LABEL: "r01"})
+    assert not w.scheduler.ledger.entry(GANG).plan, w.gang_reason()
+
+
 @pytest.mark.parametrize(
     ("edit", "dropped"),
     [

@@ -1800,7 +1800,7 @@ class Driver:
         fresh = {n for n, _ in landed - self.judged - self.unjudged}
         self.judged = landed
         # an exemption lasts while the bind decided before the relabel does: a later one is judged
-        flying = self.unlanded()
+        flying = set(self.unlanded())
         self.unjudged = {(n, uid) for n, uid in self.unjudged if n in flying and n not in bound}
         for name in sorted(fresh):
             if not finished(pods[name]) and not selects(pods[name], nodes.get(bound[name])):
@@ -1835,40 +1835,50 @@ class Driver:
                         f"{what} must sit in one rack; its bound members are in {sorted(map(str, racks))}"
                     )
 
-    def unlanded(self) -> set[str]:
-        """The pods whose binding is decided and not landed: written by the API server, released by the
-        service, or asked by kube-scheduler on its own filter's word (in no plan: a member waiting at
-        the barrier is decided at the release). The ledger's plans as they stand, not the last check's."""
+    def unlanded(self) -> dict[str, str | None]:
+        """The pods whose binding is decided and not landed, each with the node it goes to (None: not
+        known here, a dead process's write): written by the API server, released by the service, or
+        asked by kube-scheduler on its own filter's word (in no plan: a member waiting at the barrier
+        is decided at the release). The ledger's plans as they stand, not the last check's."""
         ledger = self.svc.scheduler.ledger
-        releasing = {pk.split("/", 1)[1] for e in ledger.gangs.values() for pk in e.releasing}
-        waiting = {pk.split("/", 1)[1] for e in ledger.gangs.values() for pk in e.plan} - releasing
-        return set(self.api.inflight) | releasing | (self.in_flight() - waiting)
+        out: dict[str, str | None] = {}
+        waiting: set[str] = set()
+        for e in ledger.gangs.values():
+            for pk, p in e.plan.items():
+                if pk in e.releasing:
+                    out[pk.split("/", 1)[1]] = p.node
+                else:
+                    waiting.add(pk.split("/", 1)[1])
+        for b in self.binds:
+            if not b.task.done() and b.pod not in waiting:
+                out.setdefault(b.pod, b.node)
+        for n in self.api.inflight:
+            out.setdefault(n, None)
+        return out
 
     def relabel(self) -> None:
         """An operator moves a node to another rack, gives or takes the label a picky member's
         nodeSelector asks for, or taints a node NoSchedule or untaints it. The bindings so far are
-        judged first, under the labels they landed under; the ones decided before it and not landed
-        yet are not judged while that bind lasts."""
-        self.judge_landings()
-        pods = self.pods()
-        decided = self.unlanded()
-        self.unjudged |= {(n, str(pods[n]["metadata"].get("uid", ""))) for n in decided if n in pods}
+        judged first, under the labels they landed under. The bindings decided before it and not
+        landed yet are not judged while that bind lasts, when the relabel bears on them: those to the
+        node, and for a rack move those of gangs with a member on it or going there."""
         nodes = self.nodes()
         name = self.relabel_rng.choice(sorted(nodes))
         node = copy.deepcopy(nodes[name])
         labels = node["metadata"].setdefault("labels", {})
         draw = self.relabel_rng.random()
+        rack_move = False
         if draw < 0.25:
             taints = node["spec"].setdefault("taints", [])
             if taints:
                 taints.clear()
             else:
                 taints.append({"key": "dedicated", "value": "other-team", "effect": "NoSchedule"})
-            self.log(f"node {name} {'tainted NoSchedule' if taints else 'untainted'}")
+            what = f"node {name} {'tainted NoSchedule' if taints else 'untainted'}"
         elif self.picky and draw < 0.5:
             if labels.pop(PICKY_LABEL, None) is None:
                 labels[PICKY_LABEL] = "yes"
-            self.log(f"node {name} {'gains' if PICKY_LABEL in labels else 'loses'} label {PICKY_LABEL}")
+            what = f"node {name} {'gains' if PICKY_LABEL in labels else 'loses'} label {PICKY_LABEL}"
         else:
             racks = sorted({o["metadata"]["labels"].get(RACK_LABEL, "") for o in nodes.values()} - {""})
             racks = [r for r in racks if r != labels.get(RACK_LABEL)]
@@ -1878,8 +1888,17 @@ class Driver:
                 if racks and self.relabel_rng.random() < 0.8
                 else f"rx{self.counter}"
             )
-            self.log(f"node {name} relabelled from rack {labels.get(RACK_LABEL)} to {rack}")
+            what = f"node {name} relabelled from rack {labels.get(RACK_LABEL)} to {rack}"
             labels[RACK_LABEL] = rack
+            rack_move = True
+        self.judge_landings()
+        pods, decided = self.pods(), self.unlanded()
+        there = {n for n, p in pods.items() if p["spec"].get("nodeName") == name}
+        there |= {n for n, to in decided.items() if to == name}
+        gangs = {self.pod_gang[n] for n in there if n in self.pod_gang} if rack_move else set()
+        exempt = {n for n, to in decided.items() if to in (name, None) or self.pod_gang.get(n) in gangs}
+        self.unjudged |= {(n, str(pods[n]["metadata"].get("uid", ""))) for n in exempt if n in pods}
+        self.log(what)
         self.apply(node)
 
     def bound(self) -> dict[str, str]:

@@ -80,6 +80,8 @@ ODD_AFFINITY = [
     pod("anti a list", {"affinity": {"podAntiAffinity": ["x"]}}),
     pod("anti empty", {"affinity": {"podAntiAffinity": {}}}),
     pod("anti preferred only", {"affinity": {"podAntiAffinity": {"preferredDuringScheduling": [{}]}}}),
+    pod("tolerations a number", {"tolerations": 5}),
+    pod("node affinity a string", {"affinity": {"nodeAffinity": "x"}}),
 ]
 
 
@@ -108,6 +110,7 @@ def test_what_planning_reads_of_a_member_is_read_from_its_shared_spec_as_from_th
             assert mask[0] == own[0] and (mask[1] is own[1] if mask[0] == "answered" else mask == own), obj
             assert _outcome(store.one_per_node_of, rec) == _outcome(one_per_node, obj), obj
             assert rec.status == obj.get("status")
+            assert _outcome(store.cycle_needed, rec) == _outcome(cycle_needed, obj), obj
 
 
 def test_pods_of_one_workload_share_all_but_their_own_fields() -> None:
