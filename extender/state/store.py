@@ -315,8 +315,7 @@ class PodRecord:
     @property
     def terminal(self) -> bool:
         """is_terminal(obj), without building it."""
-        status = (self._whole if self._whole is not None else self._top).get("status")
-        return (status or {}).get("phase") in ("Succeeded", "Failed")
+        return (self.status or {}).get("phase") in ("Succeeded", "Failed")
 
     @property
     def status(self) -> Any:
@@ -325,8 +324,7 @@ class PodRecord:
 
     @property
     def succeeded(self) -> bool:
-        status = (self._whole if self._whole is not None else self._top).get("status")
-        return (status or {}).get("phase") == "Succeeded"
+        return (self.status or {}).get("phase") == "Succeeded"
 
     def spec_template(self) -> dict[str, Any] | None:
         """The spec it shares with the pods that have it alike (its node name aside); None when it is
@@ -696,10 +694,7 @@ class ClusterStore:
                 self.node_terms_gen += 1
             if self.arrays.update_row(row, allocatable=alloc, labels=labels, schedulable=schedulable):
                 self.topology_gen += 1
-        if any(
-            t.get("effect") in ("NoSchedule", "NoExecute")
-            for t in (node.get("spec") or {}).get("taints") or ()
-        ):
+        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in _taints(node) or ()):
             self.tainted_rows.add(row)
         else:
             self.tainted_rows.discard(row)
