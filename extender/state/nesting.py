@@ -38,9 +38,9 @@ class Unreadable:
 
 
 class _Scan:
-    """The structure of one JSON text: for each byte, whether it lies inside a string and the depth of
-    objects and arrays after it. Assumes the text is valid JSON (orjson said where it is not, and only
-    its depth is in question): it is checked again wherever a part of it is decoded."""
+    """The structure of one JSON text: the depth of objects and arrays after each byte, and where its
+    commas and colons outside strings are. Assumes the text is valid JSON (orjson said where it is
+    not, and only its depth is in question): it is checked again wherever a part of it is decoded."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
@@ -55,8 +55,8 @@ class _Scan:
         toggles = np.zeros(n, dtype=np.int8)
         toggles[quotes[run % 2 == 0]] = 1
         # inside a string: from its opening quote up to, not with, its closing one
-        self.inside = (np.cumsum(toggles, dtype=np.int32) % 2).astype(bool)
-        outside = ~self.inside & (toggles == 0)
+        inside = (np.cumsum(toggles, dtype=np.int32) % 2).astype(bool)
+        outside = ~inside & (toggles == 0)
         opens = outside & ((buf == 0x7B) | (buf == 0x5B))
         closes = outside & ((buf == 0x7D) | (buf == 0x5D))
         self.depth = np.cumsum(opens.astype(np.int32) - closes.astype(np.int32), dtype=np.int32)
