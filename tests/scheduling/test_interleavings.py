@@ -1406,9 +1406,14 @@ class Driver:
         self.log(f"node {name} deleted")
         self.delete("Node", None, name)
 
+    @staticmethod
+    def rack_names(nodes: dict[str, dict]) -> list[str]:
+        """The racks the nodes name, sorted."""
+        return sorted({o["metadata"]["labels"].get(RACK_LABEL, "") for o in nodes.values()} - {""})
+
     def add_node(self) -> None:
         self.counter += 1
-        racks = sorted({o["metadata"]["labels"].get(RACK_LABEL, "") for o in self.nodes().values()} - {""})
+        racks = self.rack_names(self.nodes())
         rack = self.rng.choice(racks) if racks and self.rng.random() < 0.7 else f"rx{self.counter}"
         name = f"x{self.counter}"
         self.log(f"node {name} added in rack {rack}")
@@ -1880,8 +1885,7 @@ class Driver:
                 labels[PICKY_LABEL] = "yes"
             what = f"node {name} {'gains' if PICKY_LABEL in labels else 'loses'} label {PICKY_LABEL}"
         else:
-            racks = sorted({o["metadata"]["labels"].get(RACK_LABEL, "") for o in nodes.values()} - {""})
-            racks = [r for r in racks if r != labels.get(RACK_LABEL)]
+            racks = [r for r in self.rack_names(nodes) if r != labels.get(RACK_LABEL)]
             self.counter += 1
             rack = (
                 self.relabel_rng.choice(racks)
