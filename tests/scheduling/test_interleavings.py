@@ -88,7 +88,7 @@ left; every pod left pending was last told why.
 Slow API writes land at progress points the driver chooses (deterministic, unlike real sleeps),
 never later than the next clock move, so a seed replays the same way.
 Replay one seed with its step log: INTERLEAVING_SEED=17 pytest tests/scheduling/test_interleavings.py
-(INTERLEAVING_SEEDS=N runs seeds 0..N-1, INTERLEAVING_STEPS the steps per seed,
+(INTERLEAVING_SEEDS=N runs seeds 0..N-1, =A-B seeds A..B-1, INTERLEAVING_STEPS the steps per seed,
 INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resource,unknown-resource
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
@@ -158,7 +158,12 @@ must have started: its members are nudged at once, and no one else may take the 
 NO_ROOM = "(kube-scheduler's own filters passed no node; the extender was not asked)"
 
 _only = os.environ.get("INTERLEAVING_SEED")
-SEEDS = [int(_only)] if _only else list(range(int(os.environ.get("INTERLEAVING_SEEDS", "40"))))
+_span = os.environ.get("INTERLEAVING_SEEDS", "40").partition("-")  # "N" or "FROM-TO"
+SEEDS = (
+    [int(_only)]
+    if _only
+    else list(range(int(_span[0])) if not _span[1] else range(int(_span[0]), int(_span[2])))
+)
 STEPS = int(os.environ.get("INTERLEAVING_STEPS", "60"))
 SETTLE_ROUNDS = 12
 SKIP = set(filter(None, os.environ.get("INTERLEAVING_SKIP", "").split(",")))
@@ -922,6 +927,7 @@ class Driver:
             **leader,
         )
         app = build_app(settings, source=cluster, clock=self.clock)
+        self.fence_until = self.clock.now + cluster.bind_fence_s  # no bind of this process before it
         cluster.on_write = self.note_write
         client = TestClient(TestServer(app))
         await client.start_server()
@@ -2099,7 +2105,8 @@ class Driver:
                     self.fail(f"gang {gang} holds more of {node} than it has: {over} (allocatable {alloc})")
             alone = hold["rank"] == 1 or not before.get(gang, set()) & set(hold["nodes"])
             ready = hold["drainedNodes"] == hold["heldNodes"] and alone
-            if not ready or self.following:
+            # within the start-up fence no gang can start: its wait counts from the fence's end
+            if not ready or self.following or self.clock.now < self.fence_until:
                 self.hold_ready_since.pop(gang, None)
                 continue
             since = self.hold_ready_since.setdefault(gang, self.step)
