@@ -155,6 +155,7 @@ class Debug:
                 for v in p.victims.values()
             ],
             "where": dict(p.where),
+            "claimed": {node: dict(room) for node, room in p.claimed.items()},
             "holdDeadline": p.hold_until,
             "holdLeftS": round(max(0.0, p.hold_until - self.ledger.clock()), 3),
             "reason": p.reason,

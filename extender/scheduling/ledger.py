@@ -88,7 +88,8 @@ class Victim:
 @dataclasses.dataclass
 class Preemption:
     """A gang preempting: the victims being evicted for it in one domain, whose capacity is held for
-    it as each one goes, until the gang is planned or the hold ends. The hold ends at `hold_until`,
+    it as each one goes (and the free room its plan counts on besides, from the start), until the
+    gang is planned or the hold ends. The hold ends at `hold_until`,
     which each victim's going moves to `hold_s` after it, and never while a victim is still
     terminating: a grace period longer than the hold must not hand the room to others (nor let the
     preemptor, finding its victims neither candidates nor gone, evict a second set)."""
@@ -102,6 +103,10 @@ class Preemption:
     where: dict[PodKey, str]  # the placement the plan found for the preemptor's members
     reason: str
     held: set[PodKey] = dataclasses.field(default_factory=set)  # victims gone whose room is held
+    claimed: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """node -> the room already free there that the plan counts on besides its victims', held from
+    the start (as kube-scheduler's nominated pods keep theirs): were it taken while the victims go,
+    they would have been evicted for nothing, and the preemptor would evict again."""
     hold_s: float = 0.0  # how long the room stays held once a victim has gone
     nudged: bool = False  # the members were brought back once every victim was gone
     queue: str | None = None  # the preemptor's queue, which the held room is charged to (queues in use)
@@ -124,6 +129,11 @@ class Preemption:
     def hold_key(gang: GroupKey, victim: PodKey) -> PodKey:
         """The reservation's key: never a real pod's ('#' is not valid in a pod name)."""
         return PodKey(f"{victim}#held-for:{gang}")
+
+    @staticmethod
+    def claim_key(gang: GroupKey, node: str) -> PodKey:
+        """The key of the free room claimed on `node` (a node name has no '#' either)."""
+        return PodKey(f"{node}#claimed-for:{gang}")
 
 
 class GangLedger:
@@ -701,6 +711,7 @@ class GangLedger:
         for pk in p.victims:
             self._victim_of[pk] = p.gang
         self._entry(p.gang).last_reason = p.reason
+        self._claim_free_room(p)
         for pk, v in p.victims.items():
             rec = self.store.pods.get(pk)
             if rec is None or (v.uid and rec.uid != v.uid) or is_terminal(rec.obj):
@@ -722,7 +733,43 @@ class GangLedger:
             if self._victim_of.get(pk) == gang:
                 del self._victim_of[pk]
             self.store.unhold(Preemption.hold_key(gang, pk))
+        for node in p.claimed:
+            self.store.unhold(Preemption.claim_key(gang, node))
+        p.claimed = {}
         return p
+
+    def _claim_free_room(self, p: Preemption) -> None:
+        """Hold, on each node the plan places members on, what they need there beyond what the victims
+        on it give back, as far as it is free now (the plan counted on it)."""
+        need: dict[str, dict[str, int]] = {}
+        for pk, node in p.where.items():
+            rec = self.store.pods.get(pk)
+            if rec is not None:
+                acc = need.setdefault(node, {})
+                for r, n in rec.requests.items():
+                    acc[r] = acc.get(r, 0) + n
+        for v in p.victims.values():
+            if v.node in need:
+                acc = need[v.node]
+                for r, n in v.requests.items():
+                    if r in acc:
+                        acc[r] -= n
+        claimed: dict[str, dict[str, int]] = {}
+        for node, acc in sorted(need.items()):
+            row = self.store.node_rows.get(node)
+            if row is None:
+                continue
+            free = self.store.arrays.free[row]
+            room = {}
+            for r, n in acc.items():
+                col = self.store.resources.find(r)
+                take = min(n, int(free[col])) if col is not None else 0
+                if take > 0:
+                    room[r] = take
+            if room:
+                self.store.hold(Preemption.claim_key(p.gang, node), node, room)
+                claimed[node] = room
+        p.claimed = claimed
 
     def expire_preemptions(self) -> list[Preemption]:
         """Preemptions whose hold ended before the gang was planned: the room goes back to everyone."""
@@ -761,7 +808,8 @@ class GangLedger:
         return any(is_live(rec.obj) for rec in self.store.group_members(p.gang))
 
     def preemption_hold_keys(self) -> set[PodKey]:
-        return {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}
+        held = {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}
+        return held | {Preemption.claim_key(g, n) for g, p in self.preemptions.items() for n in p.claimed}
 
     def _hold_freed(self, p: Preemption, v: Victim, *, rearm: bool = True) -> None:
         if v.pod in p.held:

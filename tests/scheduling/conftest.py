@@ -109,7 +109,7 @@ class Service:
                 assert members, f"gang {key} is remembered with no member left (a leaked entry)"
         planned = {pk for e in ledger.gangs.values() for pk in e.plan}
         held_by = set(self.app[BARRIER].in_flight) | set(ledger.assumed) | set(ledger.binding)
-        preempted = ledger.preemption_hold_keys()  # room freed by victims, held for a preemptor
+        preempted = ledger.preemption_hold_keys()  # room freed by victims or claimed, held for a preemptor
         for pk in self.store.reservations:
             if pk in preempted:
                 continue

@@ -2053,11 +2053,15 @@ class Driver:
         self.debug = (await resp.json())["gangs"]
         planned = {pk for g in self.debug for pk in (g.get("plan") or {})}
         busy = {f"default/{n}" for n in self.in_flight() | set(self.api.inflight)}
-        # a preemptor's victims' room, held for it as each goes
+        # a preemptor's victims' room, held for it as each goes, and the free room its plan counts on
         held = {
             f"{v['pod']}#held-for:{g['gang']}"  # the ledger's key for a victim's room, held for its gang
             for g in self.debug
             for v in ((g.get("preemption") or {}).get("victims") or ())
+        } | {
+            f"{node}#claimed-for:{g['gang']}"  # the ledger's key for the free room its plan claims
+            for g in self.debug
+            for node in ((g.get("preemption") or {}).get("claimed") or ())
         }
         for pk, res in list(store.reservations.items()):
             if pk in held or before.get(pk) is not res:

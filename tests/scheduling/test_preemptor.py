@@ -318,6 +318,45 @@ async def test_victims_gone_but_the_rack_not_offered_yet_keeps_the_hold_and_pree
     assert node in ("n000", "n001"), reason
 
 
+async def test_the_free_room_a_preemption_counts_on_is_held_while_its_victims_go(make_service):
+    """The plan evicts lo on n000 and counts on n001, free already. Were n001 anyone's while lo
+    terminates, lo would have been evicted for nothing, and the preemptor would evict again when its
+    hold ran out (the harness saw a gang evict pods round after round, its replacements filling in)."""
+    svc = await make_service(cluster([plain("lo", "n000", 10)], FULL_R01, preemptor()))
+    evict = Evictions()  # lo stays, terminating as far as the plan knows
+    svc.cluster.evict_pod = evict
+    await svc.filter("hi-0")
+    await settle()
+    assert [pk for pk, _, _ in evict.calls] == ["default/lo"]
+    described = (await (await svc.client.get("/debug/gangs/default/hi")).json())["preemption"]
+    assert described["claimed"] == {"n001": {"cpu": 8000, "memory": 1073741824, "pods": 1}}
+    svc.cluster.apply(make_pod("intruder", cpu="8"))
+    doc = await svc.filter("intruder")
+    assert doc["NodeNames"] == [], "a pod took the room the preemption counts on"
+    svc.check_invariants()
+    # lo goes: the preemptor plans into both nodes, and the claim is its plan's now
+    svc.cluster.delete("", "Pod", "default", "lo")
+    await settle()
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
+    assert sorted(svc.plan("default/hi").values()) == ["n000", "n001"]
+    assert not any("#" in pk for pk in svc.store.reservations)
+    svc.check_invariants()
+
+
+async def test_a_claim_ends_with_its_preemption(make_service):
+    svc = await make_service(cluster([plain("lo", "n000", 10)], FULL_R01, preemptor()))
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    assert svc.store.reservations  # the claim on n001
+    await svc.expire(60.5)
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    assert svc.store.reservations == {}
+    svc.cluster.apply(make_pod("intruder", cpu="8"))
+    assert (await svc.filter("intruder"))["NodeNames"] == ["n001"]
+
+
 # A 1.37 scheduling.k8s.io PodGroup's `priority` (filled by admission from its class) is authoritative for
 # every member in preemption, as kube-scheduler 1.37 ranks it (unset: 0), and its `preemptionPolicy: Never`
 # keeps the gang from preempting; a 1.36 v1alpha2 PodGroup leaves each pod's own priority in force.
