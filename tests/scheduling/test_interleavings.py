@@ -1914,9 +1914,14 @@ class Driver:
     def bound(self) -> dict[str, str]:
         return {n: p["spec"]["nodeName"] for n, p in self.pods().items() if p["spec"].get("nodeName")}
 
-    def gang_state(self, gang: Gang, bound: dict[str, str]) -> str | None:
-        """Why `gang` is partially bound, or None."""
-        done = {n for n, g in self.gone_done.items() if g == gang.name}  # finished, then deleted
+    def gang_state(self, gang: Gang, bound: dict[str, str], *, recorded: bool = False) -> str | None:
+        """Why `gang` is partially bound, or None. `recorded`: of its finished members since deleted,
+        count only those a record outlives (what the service, deciding on an eviction, can count)."""
+        done = {
+            n
+            for n, g in self.gone_done.items()
+            if g == gang.name and (not recorded or n in self.done_recorded)
+        }  # finished, then deleted
         # a member that ran to completion in its grace period (evicted, then Succeeded) counts too
         done |= {
             n
@@ -1937,8 +1942,10 @@ class Driver:
             need = gang.min_member or 1
             return None if len(on) >= need else f"{len(on)} of {need} bound ({sorted(on)})"
         per = collections.Counter(self.pod_sub[n] for n in on)
+        runs = collections.Counter(self.pod_sub[n] for n in on if n in live and not finished(live[n]))
         for sub, need in gang.subgroups.items():
-            if 0 < per[sub] < need:
+            # a subgroup none of which runs any more is not part bound: it finished, or went whole
+            if runs[sub] and 0 < per[sub] < need:
                 return f"subgroup {sub}: {per[sub]} of {need} bound ({sorted(on)})"
         ready = sum(per[s] >= m for s, m in gang.subgroups.items())
         if ready < (gang.min_subgroup or len(gang.subgroups)):
@@ -2034,7 +2041,9 @@ class Driver:
             ]
             # a follower's evictions stop with the Lease: the leading replica finishes them
             if g.name in hit and running and g.name not in self.api.gang_inflight and not self.following:
-                why = self.gang_state(g, bound)
+                # a member that finished and was deleted with no record left is gone for the service
+                # too: a subgroup it kept at quorum is broken by the eviction, and goes whole
+                why = self.gang_state(g, bound, recorded=True)
                 if why:
                     by = sorted({f"{n} by {who}" for n, gang, who in self.evicted if gang == g.name})
                     self.fail(f"gang {g.name} is partly evicted ({by}): {why}")
