@@ -2207,7 +2207,9 @@ class Driver:
         taker = re.search(r"of queue (\S+), below its fair share", reason)
         shared = set(self.queue_chain(taker.group(1), queues)) if taker else set()
         totals = self.queue_totals(self.pods(), in_flight=True, leaving_out=True)
-        cpu = pod_requests(victim).get("cpu", 0)
+        # what its going gives back: nothing, for a pod that neither runs nor holds room (a pending
+        # member of a gang evicted whole)
+        cpu = max(self.queue_totals({victim["metadata"]["name"]: victim}, in_flight=True).values(), default=0)
         for q in self.queue_chain(self.queue_of(victim, groups), queues):
             if q in shared:
                 continue  # it gets back what the reclaimer takes
