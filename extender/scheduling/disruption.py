@@ -17,7 +17,9 @@ the members bound when the disruption was seen, or, for an incident older than t
 members created before it. Held in memory besides: evictions in flight (retried after RETRY_S, as a
 PodDisruptionBudget answering 429 asks), members seen deleted, and how long a gang has been below quorum.
 A preemption's or a reclaim's victims (the ledger's record) are that eviction's: their going is no
-disruption of their gang, and none of them is asked to go a second time.
+disruption of their gang, and none of them is asked to go a second time. Nor are members whose owner
+(a Job, a JobSet, up their controller references) is being deleted or was seen deleted: the garbage
+collector takes them all, and evicting them one by one would only race it with writes.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from extender.grouping.owners import MAX_OWNER_DEPTH, controller_ref
 from extender.model.group import Disruption, GroupSpec, MembershipState
-from extender.model.keys import GroupKey, PodKey, pod_key
+from extender.model.keys import GroupKey, PodKey, api_group, pod_key
 from extender.model.timestamps import parse_time_s
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.ledger import GangLedger
@@ -46,6 +49,8 @@ RETRY_S = 10.0
 GONE_KEEP_S = 600.0
 """How long (wall clock) a member seen deleted counts as an incident of its gang."""
 _GONE_PER_GANG = 256
+_OWNERS_GONE_KEPT = 4096
+"""Owners seen deleted that are remembered (by uid) at most: a hint, so a bound loses only writes."""
 
 
 class Why(enum.Enum):
@@ -174,10 +179,21 @@ class GangDisruption:
         a new one (on 1.26+ the Eviction API replaces our DisruptionTarget reason with its own)."""
         self.decisions: dict[GroupKey, str] = {}
         """The newest decision per gang, in words, for explain."""
+        self._owners_gone: dict[str, float] = {}
+        """uid -> when (wall clock) an object that may own pods was seen deleted: its pods go with it
+        (the garbage collector deletes them), so evicting them first would only add writes. After a
+        restart an owner deleted before is simply absent, and its gang is treated as before."""
         store.add_listener(self._on_change)
 
     # ----------------------------------------------------------------- watching
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
+        if kind != POD and event == "DELETED" and kind[1] != "Node":
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            if uid:
+                if len(self._owners_gone) >= _OWNERS_GONE_KEPT:
+                    del self._owners_gone[next(iter(self._owners_gone))]  # the oldest
+                self._owners_gone[uid] = self.wall_clock()
+            return
         if kind != POD or self.store.is_plain(obj):
             return  # a group of one is never a gang nor disruption-all: no membership derived
         meta = obj.get("metadata") or {}
@@ -234,6 +250,7 @@ class GangDisruption:
             self._scan()
         now = self.clock()
         self._sent = {uid: t for uid, t in self._sent.items() if now - t < RETRY_S}
+        self._prune_owners_gone()
         keys = self._dirty | set(self._below_since) | self._retrying()
         self._dirty = set()
         out = []
@@ -318,6 +335,16 @@ class GangDisruption:
             self.decisions[key] = f"being evicted whole for gang {for_gang} (a preemption or a reclaim)"
             return None
         evictable = [r for r in view.running if _evictable(r) and r.key not in preempted]
+        with_owner = {r.key: owner for r in evictable if (owner := self._owner_going(r.obj)) is not None}
+        if with_owner:
+            # deleted with their owner (a JobSet or a Job deleted outright): the garbage collector
+            # takes every member, and an eviction of each would only race it with writes
+            evictable = [r for r in evictable if r.key not in with_owner]
+            if not evictable:
+                self._below_since.pop(key, None)
+                owner = next(iter(with_owner.values()))
+                self.decisions[key] = f"being deleted with its owner {owner}: nothing to evict"
+                return None
         below = spec.ready_leaves(view.healthy) is None
         if not below:
             self._whole.add(key)
@@ -409,6 +436,39 @@ class GangDisruption:
             f"--stale-gang-grace-s ({self.stale_grace_s:g}s); the stale gang is evicted whole"
         )
         return self._evict(view.spec, Why.STALE, reason, candidates, now, incident=-since)
+
+    def _owner_going(self, pod: dict[str, Any]) -> str | None:
+        """The owner, up the pod's controller references, that is being deleted or is gone (seen
+        deleted, marked for deletion, or replaced by an object of another uid), in words; None when
+        none is, or the chain cannot be read that far (an owner the store does not hold)."""
+        namespace = (pod.get("metadata") or {}).get("namespace")
+        current = pod
+        for _ in range(MAX_OWNER_DEPTH):
+            ref = controller_ref(current)
+            if ref is None:
+                return None
+            kind, name, uid = str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid") or "")
+            what = f"{kind} {namespace}/{name}"
+            if uid and uid in self._owners_gone:
+                return f"{what} (deleted)"
+            owner = self.store.get(api_group(str(ref.get("apiVersion", ""))), kind, namespace, name)
+            if owner is None:
+                return None
+            meta = owner.get("metadata") or {}
+            if uid and meta.get("uid") and meta.get("uid") != uid:
+                return f"{what} (deleted, and another object made under its name)"
+            if meta.get("deletionTimestamp") and "orphan" not in (meta.get("finalizers") or ()):
+                return f"{what} (being deleted)"  # orphaning it would leave its pods running
+            current = owner
+        return None
+
+    def _prune_owners_gone(self) -> None:
+        wall = self.wall_clock()
+        while self._owners_gone:
+            uid, at = next(iter(self._owners_gone.items()))
+            if wall - at <= GONE_KEEP_S:
+                return
+            del self._owners_gone[uid]
 
     def _preemptor_of(self, pod: PodKey) -> GroupKey | None:
         """The gang this service is evicting the pod for (a preemption or a reclaim): the ledger's."""

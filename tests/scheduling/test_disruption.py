@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from extender.scheduling.decisions import BindVerdict, Verdict
 from extender.scheduling.disruption import RETRY_S, GangDisruption, Why
 from extender.scheduling.scheduler import Scheduler
 from extender.server.app import DISRUPTION, METRICS
+from extender.sim.expand import expand
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore, is_live
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
@@ -547,6 +549,128 @@ def test_succeeded_members_the_pod_gc_deleted_still_count_for_the_stale_rule(suc
     assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == evicted
     if evicted:
         assert found[0].why is Why.STALE
+
+
+# ------------------------------------------------------------------ a gang deleted with its owner
+JOBSET = """
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: default, uid: js-uid}
+spec:
+  scheduling: {schedulingPolicy: {gang: {}}}
+  replicatedJobs:
+  - name: w
+    replicas: 1
+    template:
+      spec:
+        parallelism: 4
+        completions: 4
+        template:
+          spec:
+            containers: [{name: w, image: sleep, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+def job_world() -> World:
+    """Job train's four pods, all bound, in the 1.37 PodGroup x (minCount 4) that the Job controller
+    makes for a Job (WorkloadWithJob): the pods name it, so their gang outlives the Job's deletion until
+    the garbage collector has taken them and it."""
+    job = training_job(4)
+    del job["metadata"]["annotations"]
+    group = all_group("x", 4)
+    del group["spec"]["disruptionMode"]
+    group["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "train-uid", "controller": True}
+    ]
+    pods = []
+    for i in range(4):
+        pod = make_pod(f"train-{i}", owner=job, node=f"n{i}", scheduling_group="x")
+        pod["metadata"]["creationTimestamp"] = stamp(T0 - 300)
+        pod["status"] = {"phase": "Running"}
+        pods.append(pod)
+    return World([group, job, *pods])
+
+
+def jobset_world() -> World:
+    """JobSet js (a gang) of one Job of four pods, all bound: pod -> Job -> JobSet."""
+    objs = expand([yaml.safe_load(JOBSET)]).objects
+    pods = sorted((o for o in objs if o["kind"] == "Pod"), key=lambda o: o["metadata"]["name"])
+    for i, pod in enumerate(pods):
+        pod["spec"]["nodeName"] = f"n{i}"
+        pod["metadata"]["name"] = f"train-{i}"
+        pod["metadata"]["creationTimestamp"] = stamp(T0 - 300)
+        pod["status"] = {"phase": "Running"}
+    return World(objs)
+
+
+def _job_changed(w: World, fn) -> None:
+    job = copy.deepcopy(w.cluster.get("batch", "Job", "default", "train"))
+    fn(job)
+    w.cluster.apply(job)
+
+
+def _marked(obj: dict) -> None:
+    obj["metadata"]["deletionTimestamp"] = stamp(T0)
+    obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+
+
+def _orphaned(obj: dict) -> None:
+    obj["metadata"]["deletionTimestamp"] = stamp(T0)
+    obj["metadata"]["finalizers"] = ["orphan"]
+
+
+def _jobset_marked(w: World) -> None:
+    js = copy.deepcopy(w.cluster.get("jobset.x-k8s.io", "JobSet", "default", "js"))
+    _marked(js)
+    w.cluster.apply(js)
+
+
+def _made_again(w: World) -> None:
+    w.cluster.delete("batch", "Job", "default", "train")
+    job = training_job(4)
+    job["metadata"]["uid"] = "another-uid"
+    w.cluster.apply(job)
+
+
+# (case, its world, what happens to the owners before the garbage collector deletes a member,
+# evicted, the decision)
+OWNER_CASES = [
+    ("the Job stays: its survivors go whole", job_world, lambda w: None, ["train-1", "train-2", "train-3"],
+     "evicting"),
+    ("the Job deleted outright (background)", job_world,
+     lambda w: w.cluster.delete("batch", "Job", "default", "train"), [],
+     "being deleted with its owner Job default/train (deleted)"),
+    ("the Job marked for deletion (foreground)", job_world, lambda w: _job_changed(w, _marked), [],
+     "being deleted with its owner Job default/train (being deleted)"),
+    ("the Job deleted, its pods orphaned: they run on", job_world, lambda w: _job_changed(w, _orphaned),
+     ["train-1", "train-2", "train-3"], "evicting"),
+    ("the Job deleted and made again under its name", job_world, _made_again, [],
+     "being deleted with its owner Job default/train (deleted)"),
+    ("the JobSet stays: its survivors go whole", jobset_world, lambda w: None,
+     ["train-1", "train-2", "train-3"], "evicting"),
+    ("the JobSet above the Job marked for deletion (foreground)", jobset_world, _jobset_marked, [],
+     "being deleted with its owner JobSet default/js (being deleted)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "world", "event", "evicted", "decision"), OWNER_CASES, ids=[c[0] for c in OWNER_CASES]
+)
+def test_a_gang_deleted_with_its_owner_is_left_to_the_garbage_collector(
+    case, world, event, evicted, decision
+):
+    """Deleting a JobSet or a Job deletes its pods one by one; evicting the rest as each goes would be
+    a write per member racing the garbage collector (a 4096-pod gang: 4096 evictions for nothing)."""
+    w = world()
+    assert w.decide() == []
+    (gang,) = {
+        w.store.membership(r).group.key for r in w.store.pods.values() if r.key.startswith("default/train-")
+    }
+    event(w)
+    w.remove("train-0")  # the garbage collector's first deletion
+    found = w.decide()
+    assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == evicted
+    assert w.logic.describe(gang)["decision"].startswith(decision)
 
 
 def subgroup_gang(min_sub_group: int) -> list[dict]:
