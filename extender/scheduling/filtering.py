@@ -280,6 +280,19 @@ class Filtering:
         ]
         if key not in {m.key for m in members}:
             members.append(planning.Member(PodRecord(key=key, obj=call.pod, requests=call.requests), leaf))
+        held_elsewhere = next(
+            ((m.key, other) for m in members if (other := ledger.gang_of(m.key)) not in (None, group.key)),
+            None,
+        )
+        if held_elsewhere is not None:
+            # a member regrouped here while its old gang's release binds it: placed again now, it
+            # would be planned twice (the bind in flight lands it where the old plan put it)
+            pk, other = held_elsewhere
+            reason = (
+                f"gang {group.key}: member {pk} is still being bound for gang {other}, which it left "
+                "(its group changed); placed once that bind has landed or failed"
+            )
+            return FilterDecision(Verdict.WAITING, [], reason)
         evicting = self.evicting(group.key)
         if evicting is not None:
             # its bound members are about to go: one placed now would be bound beside them, and left

@@ -452,3 +452,28 @@ async def test_without_the_setting_the_same_pods_are_gated_by_the_service(make_s
     assert doc["NodeNames"] == []
     assert "2 exist, 3 needed for quorum" in next(iter(doc["FailedNodes"].values()))
     assert "not binding it alone" in await svc.bind("native-0", svc.node_names[0])
+
+
+# -------------------------------------------------------------- a member regrouped mid-release
+async def test_a_member_regrouped_while_its_old_gang_binds_it_is_not_planned_twice(make_service, monkeypatch):
+    """Seed 1378 of the harness: a-1's pod-group-name was edited to b while a's release was binding
+    it. b's filter planned a-1 again, and the ledger's guard answered kube-scheduler with an internal
+    error ("a-1 is already planned in gang a"). b waits until that bind has landed or failed."""
+    svc = await make_service(rack_cluster() + gang("a", 2) + gang("b", 2, min_member=2)[:2])
+    monkeypatch.setattr(svc.cluster, "bind_pod", ApiFaults(svc.cluster, delay_s=0.2))
+    nodes = await filter_all(svc, ["a-0", "a-1"])
+    binds = [asyncio.create_task(svc.bind(n, nodes[n])) for n in nodes]
+    await asyncio.sleep(0.05)  # the release's POSTs are in flight
+    assert svc.scheduler.ledger.is_releasing("default/a-1")
+    moved = svc.pod("a-1")
+    moved["metadata"]["annotations"]["pod-group-name"] = "b"
+    svc.cluster.apply(moved)
+    doc = await svc.filter("b-0")
+    assert not doc["Error"], doc["Error"]
+    reason = next(iter(doc["FailedNodes"].values()))
+    assert "member default/a-1 is still being bound for gang default/a, which it left" in reason
+    await asyncio.gather(*binds)
+    # a's quorum was split by the edit itself (a-1 landed where a's plan put it, as b's now): what the
+    # service answers for is its own state, exact and with no hold left behind
+    free_is_exact(svc)
+    assert svc.store.reservations == {}
