@@ -339,11 +339,18 @@ class GangPreemption:
                 continue
             if not queues.may_reclaim(snap, tally.queue, self.admission.beyond_hold(gang, usable[1])):
                 continue
+            # a member of a leaf the book counts the gang's need by: one of a leaf short of pods would
+            # only be told to wait, and the gang would never be found to fit nowhere (it would hold
+            # other queues' pods back for ever, for room it cannot use)
+            leaves = tally.ready_leaves() or frozenset()
             pod = next(
                 (
                     r.obj
                     for r in self.store.group_members(gang)
-                    if not r.node_name and is_live(r.obj) and marked_unschedulable(r.obj)
+                    if not r.node_name
+                    and is_live(r.obj)
+                    and marked_unschedulable(r.obj)
+                    and self.store.membership(r).subgroup in leaves
                 ),
                 None,
             )

@@ -418,6 +418,14 @@ class _GroupTally:
     """Pending pods and their need per leaf, only leaves with some: what a ready gang can use is
     what its ready leaves ask for (a leaf short of pods binds nothing, whatever it waits for)."""
 
+    def ready_leaves(self) -> frozenset[str | None] | None:
+        """The leaves whose pending pods ready_need counts (every leaf under the basic policy); None
+        while the gang is not ready."""
+        if self.spec.policy is Policy.BASIC:
+            return frozenset(self.pending_by_leaf)
+        ready = self.spec.ready_leaves(self.live)
+        return None if ready is None else frozenset(ready)
+
     def ready_need(self) -> tuple[int, dict[str, int]] | None:
         """The pending pods (and their need) the gang could bind now: those of its ready leaves, all
         of them under the basic policy; None while the gang is not ready."""

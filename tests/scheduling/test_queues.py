@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from extender.model.labels import QUEUE, SUBGROUP_NAME
 from extender.scheduling.decisions import BindVerdict, FilterDecision, Verdict
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
@@ -622,3 +623,39 @@ def test_with_queues_a_high_priority_gang_preempts_within_its_own_queue_only() -
     decision = w.filter(urgent[0])
     evicted = {e.data["gang"] for e in decision.effects if e.kind == "evict"}
     assert evicted == {"default/a-low"}, (decision.reason, evicted)
+
+
+def test_a_gang_that_holds_other_queues_back_is_found_to_fit_nowhere_through_a_leaf_it_can_bind() -> None:
+    """Seed 1104 of the harness: team-b's gang, within its share, holds team-a's pods back for the room
+    its pending members need. Its leaf b is bound at its quorum and has one more member, which fits no
+    node; its leaf a is one pod short. The tick took the gang through a's member, was told it waits
+    for pods, and never found the gang could use no room: team-a's pod waited for ever beside free
+    room. The tick now looks through a member of a leaf the book counts the gang's need by."""
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 0, "limit": -1, "overQuotaWeight": 0}),
+            kai_queue("team-b", gpu={"quota": 16, "limit": -1}),
+        ]
+    )
+    group = make_kai_podgroup("sub", subgroups=[{"name": "a", "minMember": 2}, {"name": "b", "minMember": 1}])
+    group["spec"]["queue"], group["spec"]["minSubGroup"] = "team-b", 1
+    w.cluster.apply(group)
+
+    def member(name: str, leaf: str, gpu: str) -> str:
+        pod = gang_pod(name, "sub", cpu="100m", memory="64Mi", gpu=gpu, labels={SUBGROUP_NAME: leaf})
+        w.cluster.apply(pod)
+        return name
+
+    w.schedule(member("sub-b0", "b", "1"))
+    assert w.bound("sub-b0")
+    short = member("sub-a0", "a", "1")  # a's only pod: a needs two
+    huge = member("sub-b1", "b", "15")  # beyond b's quorum; no node has 15 gpus, the cluster has
+    for name in (short, huge):
+        w.cluster.apply({**w.pod(name), "status": {"conditions": [UNSCHEDULABLE]}})
+    w.cluster.apply(make_pod("a-0", cpu="100m", memory="64Mi", gpu="1", labels={QUEUE: "team-a"}))
+    held = w.filter("a-0")
+    assert held.verdict is not Verdict.PASS and "default/sub of queue team-b" in held.reason, held.reason
+    w.scheduler.gang_preemption.reclaims_tick()
+    passed = w.filter("a-0")
+    assert passed.verdict is Verdict.PASS, passed.reason
