@@ -328,7 +328,7 @@ class GangLedger:
         times = [t for e in self.gangs.values() for t in (e.answer_at, e.hold_until) if t is not None]
         times += [e.backoff_until for e in self.gangs.values() if not e.backoff_told]
         # a hold past its deadline with a victim terminating ends on a pod event, not at a time
-        times += [p.hold_until for p in self.preemptions.values() if not self._held_on(p)]
+        times += [p.hold_until for p in self.preemptions.values() if not self._held_on(p) or p.claimed]
         return min(times, default=None)
 
     def backoffs_over(self) -> list[GroupKey]:
@@ -733,10 +733,15 @@ class GangLedger:
             if self._victim_of.get(pk) == gang:
                 del self._victim_of[pk]
             self.store.unhold(Preemption.hold_key(gang, pk))
-        for node in p.claimed:
-            self.store.unhold(Preemption.claim_key(gang, node))
-        p.claimed = {}
+        self._release_claims(p)
         return p
+
+    def _release_claims(self, p: Preemption) -> None:
+        for node in p.claimed:
+            self.store.unhold(Preemption.claim_key(p.gang, node))
+        if p.claimed:
+            self.gen += 1
+        p.claimed = {}
 
     def _claim_free_room(self, p: Preemption) -> None:
         """Hold, on each node the plan places members on, what they need there beyond what the victims
@@ -776,7 +781,11 @@ class GangLedger:
         now = self.clock()
         out = []
         for gang, p in list(self.preemptions.items()):
-            if now >= p.hold_until and not self._held_on(p):
+            if now >= p.hold_until and self._held_on(p):
+                # held on for a victim still terminating (a stuck finalizer, a node gone NotReady): its
+                # room stays the preemptor's, the free room claimed beside it is everyone's again
+                self._release_claims(p)
+            elif now >= p.hold_until:
                 self.end_preemption(gang)
                 gone = len(p.held)
                 e = self._entry(gang)
@@ -929,6 +938,15 @@ class GangLedger:
                 for e in list(self.gangs.values()):
                     if any(p.node == name and pk not in e.releasing for pk, p in e.plan.items()):
                         self._discard(e, f"planned node {name} was removed or cordoned")
+            if event == "DELETED":
+                # what preemptions hold there goes with the node: a node registered again under its
+                # name is a new one, whose room those holds never took (given back, they would add it)
+                for p in self.preemptions.values():
+                    for pk, v in p.victims.items():
+                        if v.node == name:
+                            self.store.unhold(Preemption.hold_key(p.gang, pk))
+                    if p.claimed.pop(name, None) is not None:
+                        self.store.unhold(Preemption.claim_key(p.gang, name))
             if event != "DELETED" and row is not None and (moved or relabelled):
                 # a cordoned node still runs its members: where it moves, they pin the rest
                 for e in list(self.gangs.values()):

@@ -357,6 +357,45 @@ async def test_a_claim_ends_with_its_preemption(make_service):
     assert (await svc.filter("intruder"))["NodeNames"] == ["n001"]
 
 
+async def test_a_victim_stuck_terminating_keeps_its_own_room_held_not_the_free_room_beside_it(make_service):
+    """The hold outlives its deadline while a victim terminates (a finalizer that never clears, a node
+    gone NotReady), for that victim's room; the free room claimed beside it is everyone's again at
+    the deadline, not for as long as the victim is stuck."""
+    svc = await make_service(cluster([plain("lo", "n000", 10)], FULL_R01, preemptor()))
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    lo = svc.pod("lo")
+    lo["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"  # terminating, and it stays so
+    svc.cluster.apply(lo)
+    await settle()
+    svc.cluster.apply(make_pod("intruder", cpu="8"))
+    assert (await svc.filter("intruder"))["NodeNames"] == []
+    await svc.expire(6000.0)
+    assert svc.scheduler.ledger.preemption("default/hi") is not None, "held on while lo terminates"
+    assert (await svc.filter("intruder"))["NodeNames"] == ["n001"]
+    assert svc.scheduler.ledger.preemption("default/hi").claimed == {}
+
+
+async def test_a_claim_goes_with_its_node_and_a_node_registered_again_is_new_room(make_service):
+    """The claim on n001 must not outlive n001: given back after the node came back under its name, it
+    would add room the new node never lost (16 cpu free on an 8-cpu node)."""
+    svc = await make_service(cluster([plain("lo", "n000", 10)], FULL_R01, preemptor()))
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    svc.cluster.delete("", "Node", None, "n001")
+    await settle()
+    assert svc.scheduler.ledger.preemption("default/hi").claimed == {}
+    assert not any("n001#" in k for k in svc.store.reservations)
+    svc.cluster.apply(make_node("n001", rack="r00", block="b0"))
+    await settle()
+    await svc.expire(60.5)
+    row = svc.store.node_rows["n001"]
+    assert svc.store.arrays.free[row][0] == 8000
+    svc.check_invariants()
+
+
 # A 1.37 scheduling.k8s.io PodGroup's `priority` (filled by admission from its class) is authoritative for
 # every member in preemption, as kube-scheduler 1.37 ranks it (unset: 0), and its `preemptionPolicy: Never`
 # keeps the gang from preempting; a 1.36 v1alpha2 PodGroup leaves each pod's own priority in force.
