@@ -17,9 +17,9 @@ the members bound when the disruption was seen, or, for an incident older than t
 members created before it. Held in memory besides: evictions in flight (retried after RETRY_S, as a
 PodDisruptionBudget answering 429 asks), members seen deleted, and how long a gang has been below quorum.
 A preemption's or a reclaim's victims (the ledger's record) are that eviction's: their going is no
-disruption of their gang, and none of them is asked to go a second time. Nor are members whose owner
-(a Job, a JobSet, up their controller references) is being deleted or was seen deleted: the garbage
-collector takes them all, and evicting them one by one would only race it with writes.
+disruption of their gang, and none of them is asked to go a second time. Nor are members whose owners
+(a Job, a JobSet, up their owner references) are all gone or being deleted in the foreground: the
+garbage collector takes them all, and evicting them one by one would only race it with writes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from extender.grouping.owners import MAX_OWNER_DEPTH, controller_ref
+from extender.grouping.owners import MAX_OWNER_DEPTH
 from extender.model.group import Disruption, GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, api_group, pod_key
 from extender.model.timestamps import parse_time_s
@@ -335,23 +335,13 @@ class GangDisruption:
             self.decisions[key] = f"being evicted whole for gang {for_gang} (a preemption or a reclaim)"
             return None
         evictable = [r for r in view.running if _evictable(r) and r.key not in preempted]
-        with_owner = {r.key: owner for r in evictable if (owner := self._owner_going(r.obj)) is not None}
-        if with_owner:
-            # deleted with their owner (a JobSet or a Job deleted outright): the garbage collector
-            # takes every member, and an eviction of each would only race it with writes
-            evictable = [r for r in evictable if r.key not in with_owner]
-            if not evictable:
-                self._below_since.pop(key, None)
-                owner = next(iter(with_owner.values()))
-                self.decisions[key] = f"being deleted with its owner {owner}: nothing to evict"
-                return None
         below = spec.ready_leaves(view.healthy) is None
         if not below:
             self._whole.add(key)
             self._below_since.pop(key, None)
             if not view.signals or spec.disruption is not Disruption.ALL:
                 broken = self._broken_subgroup(view, evictable, now)
-                if broken is None:
+                if broken is None and not self.decisions.get(key, "").startswith("being deleted with"):
                     self.decisions[key] = "healthy: at its quorum"
                 return broken
         whole = key in self._whole or spec.ready_leaves(view.ever_bound) is not None
@@ -437,30 +427,37 @@ class GangDisruption:
         )
         return self._evict(view.spec, Why.STALE, reason, candidates, now, incident=-since)
 
-    def _owner_going(self, pod: dict[str, Any]) -> str | None:
-        """The owner, up the pod's controller references, that is being deleted or is gone (seen
-        deleted, marked for deletion, or replaced by an object of another uid), in words; None when
-        none is, or the chain cannot be read that far (an owner the store does not hold)."""
-        namespace = (pod.get("metadata") or {}).get("namespace")
-        current = pod
-        for _ in range(MAX_OWNER_DEPTH):
-            ref = controller_ref(current)
-            if ref is None:
-                return None
+    def _owner_going(self, obj: dict[str, Any], depth: int = 0) -> str | None:
+        """Why the garbage collector is deleting `obj` with its owners, in words: every one of its
+        owners is gone (seen deleted, or replaced by an object of another uid) or being deleted in the
+        foreground (which deletes its dependents first), directly or through its own owners. None
+        when one of them stays, or cannot be read (an owner the store does not hold): a background
+        deletion held by another finalizer deletes nothing until it ends, nor does an orphaning one."""
+        refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or () if isinstance(r, dict)]
+        if not refs or depth >= MAX_OWNER_DEPTH:
+            return None
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        first = None
+        for ref in refs:
             kind, name, uid = str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid") or "")
             what = f"{kind} {namespace}/{name}"
             if uid and uid in self._owners_gone:
-                return f"{what} (deleted)"
-            owner = self.store.get(api_group(str(ref.get("apiVersion", ""))), kind, namespace, name)
-            if owner is None:
-                return None
-            meta = owner.get("metadata") or {}
-            if uid and meta.get("uid") and meta.get("uid") != uid:
-                return f"{what} (deleted, and another object made under its name)"
-            if meta.get("deletionTimestamp") and "orphan" not in (meta.get("finalizers") or ()):
-                return f"{what} (being deleted)"  # orphaning it would leave its pods running
-            current = owner
-        return None
+                why = f"{what} (deleted)"
+            else:
+                owner = self.store.get(api_group(str(ref.get("apiVersion", ""))), kind, namespace, name)
+                if owner is None:
+                    return None
+                meta = owner.get("metadata") or {}
+                if uid and meta.get("uid") and meta.get("uid") != uid:
+                    why = f"{what} (deleted, and another object made under its name)"
+                elif meta.get("deletionTimestamp") and "foregroundDeletion" in (meta.get("finalizers") or ()):
+                    why = f"{what} (being deleted)"
+                else:
+                    why = self._owner_going(owner, depth + 1)
+                    if why is None:
+                        return None
+            first = first or why
+        return first
 
     def _prune_owners_gone(self) -> None:
         wall = self.wall_clock()
@@ -495,6 +492,15 @@ class GangDisruption:
         *,
         incident: float,
     ) -> GangEviction | None:
+        # deleted with their owner (a JobSet or a Job deleted outright): the garbage collector takes
+        # them, and evicting each would only race it with writes
+        with_owner = {r.key: owner for r in targets if (owner := self._owner_going(r.obj)) is not None}
+        if with_owner:
+            targets = [r for r in targets if r.key not in with_owner]
+            if not targets:
+                owner = next(iter(with_owner.values()))
+                self.decisions[spec.key] = f"being deleted with its owner {owner}: nothing to evict"
+                return None
         due = [r for r in targets if r.uid not in self._sent]
         self.decisions[spec.key] = f"evicting {len(targets)} member(s) ({why.value}): {reason}"
         if not due:

@@ -619,6 +619,11 @@ def _orphaned(obj: dict) -> None:
     obj["metadata"]["finalizers"] = ["orphan"]
 
 
+def _held_by_a_finalizer(obj: dict) -> None:
+    obj["metadata"]["deletionTimestamp"] = stamp(T0)
+    obj["metadata"]["finalizers"] = ["example.com/cleanup"]
+
+
 def _jobset_marked(w: World) -> None:
     js = copy.deepcopy(w.cluster.get("jobset.x-k8s.io", "JobSet", "default", "js"))
     _marked(js)
@@ -644,6 +649,8 @@ OWNER_CASES = [
      "being deleted with its owner Job default/train (being deleted)"),
     ("the Job deleted, its pods orphaned: they run on", job_world, lambda w: _job_changed(w, _orphaned),
      ["train-1", "train-2", "train-3"], "evicting"),
+    ("the Job deleted in the background, held by another finalizer: nothing is deleted yet", job_world,
+     lambda w: _job_changed(w, _held_by_a_finalizer), ["train-1", "train-2", "train-3"], "evicting"),
     ("the Job deleted and made again under its name", job_world, _made_again, [],
      "being deleted with its owner Job default/train (deleted)"),
     ("the JobSet stays: its survivors go whole", jobset_world, lambda w: None,
