@@ -82,7 +82,7 @@ class Admission:
             holding = {
                 g: (p.queue, p.held_room())
                 for g, p in self.ledger.preemptions_now()
-                if p.queue is not None and p.held
+                if p.queue is not None and (p.held or p.claimed)
             }
             snap = self.queue_book.snapshot(
                 planned,

@@ -116,13 +116,17 @@ class Preemption:
         return max((v.priority for v in self.victims.values()), default=0)
 
     def held_room(self) -> dict[str, int]:
-        """What the room held for the gang (its victims gone so far) adds up to, by resource."""
+        """What the room held for the gang (its victims gone so far, and the free room claimed)
+        adds up to, by resource: its queue's, as the plan that replaces it will be."""
         out: dict[str, int] = {}
         for pk in self.held:
             v = self.victims[pk]
             if v.node:
                 for r, n in v.requests.items():
                     out[r] = out.get(r, 0) + n
+        for room in self.claimed.values():
+            for r, n in room.items():
+                out[r] = out.get(r, 0) + n
         return out
 
     @staticmethod

@@ -319,11 +319,71 @@ def test_while_a_gang_preempts_in_its_queue_the_queues_lower_priority_work_waits
     w.cluster.apply(make_pod("refill", gpu="4", labels={QUEUE: "team-a"}))
     refused = w.filter("refill")
     assert refused.verdict is Verdict.WAITING
-    assert (
-        "queue team-a is freeing room for gang default/urgent (priority 1000) by preemption" in refused.reason
-    )
+    # the room urgent claims on node-2 is charged to team-a: the queue is at its limit with it
+    assert "queue team-a: gpu limit 20, in use 20, pod needs 4" in refused.reason, refused.reason
     delete(w, [victim])
     w.schedule(*urgent)
     assert w.bound(*urgent)
     assert gpus_in_use(w, "team-a") == 20
     assert w.filter("refill").verdict is not Verdict.PASS  # the queue is at its limit now
+
+
+def test_the_free_room_a_preemption_claims_is_charged_to_its_queue_so_a_sibling_cannot_spend_it() -> None:
+    """urgent (team-a) evicts low and counts on node-2, free already, which it claims. Uncharged, that
+    claim left dept's limit to team-c, whose gang was admitted while low terminated; urgent was then
+    refused by dept's limit, its preemption ended, and low had gone for nothing."""
+    w = World(
+        [
+            *gpu_nodes(6),
+            kai_queue("dept", gpu={"quota": 24, "limit": 24}),
+            kai_queue("team-a", "dept", gpu={"quota": 12, "limit": -1}),
+            kai_queue("team-c", "dept", gpu={"quota": 12, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 48, "limit": -1}),
+        ]
+    )
+    low = gang_at(w, "low", 2, "team-a", 100, "4")
+    w.schedule(*low)
+    w.schedule(*gang_at(w, "b", 2, "team-b", 2000, "4"))
+    for i in range(3):  # team-b half fills node-3..5 (another queue, higher priority: never a victim)
+        pod = make_pod(f"half-{i}", gpu="4", cpu="100m", memory="64Mi", labels={QUEUE: "team-b"})
+        pod["spec"].update(priority=2000, nodeName=f"node-{i + 3}")
+        pod["status"] = {"phase": "Running"}
+        w.cluster.apply(pod)
+    urgent = gang_at(w, "urgent", 2, "team-a", 1000, "8")
+    assert evicted(w.filter(urgent[0])) == set(low)
+    assert w.scheduler.ledger.preemption("default/urgent").claimed  # node-2, free already
+    more = gang_at(w, "more", 3, "team-c", 100, "4")
+    told = w.schedule(*more)
+    assert not w.bound(*more)
+    assert "queue dept: gpu limit 24" in told[more[0]].reason, told[more[0]].reason
+    delete(w, low)
+    assert w.filter(urgent[0]).verdict is Verdict.PASS, "low was evicted for nothing"
+
+
+def test_while_a_gang_preempts_for_victims_room_alone_the_queues_lower_priority_work_waits_for_it() -> None:
+    # as above, but node-2 is full of another queue's higher-priority work: urgent's room is all its
+    # victims' (no free room claimed, nothing charged yet), and team-a is within its limit with a refill
+    w = World(
+        [
+            *gpu_nodes(3),
+            kai_queue("team-a", gpu={"quota": 0, "limit": 20}),
+            kai_queue("team-b", gpu={"quota": 8}),
+        ]
+    )
+    for i in range(4):
+        w.cluster.apply(make_pod(f"p{i}", gpu="4", node=f"node-{i % 2}", labels={QUEUE: "team-a"}))
+    other = make_pod("other", gpu="8", node="node-2", labels={QUEUE: "team-b"})
+    other["spec"]["priority"] = 5000
+    w.cluster.apply(other)
+    urgent = gang_at(w, "urgent", 2, "team-a", 1000, "4")
+    victims = evicted(w.filter(urgent[0]))
+    assert len(victims) == 2 and not w.scheduler.ledger.preemption("default/urgent").claimed
+    for name in victims:
+        pod = w.pod(name)
+        w.cluster.apply({**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    w.cluster.apply(make_pod("refill", gpu="4", labels={QUEUE: "team-a"}))
+    refused = w.filter("refill")
+    assert refused.verdict is Verdict.WAITING
+    assert (
+        "queue team-a is freeing room for gang default/urgent (priority 1000) by preemption" in refused.reason
+    )
