@@ -340,10 +340,10 @@ class GangDisruption:
             self._whole.add(key)
             self._below_since.pop(key, None)
             if not view.signals or spec.disruption is not Disruption.ALL:
-                broken = self._broken_subgroup(view, evictable, now)
-                if broken is None and not self.decisions.get(key, "").startswith("being deleted with"):
-                    self.decisions[key] = "healthy: at its quorum"
-                return broken
+                # an eviction found below (asked for, or retried) says so in its place: an incident
+                # still open keeps the gang among those retried
+                self.decisions[key] = "healthy: at its quorum"
+                return self._broken_subgroup(view, evictable, now)
         whole = key in self._whole or spec.ready_leaves(view.ever_bound) is not None
         candidates = evictable
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
@@ -388,7 +388,13 @@ class GangDisruption:
             have = view.healthy.get(leaf, 0)
             if leaf is None or not 0 < have < need <= ever:
                 continue
-            in_leaf = [r for r in candidates if self.store.membership(r).subgroup == leaf]
+            # members deleted with their owner are the garbage collector's: a leaf of only those is
+            # no incident of ours, and the next broken leaf is looked at
+            in_leaf = [
+                r
+                for r in candidates
+                if self.store.membership(r).subgroup == leaf and self._owner_going(r.obj) is None
+            ]
             if survivors is not None:
                 targets = [r for r in in_leaf if r.uid in survivors]
             else:
@@ -452,6 +458,8 @@ class GangDisruption:
                     why = f"{what} (deleted, and another object made under its name)"
                 elif meta.get("deletionTimestamp") and "foregroundDeletion" in (meta.get("finalizers") or ()):
                     why = f"{what} (being deleted)"
+                elif meta.get("deletionTimestamp"):
+                    return None  # held (another finalizer) or orphaning: it deletes nothing below it yet
                 else:
                     why = self._owner_going(owner, depth + 1)
                     if why is None:

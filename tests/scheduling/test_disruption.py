@@ -624,6 +624,27 @@ def _held_by_a_finalizer(obj: dict) -> None:
     obj["metadata"]["finalizers"] = ["example.com/cleanup"]
 
 
+def _owner_gone_job_held(w: World) -> None:
+    """The Job's owner (a Trainer) deleted in the background; the Job, marked, held by a finalizer:
+    the garbage collector deletes no pod while the Job stays."""
+    meta = {"name": "t", "namespace": "default", "uid": "t-uid"}
+    w.cluster.apply({"apiVersion": "example.com/v1", "kind": "Trainer", "metadata": meta})
+
+    def owned_and_held(job: dict) -> None:
+        ref = {
+            "apiVersion": "example.com/v1",
+            "kind": "Trainer",
+            "name": "t",
+            "uid": "t-uid",
+            "controller": True,
+        }
+        job["metadata"]["ownerReferences"] = [ref]
+
+    _job_changed(w, owned_and_held)
+    w.cluster.delete("example.com", "Trainer", "default", "t")
+    _job_changed(w, _held_by_a_finalizer)
+
+
 def _jobset_marked(w: World) -> None:
     js = copy.deepcopy(w.cluster.get("jobset.x-k8s.io", "JobSet", "default", "js"))
     _marked(js)
@@ -653,6 +674,8 @@ OWNER_CASES = [
      lambda w: _job_changed(w, _held_by_a_finalizer), ["train-1", "train-2", "train-3"], "evicting"),
     ("the Job deleted and made again under its name", job_world, _made_again, [],
      "being deleted with its owner Job default/train (deleted)"),
+    ("the Job's own owner deleted, the Job held by another finalizer: nothing is deleted yet", job_world,
+     _owner_gone_job_held, ["train-1", "train-2", "train-3"], "evicting"),
     ("the JobSet stays: its survivors go whole", jobset_world, lambda w: None,
      ["train-1", "train-2", "train-3"], "evicting"),
     ("the JobSet above the Job marked for deletion (foreground)", jobset_world, _jobset_marked, [],
@@ -812,3 +835,59 @@ def test_a_member_that_arrives_while_its_gang_is_evicted_whole_waits_for_the_evi
     decision = w.filter("g-3")
     assert decision.verdict is Verdict.WAITING
     assert decision.reason.startswith("gang default/g: evicting 2 member(s) (below-quorum)"), decision.reason
+
+
+def three_leaf_gang() -> list[dict]:
+    """Gang x: subgroups a, b, c of two bound pods each (minMember 2, minSubGroup 1); a's pods are
+    owned by PodGroup holder (any owner the store holds)."""
+    holder = make_kai_podgroup("holder", min_member=1)
+    holder["metadata"]["uid"] = "holder-uid"
+    pg = make_kai_podgroup("x", subgroups=[{"name": s, "minMember": 2} for s in "abc"])
+    pg["spec"]["minSubGroup"] = 1
+    pods = []
+    for i, name in enumerate(["x-a0", "x-a1", "x-b0", "x-b1", "x-c0", "x-c1"]):
+        pod = running(name, group="x", kind="kai", node=f"n{i}")
+        pod["metadata"].setdefault("labels", {})[keys.SUBGROUP_NAME] = name[2]
+        if name[2] == "a":
+            pod["metadata"]["annotations"][keys.SKIP_PODGROUPER] = "true"
+            ref = {
+                "apiVersion": holder["apiVersion"],
+                "kind": "PodGroup",
+                "name": "holder",
+                "uid": "holder-uid",
+            }
+            pod["metadata"]["ownerReferences"] = [{**ref, "controller": True}]
+        pods.append(pod)
+    return [holder, pg, *pods]
+
+
+def test_a_broken_subgroup_beside_one_deleted_with_its_owner_is_still_evicted():
+    """Leaf a goes with its owner (the garbage collector's) while leaf b loses a member: b's survivor
+    goes whole; a's being the collector's must not end the look at the other leaves."""
+    w = World(three_leaf_gang())
+    assert w.decide() == []
+    w.clocks.advance(1)
+    holder = copy.deepcopy(w.cluster.get("scheduling.run.ai", "PodGroup", "default", "holder"))
+    _marked(holder)
+    w.cluster.apply(holder)
+    w.remove("x-a1")  # the garbage collector's first deletion
+    w.preempt("x-b1")  # and b loses a member meanwhile
+    found = w.decide()
+    assert sorted(v.pod.partition("/")[2] for ev in found for v in ev.pods) == ["x-b0"]
+
+
+def test_a_broken_subgroups_eviction_refused_is_asked_again_after_the_retry_delay():
+    """A PodDisruptionBudget answering 429: the survivor stays. A pass within RETRY_S found nothing due
+    and wrote 'healthy' over 'evicting', which took the gang off the retried ones for good."""
+    w = World(subgroup_gang(1))
+    assert w.decide() == []
+    w.clocks.advance(1)
+    w.preempt("x-a1")
+    first = w.logic.decide()  # asked for, and refused: x-a0 stays
+    assert [v.pod for ev in first for v in ev.pods] == ["default/x-a0"]
+    w.clocks.advance(1)
+    assert w.logic.decide() == []
+    assert w.logic.describe("default/x")["decision"].startswith("evicting")
+    w.clocks.advance(RETRY_S + 1)
+    again = w.logic.decide()
+    assert [v.pod for ev in again for v in ev.pods] == ["default/x-a0"]
