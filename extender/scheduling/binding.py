@@ -321,6 +321,16 @@ class Binding:
             # kube-scheduler's backoff or unschedulable queue since a filter turned it away: its
             # place is held for it, so bring it back now rather than after the queue's own delay
             effects += self.telling.nudge_turned_away(gang, "retry", only=settled.failed)
+        # a member regrouped while this release bound it kept its new gang waiting (filtering's
+        # held_elsewhere): that gang's members, turned away meanwhile, may be placed now
+        moved = set()
+        for pk in results:
+            rec = self.view.store.pods.get(pk)
+            other = self.view.gang_of_pod(rec.obj) if rec is not None else None
+            if other is not None and other != gang:
+                moved.add(other)
+        for other in sorted(moved):
+            effects += self.telling.nudge_turned_away(other, "retry")
         return effects
 
     def expire(self) -> list[tuple[Expiry, list[Effect]]]:

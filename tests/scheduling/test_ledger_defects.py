@@ -473,6 +473,10 @@ async def test_a_member_regrouped_while_its_old_gang_binds_it_is_not_planned_twi
     reason = next(iter(doc["FailedNodes"].values()))
     assert "member default/a-1 is still being bound for gang default/a, which it left" in reason
     await asyncio.gather(*binds)
+    # b-0, turned away while a-1's bind was in flight, is brought back when a's release settles
+    assert (
+        svc.pod("b-0")["metadata"]["annotations"].get("gang-extender.io/nudge", "").startswith("default/b:")
+    )
     # a's quorum was split by the edit itself (a-1 landed where a's plan put it, as b's now): what the
     # service answers for is its own state, exact and with no hold left behind
     free_is_exact(svc)
