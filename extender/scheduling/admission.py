@@ -126,7 +126,7 @@ class Admission:
 
     def _pod_idle(self, key: GroupKey) -> bool:
         """Whether the plain pod of group `key`, pending, could use no room as the cluster is now: it
-        asks for a resource no node has, or no schedulable node has room for it,
+        asks for a resource no node has, or no schedulable node it may go to has room for it,
         and kube-scheduler's preemption is not freeing any for it (queues.QueueSnapshot.idle). Its
         own filters passing no node, kube-scheduler may never ask this service to say so."""
         pending = [r for r in self._group_pods(key) if not r.node_name and is_live(r.obj)]
@@ -136,7 +136,11 @@ class Admission:
         if missing:
             return True
         arrays = self.store.arrays
-        rows = np.flatnonzero(arrays.schedulable[: arrays.n_rows]).astype(np.int32)
+        usable = arrays.schedulable[: arrays.n_rows]
+        admits = self.store.eligible_mask(pending[0].obj)  # its selector, affinity and tolerations
+        if admits is not None:
+            usable = usable & admits[: arrays.n_rows]
+        rows = np.flatnonzero(usable).astype(np.int32)
         return not (len(rows) and bool(placement.fit_mask(arrays, rows, request).any()))
 
     def _group_pods(self, key: GroupKey) -> list[PodRecord]:

@@ -67,6 +67,12 @@ def released_after_filter(w: World) -> None:
     w.cluster.apply(make_node("node-5", cpu="64", memory="256Gi", gpu="1"))  # capacity grew: it may fit now
 
 
+def selects_a_full_node(w: World) -> None:
+    # node-4 has room, but the holder's nodeSelector admits node-0 alone, which is full
+    pod = w.pod("holder")
+    w.cluster.apply({**pod, "spec": {**pod["spec"], "nodeSelector": {"kubernetes.io/hostname": "node-0"}}})
+
+
 def nothing(w: World) -> None:
     pass
 
@@ -81,6 +87,7 @@ def nothing(w: World) -> None:
         pytest.param(True, None, preempted_for, True, id="the preempt verb evicts for it: holds"),
         pytest.param(False, None, released_after_filter, True, id="capacity grown since its filter: holds"),
         pytest.param(False, None, nothing, True, id="room on a node, never filtered: holds"),
+        pytest.param(False, None, selects_a_full_node, False, id="room only where its selector keeps it off"),
     ],
 )
 def test_a_plain_pod_that_fits_nowhere_holds_no_one_unless_room_may_come_for_it(
