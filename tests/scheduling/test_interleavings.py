@@ -1268,6 +1268,7 @@ class Driver:
                 self.last_filter[name] = NO_ROOM
                 self.log(f"{name}: {NO_ROOM}")
                 self.mark_unschedulable(name)
+                self.renominate(name)
                 continue
             if self.rng.random() < 0.3:
                 self.api.progress()  # slow writes land between two of kube-scheduler's filters
@@ -1773,6 +1774,23 @@ class Driver:
         self.apply(nominated)
         await self.svc.expire(0)  # the ticker sees the gangs the deletions broke
         await self.drain()
+
+    def renominate(self, name: str) -> None:
+        """kube-scheduler's PostFilter after a failed cycle: a nominated pod waits for its victims while
+        one of them still terminates on its node (PodEligibleToPreemptOthers); otherwise its preemption
+        runs again and, finding no candidate, clears the nomination (the preempt move stands for the
+        runs that find one)."""
+        pods = self.pods()
+        pod = pods[name]
+        node = (pod.get("status") or {}).get("nominatedNodeName")
+        if not node:
+            return
+        if any(p["spec"].get("nodeName") == node and leaving(p) for p in pods.values()):
+            return
+        cleared = copy.deepcopy(pod)
+        del cleared["status"]["nominatedNodeName"]
+        self.log(f"{name}: its nomination to {node} is cleared (nothing terminates there for it)")
+        self.apply(cleared)
 
     async def restart(self) -> None:
         """The extender's process is killed and a new one lists the cluster: kube-scheduler's calls
