@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -205,8 +205,9 @@ def quantity(name: str, text: object) -> int:
     return resources.to_units(name, text)  # type: ignore[arg-type]
 
 
-def overcommitted(api: Api) -> list[str]:
-    """Nodes whose bound pods request more than their allocatable, in any resource."""
+def overcommitted(api: Api, *, deleted: Collection[str] = ()) -> list[str]:
+    """Nodes whose bound pods request more than their allocatable, in any resource. A node of
+    `deleted` that is gone is left out: its pods run nowhere (the caller deleted it under them)."""
     alloc = {
         n["metadata"]["name"]: {
             k: quantity(k, v) for k, v in ((n.get("status") or {}).get("allocatable") or {}).items()
@@ -220,6 +221,8 @@ def overcommitted(api: Api) -> list[str]:
             used.setdefault(node, Counter()).update(pod_requests(p))
     out = []
     for node, req in sorted(used.items()):
+        if node in deleted and node not in alloc:
+            continue
         for name, amount in sorted(req.items()):
             have = alloc.get(node, {}).get(name, 0)
             if amount > have:
