@@ -89,10 +89,11 @@ class Victim:
 class Preemption:
     """A gang preempting: the victims being evicted for it in one domain, whose capacity is held for
     it as each one goes (and the free room its plan counts on besides, from the start), until the
-    gang is planned or the hold ends. The hold ends at `hold_until`,
-    which each victim's going moves to `hold_s` after it, and never while a victim is still
-    terminating: a grace period longer than the hold must not hand the room to others (nor let the
-    preemptor, finding its victims neither candidates nor gone, evict a second set)."""
+    gang is planned or the hold ends. The hold ends at `hold_until`, which each victim's going moves
+    to `hold_s` after it, and never while a victim is still terminating: a grace period longer than
+    the hold must not hand the room to others (nor let the preemptor, finding its victims neither
+    candidates nor gone, evict a second set). The free room claimed is given back at `hold_until`
+    all the same: only the victims' own room waits for them."""
 
     gang: GroupKey
     domain: str  # "rack r1"; "" when the gang has no required level (the whole cluster)
