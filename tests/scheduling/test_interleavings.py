@@ -790,6 +790,7 @@ class Driver:
         self.api = ApiBinds(self.pod_gang.get, self.log)
         self.api.orphan_rng.seed(seed * 31337 + 5)
         self.clock = FakeClock()
+        self.clock.moved_by_hand = True  # the service's ticker runs when a step kicks it, never on real time
         self.objects = objects
         self.svc: Service
         self.binds: list[BindCall] = []
