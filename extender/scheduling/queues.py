@@ -334,9 +334,10 @@ class QueueSnapshot:
     arriving: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """Per queue, what gangs preempting or reclaiming will take once their victims are gone."""
     held: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    """Per queue, the part of allocated that is room held for its waiting gangs (holds.py), its
-    descendants included: counted for limits and fair share, never as running work a reclaim keeps
-    above quota or finds over share."""
+    """Per queue, the part of allocated that is room held for its waiting gangs (holds.py) and its
+    preemptions (their victims' room and the free room they claim), its descendants included:
+    counted for limits and fair share, never as running work a reclaim keeps above quota or finds
+    over share."""
     groups: Mapping[GroupKey, _GroupTally] = dataclasses.field(default_factory=dict, repr=False)
     planned: frozenset[GroupKey] = frozenset()
     stuck: frozenset[GroupKey] = frozenset()
@@ -640,7 +641,9 @@ class QueueBook:
                 _add(requested[ancestor], self.own_allocated.get(queue, {}))
                 _add(requested[ancestor], self.own_pending.get(queue, {}))
         held = {name: _tracked({}) for name in tree.queues}
-        for queue, room in (waiting_held or {}).values():
+        # neither a waiting gang's hold nor a preemption's held room (its victims' and the free room
+        # it claims) is running work: a reclaim keeps a queue at its quota by what runs
+        for queue, room in [*(holding or {}).values(), *(waiting_held or {}).values()]:
             if queue in tree.queues:
                 for ancestor in tree.ancestors(queue):
                     _add(held[ancestor], _tracked(room))
