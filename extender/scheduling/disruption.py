@@ -390,21 +390,18 @@ class GangDisruption:
                 continue
             # members deleted with their owner are the garbage collector's: a leaf of only those is
             # no incident of ours, and the next broken leaf is looked at
-            in_leaf = [
-                r
-                for r in candidates
-                if self.store.membership(r).subgroup == leaf and self._owner_going(r.obj) is None
-            ]
+            in_leaf = [r for r in candidates if self.store.membership(r).subgroup == leaf]
             if survivors is not None:
                 targets = [r for r in in_leaf if r.uid in survivors]
             else:
                 targets = [r for r in in_leaf if _created_s(r) < math.floor(last.at_s)]
+            targets = [r for r in targets if self._owner_going(r.obj) is None]
             if targets:
                 reason = (
                     f"gang {spec.key}: member {last.pod} {_was(last.how)}, leaving {have} of the {need} pods "
                     f"subgroup {leaf} needs; a subgroup below its minMember is evicted whole"
                 )
-                return self._evict(spec, Why.BELOW_QUORUM, reason, targets, now, incident=last.at_s)
+                return self._send(spec, Why.BELOW_QUORUM, reason, targets, now, incident=last.at_s)
         return None
 
     def _stale(
@@ -509,6 +506,19 @@ class GangDisruption:
                 owner = next(iter(with_owner.values()))
                 self.decisions[spec.key] = f"being deleted with its owner {owner}: nothing to evict"
                 return None
+        return self._send(spec, why, reason, targets, now, incident=incident)
+
+    def _send(
+        self,
+        spec: GroupSpec,
+        why: Why,
+        reason: str,
+        targets: list[PodRecord],
+        now: float,
+        *,
+        incident: float,
+    ) -> GangEviction | None:
+        """Evicts `targets`, none of them going with its owner; each is asked once until retried."""
         due = [r for r in targets if r.uid not in self._sent]
         self.decisions[spec.key] = f"evicting {len(targets)} member(s) ({why.value}): {reason}"
         if not due:

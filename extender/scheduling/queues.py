@@ -430,17 +430,14 @@ class _GroupTally:
     def ready_need(self) -> tuple[int, dict[str, int]] | None:
         """The pending pods (and their need) the gang could bind now: those of its ready leaves, all
         of them under the basic policy; None while the gang is not ready."""
-        if self.spec.policy is Policy.BASIC:
-            return self.pending, dict(self.need)
-        ready = self.spec.ready_leaves(self.live)
+        ready = self.ready_leaves()
         if ready is None:
             return None
-        if len(self.pending_by_leaf) == 1 and next(iter(self.pending_by_leaf)) in ready:
+        if ready.issuperset(self.pending_by_leaf):
             return self.pending, dict(self.need)
-        chosen = set(ready)
         pods, need = 0, {}
         for leaf, (n, leaf_need) in self.pending_by_leaf.items():
-            if leaf in chosen:
+            if leaf in ready:
                 pods += n
                 _add(need, leaf_need)
         return pods, need
