@@ -411,13 +411,20 @@ class _GroupTally:
     queue: str
     spec: GroupSpec
     need: dict[str, int]  # of its pending pods
-    live: dict[str | None, int]  # live pods per leaf, bound or not
+    live: dict[str | None, int]
+    """Live pods per leaf, bound or not: those the gang's quorum counts, as its filter counts them (a
+    bound member being deleted counts for nothing; it still uses its queue's room)."""
     pending: int = 0
     queues: dict[str, int] = dataclasses.field(default_factory=dict)
     """Pods counted per queue they name: more than one key, and the gang has no one queue."""
     pending_by_leaf: dict[str | None, tuple[int, dict[str, int]]] = dataclasses.field(default_factory=dict)
     """Pending pods and their need per leaf, only leaves with some: what a ready gang can use is
     what its ready leaves ask for (a leaf short of pods binds nothing, whatever it waits for)."""
+    pods: int = 0
+    """Every pod the tally counts, live or leaving: the tally goes with the last."""
+    finished: Callable[[GroupSpec], dict[str | None, int]] | None = None
+    """The gang's members per leaf that ran to completion (the store's count): its quorum counts them
+    as the filter does, so a gang the filter would place is ready here too."""
 
     def ready_leaves(self) -> frozenset[str | None] | None:
         """The leaves whose pending pods ready_need counts (every leaf under the basic policy); None
@@ -425,6 +432,13 @@ class _GroupTally:
         if self.spec.policy is Policy.BASIC:
             return frozenset(self.pending_by_leaf)
         ready = self.spec.ready_leaves(self.live)
+        if (ready is None or not self.pending_by_leaf.keys() <= set(ready)) and self.finished is not None:
+            # looked up only for a gang its live pods leave short: more pods make no leaf less ready
+            counts = self.finished(self.spec)
+            if counts:
+                for leaf, n in self.live.items():
+                    counts[leaf] = counts.get(leaf, 0) + n
+                ready = self.spec.ready_leaves(counts)
         return None if ready is None else frozenset(ready)
 
     def ready_need(self) -> tuple[int, dict[str, int]] | None:
@@ -570,9 +584,13 @@ class QueueBook:
         key = share.group.key
         tally = self.groups.get(key)
         if tally is None:
-            tally = self.groups[key] = _GroupTally(share.queue, share.group, {}, {})
+            tally = self.groups[key] = _GroupTally(
+                share.queue, share.group, {}, {}, finished=self.store.finished_counts
+            )
         tally.queue, tally.spec = share.queue, share.group  # the latest definition
-        tally.live[share.leaf] = tally.live.get(share.leaf, 0) + sign
+        tally.pods += sign
+        if not share.leaving:
+            tally.live[share.leaf] = tally.live.get(share.leaf, 0) + sign
         tally.queues[share.queue] = tally.queues.get(share.queue, 0) + sign
         if not tally.queues[share.queue]:
             del tally.queues[share.queue]
@@ -586,7 +604,7 @@ class QueueBook:
                 tally.pending_by_leaf[share.leaf] = (n + sign, leaf_need)
             else:
                 tally.pending_by_leaf.pop(share.leaf, None)
-        if not any(tally.live.values()):
+        if not tally.pods:
             del self.groups[key]
 
     def snapshot(

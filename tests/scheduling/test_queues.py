@@ -271,6 +271,69 @@ def test_a_gang_whose_only_pending_pods_are_in_a_leaf_short_of_pods_holds_no_one
     assert w.bound(*a2), {n: d.reason for n, d in decisions.items()}
 
 
+def _two_queues(a_quota: int = 4, b_quota: int = 4) -> World:
+    return World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": a_quota, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": b_quota, "limit": -1}),
+        ]
+    )
+
+
+def test_a_gang_ready_only_by_a_member_being_deleted_holds_no_one() -> None:
+    # team-b's gang of quorum 3 has one member bound, one bound and stuck terminating (a finalizer),
+    # and one pending: its filter counts 2 live members and waits for a third, so it binds nothing,
+    # and team-a's a2, over its share, is not held for it (the book counted the terminating member)
+    w = _two_queues()
+    w.schedule(*w.gang("a1", 12, "team-a"))
+    w.cluster.apply(make_kai_podgroup("b1", min_member=3, queue="team-b"))
+    for i in range(3):
+        w.cluster.apply(gang_pod(f"b1-{i}", "b1", cpu="100m", memory="64Mi", gpu="1"))
+    w.schedule("b1-0", "b1-1", "b1-2")
+    assert w.bound("b1-0", "b1-1", "b1-2")
+    w.cluster.delete("", "Pod", "default", "b1-2")
+    going = w.pod("b1-0")
+    meta = {
+        **going["metadata"],
+        "deletionTimestamp": "2026-01-01T00:00:00Z",
+        "finalizers": ["example.com/hold"],
+    }
+    w.cluster.apply({**going, "metadata": meta})
+    w.cluster.apply(gang_pod("b1-3", "b1", cpu="100m", memory="64Mi", gpu="1"))
+    assert w.filter("b1-3").reason == "gang default/b1 waiting for pods: 2 exist, 3 needed for quorum"
+    a2 = w.gang("a2", 2, "team-a")  # over team-a's share (12 + 2); 2 gpus free, not the 3 both need
+    decisions = w.schedule(*a2)
+    assert w.bound(*a2), {n: d.reason for n, d in decisions.items()}
+
+
+def test_a_gang_ready_by_its_finished_members_holds_back_a_queue_over_its_share() -> None:
+    # team-b's gang of quorum 3 has two members that ran to completion and one pending: its filter
+    # counts the finished ones (as KAI does) and would place it, so the book counts it ready too, and
+    # team-a's a2, over its share, waits while it takes its room
+    w = _two_queues()
+    w.schedule(*w.gang("a1", 12, "team-a"))
+    w.cluster.apply(make_kai_podgroup("fin", min_member=3, queue="team-b"))
+    for i in range(2):
+        done = gang_pod(f"fin-{i}", "fin", cpu="100m", memory="64Mi", gpu="2")
+        w.cluster.apply(
+            {**done, "spec": {**done["spec"], "nodeName": "node-0"}, "status": {"phase": "Succeeded"}}
+        )
+    w.cluster.apply(gang_pod("fin-2", "fin", cpu="100m", memory="64Mi", gpu="4"))
+    a2 = [f"a2-{i}" for i in range(2)]
+    w.cluster.apply(make_kai_podgroup("a2", min_member=2, queue="team-a"))
+    for name in a2:
+        w.cluster.apply(gang_pod(name, "a2", cpu="100m", memory="64Mi", gpu="2"))
+    decision = w.filter(a2[0])
+    assert decision.verdict is Verdict.WAITING
+    assert (
+        "while default/fin of queue team-b, below its fair share, waits for the same capacity"
+        in decision.reason
+    )
+    w.schedule("fin-2")
+    assert w.bound("fin-2")
+
+
 def test_a_gang_whose_members_beyond_quorum_fit_nowhere_in_its_rack_holds_no_one() -> None:
     # team-b's rack gang is bound whole in rack ra (node-0 full); its third member may go only there,
     # and its filter found no room: team-a's gang, over its share, is not held for it, and takes
