@@ -915,9 +915,13 @@ class GangLedger:
         if rec is None or rec.bound_row < 0:
             return
         row = rec.bound_row
-        if not bool((self.store.arrays.free[row] < 0).any()):
+        if not self._over(row):
             return
         node = self.store.row_names.get(row, "?")
+        # the free room a preemption claimed is the first to go: it was only ever what was free
+        self._trim_claims(node, row)
+        if not self._over(row):
+            return
         holders = {
             self._pod_gang[held]
             for held, res in self.store.reservations.items()
@@ -927,6 +931,46 @@ class GangLedger:
             e = self.gangs.get(gang)
             if e is not None and e.plan and not e.releasing:
                 self._discard(e, f"node {node} was filled by pods bound since the plan ({pk} among them)")
+        if not self._over(row):
+            return
+        # a victim's own room, taken: the preemption counted on room that is gone; the gang looks
+        # again (and evicts again only if it must)
+        for gang, p in sorted(self.preemptions.items()):
+            if any(p.victims[v].node == node for v in p.held):
+                self.end_preemption(gang)
+                self._entry(gang).last_reason = (
+                    f"preemption in {p.domain or 'the cluster'} given up: node {node} was filled by pods "
+                    f"bound since ({pk} among them); looking again"
+                )
+                if not self._over(row):
+                    return
+
+    def _over(self, row: int) -> bool:
+        return bool((self.store.arrays.free[row] < 0).any())
+
+    def _trim_claims(self, node: str, row: int) -> None:
+        """Each preemption's claim on `node` shrinks to what is free there once it is given back."""
+        for gang, p in sorted(self.preemptions.items()):
+            room = p.claimed.get(node)
+            if room is None:
+                continue
+            key = Preemption.claim_key(gang, node)
+            self.store.unhold(key)
+            free = self.store.arrays.free[row]
+            left = {}
+            for r, n in room.items():
+                col = self.store.resources.find(r)
+                take = min(n, int(free[col])) if col is not None else 0
+                if take > 0:
+                    left[r] = take
+            if left:
+                self.store.hold(key, node, left)
+                p.claimed[node] = left
+            else:
+                del p.claimed[node]
+            self.gen += 1
+            if not self._over(row):
+                return
 
     def _on_change(self, event: str, kind: tuple[str, str], obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

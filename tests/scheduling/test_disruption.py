@@ -821,6 +821,35 @@ def test_a_member_whose_release_lands_after_a_preemption_took_the_others_is_evic
         assert "was deleted, leaving 1 of the 3 pods its quorum needs" in evictions[0].reason
 
 
+def test_a_subgroup_member_whose_own_bind_lands_after_a_preemption_took_its_subgroup_is_evicted() -> None:
+    """Subgroup b is bound whole (b0, b1) and b2, beyond its minMember, has its own bind in flight when
+    kube-scheduler's preemption takes b0 and b1 (b whole, as the preempt verb allows): b2 lands a
+    survivor of that incident, and goes too (else subgroup b runs with 1 of its 2; seed 2229)."""
+    pg = make_kai_podgroup("s", subgroups=[{"name": "a", "minMember": 2}, {"name": "b", "minMember": 2}])
+    pg["spec"]["minSubGroup"] = 1
+    w = FilterWorld([*(make_node(f"n{i}") for i in range(4)), pg])
+    ledger = w.ledger(release_on_first_bind=False)
+    disruption = GangDisruption(w.store, ledger, clock=ledger.clock)
+    w.scheduler = Scheduler(w.store, ledger, disruption=disruption)
+    for name in ("s-a0", "s-a1", "s-b0", "s-b1", "s-b2"):
+        w.cluster.apply(gang_pod(name, "s", cpu="1", labels={keys.SUBGROUP_NAME: name[2]}))
+    w.schedule("s-a0", "s-a1", "s-b0", "s-b1")
+    assert w.bound("s-a0", "s-a1", "s-b0", "s-b1")
+    assert w.filter("s-b2").verdict is Verdict.PASS
+    b2 = w.pod("s-b2")
+    d = w.scheduler.bind(namespace="default", name="s-b2", uid=b2["metadata"]["uid"], node="n3")
+    assert d.verdict is BindVerdict.NOW  # its own POST, now on its way
+    disruption.decide()
+    for name in ("s-b0", "s-b1"):  # kube-scheduler's preemption deletes them
+        w.cluster.delete("", "Pod", "default", name)
+    assert disruption.decide() == []  # subgroup b runs nothing yet: nothing partial
+    w.cluster.apply({**b2, "spec": {**b2["spec"], "nodeName": "n3"}})
+    w.scheduler.bind_done("default/s-b2", "n3", "")
+    evictions = disruption.decide()
+    assert [v.pod for e in evictions for v in e.pods] == ["default/s-b2"]
+    assert "leaving 1 of the 2 pods subgroup b needs" in evictions[0].reason
+
+
 def test_a_member_that_arrives_while_its_gang_is_evicted_whole_waits_for_the_eviction() -> None:
     """A gang below its quorum is evicted whole; a member created before the evictions land must not
     be planned beside the survivors (bound with them, it would be left running alone)."""

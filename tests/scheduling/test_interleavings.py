@@ -89,7 +89,8 @@ Slow API writes land at progress points the driver chooses (deterministic, unlik
 never later than the next clock move, so a seed replays the same way.
 Replay one seed with its step log: INTERLEAVING_SEED=17 pytest tests/scheduling/test_interleavings.py
 (INTERLEAVING_SEEDS=N runs seeds 0..N-1, =A-B seeds A..B-1, INTERLEAVING_STEPS the steps per seed,
-INTERLEAVING_LOG_LINES the lines of log shown, and INTERLEAVING_SKIP=gain-resource,unknown-resource
+INTERLEAVING_LOG_LINES the lines of log shown, INTERLEAVING_LOG_FILE a file the whole step log is
+written to, pass or fail, and INTERLEAVING_SKIP=gain-resource,unknown-resource
 leaves those kinds of step out: the newer ones are queues (no Queue objects at all), queue-edit,
 priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no CompositePodGroup
 tree), preempt, regroup, annex, succeed,
@@ -1971,12 +1972,19 @@ class Driver:
             return f"{ready} subgroups ready ({sorted(on)})"
         return None
 
+    def binding_gangs(self) -> set[str]:
+        """Gangs with a member's binding on its way: at the API server, or a bind call kube-scheduler
+        made that is not answered yet (its POST may not have reached the API server)."""
+        calls = {self.pod_gang.get(b.pod) for b in self.binds if not b.task.done()}
+        return set(self.api.gang_inflight) | {g for g in calls if g is not None}
+
     async def check(self, *, final: bool = False) -> None:
         svc, store = self.svc, self.svc.store
+        binding = self.binding_gangs()
         for item in self.evicted:
-            if item[1] is not None and item[1] in self.api.gang_inflight:
+            if item[1] is not None and item[1] in binding:
                 self.hit_in_flight.setdefault(item[1], []).append(item)
-        landed = [g for g in self.hit_in_flight if g not in self.api.gang_inflight]
+        landed = [g for g in self.hit_in_flight if g not in binding]
         if landed:
             # its last binds landed since: the service's ticker sees their watch events (as it does
             # within a second) before the gang is judged as one a disruption hit
@@ -2007,7 +2015,12 @@ class Driver:
         free = store.arrays.free
         for node, row in store.node_rows.items():
             if (free[row] < 0).any():
-                self.fail(f"the store's free capacity of {node} is negative: {free[row].tolist()}")
+                held = {k: r.requests for k, r in store.reservations.items() if r.node == node}
+                on = sorted(k for k, rec in store.pods.items() if rec.node_name == node and rec.live)
+                self.fail(
+                    f"the store's free capacity of {node} is negative: {free[row].tolist()}; "
+                    f"held there: {held}; live pods bound there: {on}"
+                )
         # where a pod landed: its nodeSelector admits the node, a rack gang's members share a rack
         self.judge_landings()
         # a member only its own cycle vouches for (a host port) is bound only after it reached bind
@@ -2059,7 +2072,7 @@ class Driver:
                 and n not in going
             ]
             # a follower's evictions stop with the Lease: the leading replica finishes them
-            if g.name in hit and running and g.name not in self.api.gang_inflight and not self.following:
+            if g.name in hit and running and g.name not in binding and not self.following:
                 # a member that finished and was deleted with no record left is gone for the service
                 # too: a subgroup it kept at quorum is broken by the eviction, and goes whole
                 why = self.gang_state(g, bound, recorded=True)
@@ -2813,6 +2826,9 @@ async def run_driver(driver: Driver, run: Callable[[], Any] | None = None) -> No
     try:
         await (run or driver.run)()
     finally:
+        if os.environ.get("INTERLEAVING_LOG_FILE"):
+            with open(os.environ["INTERLEAVING_LOG_FILE"], "w") as f:
+                f.write("\n".join(driver.lines))
         if watchdog is not None:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)

@@ -396,6 +396,45 @@ async def test_a_claim_goes_with_its_node_and_a_node_registered_again_is_new_roo
     svc.check_invariants()
 
 
+@pytest.mark.parametrize(
+    ("lo_goes", "stray_on", "claimed", "preempting"),
+    [
+        # the claimed free room is taken: the claim shrinks to what is left, the preemption goes on
+        pytest.param(False, "n001", {"n001": {"memory": 1073741824, "pods": 1}}, True, id="claimed-room"),
+        # the victim's own room is taken: the preemption counted on room that is gone, and ends
+        pytest.param(True, "n000", {}, False, id="victims-room"),
+    ],
+)
+async def test_a_pod_bound_elsewhere_onto_room_a_preemption_holds_takes_it(
+    make_service, lo_goes, stray_on, claimed, preempting
+):
+    """A binding the service did not make (a dead predecessor's, landing late; another scheduler's)
+    lands on room a preemption holds: the store must not count the node's room twice (the
+    interleavings' seed 2141 found its free cpu at -4000m). A claim keeps what is still free."""
+    svc = await make_service(cluster([plain("lo", "n000", 10)], FULL_R01, preemptor()))
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    if lo_goes:
+        svc.cluster.delete("", "Pod", "default", "lo")
+        await settle()
+    svc.cluster.apply(running(make_pod("stray", cpu="8"), stray_on, 0))
+    await settle()
+    row = svc.store.node_rows[stray_on]
+    assert (svc.store.arrays.free[row] >= 0).all(), svc.store.arrays.free[row].tolist()
+    p = svc.scheduler.ledger.preemption("default/hi")
+    assert (p is not None) == preempting
+    held = {k: res.requests for k, res in svc.store.reservations.items() if "#" in k}
+    if p is not None:
+        assert p.claimed == claimed
+        assert held == {f"{node}#claimed-for:default/hi": room for node, room in claimed.items()}
+    else:
+        reason = svc.scheduler.describe("default/hi")["lastReason"]
+        assert "given up: node n000 was filled by pods bound since" in reason
+        assert held == {}
+    svc.check_invariants()
+
+
 # A 1.37 scheduling.k8s.io PodGroup's `priority` (filled by admission from its class) is authoritative for
 # every member in preemption, as kube-scheduler 1.37 ranks it (unset: 0), and its `preemptionPolicy: Never`
 # keeps the gang from preempting; a 1.36 v1alpha2 PodGroup leaves each pod's own priority in force.
