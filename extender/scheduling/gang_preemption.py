@@ -273,8 +273,14 @@ class GangPreemption:
         victims are all gone (kube-scheduler does not retry a pod because others were deleted)."""
         effects: list[Effect] = []
         for p in self.ledger.expire_preemptions():
-            self.outcomes["expired"] += 1
-            log.warning("gang %s: preemption hold in %s expired", p.gang, p.domain or "the cluster")
+            if p.given_up:
+                self.outcomes["given-up"] += 1
+                log.warning("gang %s: %s", p.gang, p.given_up)
+                # its members wait on victims that went for room now taken: they are looked at again
+                effects += self.telling.nudge_turned_away(p.gang, "retry")
+            else:
+                self.outcomes["expired"] += 1
+                log.warning("gang %s: preemption hold in %s expired", p.gang, p.domain or "the cluster")
             effects += self.telling.tell_gang(p.gang)
         for gang, p in self.ledger.preemptions_now():
             if not p.nudged and self.ledger.victims_gone(gang):

@@ -108,6 +108,7 @@ class Preemption:
     """node -> the room already free there that the plan counts on besides its victims', held from
     the start (as kube-scheduler's nominated pods keep theirs): were it taken while the victims go,
     they would have been evicted for nothing, and the preemptor would evict again."""
+    given_up: str = ""  # why it ended before its deadline (the room it counted on was taken), if it did
     hold_s: float = 0.0  # how long the room stays held once a victim has gone
     nudged: bool = False  # the members were brought back once every victim was gone
     queue: str | None = None  # the preemptor's queue, which the held room is charged to (queues in use)
@@ -194,6 +195,7 @@ class GangLedger:
         self._completed: set[GroupKey] = set()  # barriers the watch completed: see completed()
         self.preemptions: dict[GroupKey, Preemption] = {}
         """gang -> its preemption in progress: one at a time, never repeated while it runs."""
+        self._given_up: list[Preemption] = []  # ended on a watch event, told at the next expiry pass
         self._victim_of: dict[PodKey, GroupKey] = {}
         self.gen = 0
         """Bumps when a preemption starts or ends or a no-fit is remembered: what the queue book reads
@@ -782,9 +784,10 @@ class GangLedger:
         p.claimed = claimed
 
     def expire_preemptions(self) -> list[Preemption]:
-        """Preemptions whose hold ended before the gang was planned: the room goes back to everyone."""
+        """Preemptions whose hold ended before the gang was planned: the room goes back to everyone.
+        Those given up since the last call (`given_up` says why) come first: each is told once."""
         now = self.clock()
-        out = []
+        out, self._given_up = self._given_up, []
         for gang, p in list(self.preemptions.items()):
             if now >= p.hold_until and self._held_on(p):
                 # held on for a victim still terminating (a stuck finalizer, a node gone NotReady): its
@@ -934,14 +937,24 @@ class GangLedger:
         if not self._over(row):
             return
         # a victim's own room, taken: the preemption counted on room that is gone; the gang looks
-        # again (and evicts again only if it must)
+        # again (and evicts again only if it must). Only a hold of a resource the node is short of
+        # counts: one it is not short of is no part of the over-commit
+        free = self.store.arrays.free[row]
+        short = {name for col, name in enumerate(self.store.resources.names) if free[col] < 0}
         for gang, p in sorted(self.preemptions.items()):
-            if any(p.victims[v].node == node for v in p.held):
+            if any(
+                p.victims[v].node == node
+                and Preemption.hold_key(gang, v) in self.store.reservations
+                and short & {r for r, n in p.victims[v].requests.items() if n > 0}
+                for v in p.held
+            ):
                 self.end_preemption(gang)
-                self._entry(gang).last_reason = (
+                p.given_up = (
                     f"preemption in {p.domain or 'the cluster'} given up: node {node} was filled by pods "
                     f"bound since ({pk} among them); looking again"
                 )
+                self._entry(gang).last_reason = p.given_up
+                self._given_up.append(p)
                 if not self._over(row):
                     return
 

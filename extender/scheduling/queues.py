@@ -508,6 +508,11 @@ class QueueBook:
         if kind == POD and self.tracking:
             self._dirty.add(PodKey(object_key(obj)))
 
+    def _finished(self, spec: GroupSpec) -> dict[str | None, int]:
+        """The gang's finished members per leaf; asked on the filter path (`waiters`), so the walk
+        over its members is skipped where none can have finished."""
+        return self.store.finished_counts(spec) if self.store.may_have_finished(spec) else {}
+
     def _regrouped(self, pod: PodKey) -> None:
         """A workload or group object the pod's membership read changed: its gang or queue may have."""
         if self.tracking:
@@ -584,10 +589,9 @@ class QueueBook:
         key = share.group.key
         tally = self.groups.get(key)
         if tally is None:
-            tally = self.groups[key] = _GroupTally(
-                share.queue, share.group, {}, {}, finished=self.store.finished_counts
-            )
-        tally.queue, tally.spec = share.queue, share.group  # the latest definition
+            tally = self.groups[key] = _GroupTally(share.queue, share.group, {}, {}, finished=self._finished)
+        if sign > 0:
+            tally.queue, tally.spec = share.queue, share.group  # the latest definition
         tally.pods += sign
         if not share.leaving:
             tally.live[share.leaf] = tally.live.get(share.leaf, 0) + sign

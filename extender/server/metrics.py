@@ -183,7 +183,8 @@ class Metrics:
         self.preemptions = Counter(
             "gang_extender_preemptions",
             "Gang preemptions by outcome: planned (victims evicted, room held), no-domain (nothing "
-            "evicted), completed (planned into the freed room), expired (the hold ended first), reclaim "
+            "evicted), completed (planned into the freed room), expired (the hold ended first), given-up "
+            "(pods bound by others took the room it held), reclaim "
             "(victims of queues over their fair share evicted for a gang of a queue below its own)",
             ["outcome"],
             registry=r,

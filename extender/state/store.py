@@ -988,6 +988,17 @@ class ClusterStore:
         indexed: see `group_members`)."""
         return [key for key, members in self._group_index.items() if members]
 
+    def may_have_finished(self, group: GroupSpec) -> bool:
+        """Whether `finished_counts(group)` can count anything, cheaply (no walk over the members): a
+        finished member held, a Job of its namespace counting a finished pod, or its KAI PodGroup's
+        own count. A reader on a hot path asks this first."""
+        if self._finished_index.get(group.key) or group.namespace in self._succeeded_jobs:
+            return True
+        if group.source is Source.KAI_PODGROUP and not group.subgroups:
+            pg = self.get("scheduling.run.ai", "PodGroup", group.namespace, group.name)
+            return pg is not None and _succeeded_of(pg) > 0
+        return False
+
     def finished_counts(self, group: GroupSpec) -> dict[str | None, int]:
         """Members per leaf that ran to completion (Succeeded). A gang's quorum counts them as it counts
         bound ones (so does KAI's): a Job whose other pods finished is not short of its retried one.

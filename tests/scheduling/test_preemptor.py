@@ -432,7 +432,35 @@ async def test_a_pod_bound_elsewhere_onto_room_a_preemption_holds_takes_it(
         reason = svc.scheduler.describe("default/hi")["lastReason"]
         assert "given up: node n000 was filled by pods bound since" in reason
         assert held == {}
+        await svc.expire(0)  # the next pass tells its members why they wait
+        said = [c for c in svc.pod("hi-0")["status"].get("conditions", ()) if c["type"] == "PodScheduled"]
+        assert said and "given up: node n000 was filled" in said[0]["message"], said
     svc.check_invariants()
+
+
+async def test_a_preemption_survives_an_overcommit_its_held_room_has_no_part_in(make_service):
+    """n000 runs short of gpu (a device turns unhealthy under a running pod) and then a pod lands there:
+    the preemption holds only cpu, memory and a pod slot on n000, so it is no part of that, and goes on
+    (found by review: every preemption holding anything on the node was given up)."""
+    objs = cluster([plain("lo", "n000", 10)], FULL_R01, preemptor())
+    n000 = next(o for o in objs if o["kind"] == "Node" and o["metadata"]["name"] == "n000")
+    n000["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    gpu_user = running(make_pod("g", cpu="0", memory="0", gpu="2"), "n000", 2000)  # not a victim
+    svc = await make_service([*objs, gpu_user])
+    svc.cluster.evict_pod = Evictions()
+    await svc.filter("hi-0")
+    await settle()
+    svc.cluster.delete("", "Pod", "default", "lo")
+    await settle()
+    assert svc.scheduler.ledger.preemption("default/hi").held == {"default/lo"}
+    node = svc.cluster.get("", "Node", None, "n000")
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+    svc.cluster.apply(node)
+    svc.cluster.apply(running(make_pod("daemon", cpu="0", memory="0"), "n000", 0))
+    await settle()
+    p = svc.scheduler.ledger.preemption("default/hi")
+    assert p is not None, svc.scheduler.describe("default/hi")["lastReason"]
+    assert "default/lo#held-for:default/hi" in svc.store.reservations
 
 
 # A 1.37 scheduling.k8s.io PodGroup's `priority` (filled by admission from its class) is authoritative for

@@ -307,6 +307,30 @@ def test_a_gang_ready_only_by_a_member_being_deleted_holds_no_one() -> None:
     assert w.bound(*a2), {n: d.reason for n, d in decisions.items()}
 
 
+def test_a_gang_whose_members_are_all_being_deleted_keeps_its_tally_until_the_last_goes() -> None:
+    # the members still use their queue's room, and count for nothing toward the quorum: the tally
+    # stays while any is counted, and no count goes below zero as they go one by one
+    w = _two_queues()
+    names = w.gang("b1", 2, "team-b")
+    w.schedule(*names)
+    assert w.bound(*names)
+    for name in names:
+        pod = w.pod(name)
+        meta = {
+            **pod["metadata"],
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["example.com/x"],
+        }
+        w.cluster.apply({**pod, "metadata": meta})
+    tally = w.scheduler.admission.queue_snapshot().groups["default/b1"]
+    assert (tally.pods, sum(tally.live.values()), tally.ready_leaves()) == (2, 0, None)
+    w.cluster.delete("", "Pod", "default", names[0])
+    tally = w.scheduler.admission.queue_snapshot().groups["default/b1"]
+    assert (tally.pods, min(tally.live.values(), default=0)) == (1, 0)
+    w.cluster.delete("", "Pod", "default", names[1])
+    assert "default/b1" not in w.scheduler.admission.queue_snapshot().groups
+
+
 def test_a_gang_ready_by_its_finished_members_holds_back_a_queue_over_its_share() -> None:
     # team-b's gang of quorum 3 has two members that ran to completion and one pending: its filter
     # counts the finished ones (as KAI does) and would place it, so the book counts it ready too, and
