@@ -17,8 +17,12 @@ Precedence for a pod (first that applies wins):
    a parent CompositePodGroup (1.37) makes the pod a member of the whole tree under its root, at the
    leaf its PodGroup is (extender.grouping.composite).
 3. The top owner's kind: a JobSet with `spec.scheduling` -> its compiled group (GROUP_MISSING while
-   suspended); a JobSet without it, a batch Job, a PyTorchJob -> KAI's derived group.
-4. Anything else (plain pods, unknown owners): a group of one.
+   suspended); a JobSet without it, a batch Job, a PyTorchJob -> KAI's derived group. An owner of
+   one of those kinds that cannot be read (not seen yet, or deleted with its pods still going): a
+   pod naming a KAI PodGroup in `pod-group-name` joins it as in 1 (KAI's scheduler keeps it there;
+   its podgrouper cannot rewrite what it cannot read); any other pod waits (GROUP_MISSING), since
+   what the owner would make of it is unknown and, placed alone, it could be a gang's member.
+4. Anything else (plain pods, owners of other kinds, read or not): a group of one.
 A malformed workload yields INVALID with a message naming the field; nothing here raises.
 """
 
@@ -81,6 +85,21 @@ def single_pod_group(pod: dict[str, Any]) -> GroupSpec:
 DEFAULT_SUBGROUP = "default"
 
 
+WORKLOAD_KINDS = frozenset({kai.JOB, kai.JOBSET, kai.PYTORCHJOB})
+"""The owner kinds a gang is derived from (rule 3): a pod whose owner of one of them is missing waits."""
+
+
+def _missing_workload(chain: OwnerChain) -> str | None:
+    """`Kind ns/name` of the owner of a WORKLOAD_KINDS kind the walk could not read, else None."""
+    ref = chain.missing
+    if (
+        ref is None
+        or (api_group(str(ref.get("apiVersion", ""))), str(ref.get("kind", ""))) not in WORKLOAD_KINDS
+    ):
+        return None
+    return f"{ref.get('kind', '')} {_namespace(chain.pod)}/{ref.get('name', '')}"
+
+
 def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
     """Whether the pod is surely a group of one (rule 4): no grouping annotation, no scheduling group
     and no readable owner. At most one lookup, so a cache can tell its plain pods (most of a cluster)
@@ -105,13 +124,10 @@ def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
     ref = controller_ref(pod)
     if ref is None:
         return True
-    found = lookup.get(
-        api_group(str(ref.get("apiVersion", ""))),
-        str(ref.get("kind", "")),
-        m.get("namespace"),
-        str(ref.get("name", "")),
-    )
-    return found is None
+    kind = (api_group(str(ref.get("apiVersion", ""))), str(ref.get("kind", "")))
+    found = lookup.get(*kind, m.get("namespace"), str(ref.get("name", "")))
+    # a workload kind missing from the cache is unsure: it waits (derive_membership says why)
+    return found is None and kind not in WORKLOAD_KINDS
 
 
 def derive_membership(pod: dict, lookup: ObjectLookup) -> Membership:
@@ -159,6 +175,20 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
         return Membership(
             state=MembershipState.GROUP_MISSING,
             message=f"waiting for PodGroup {ns}/{k8s_name} (scheduling.k8s.io) to exist",
+        )
+
+    missing = _missing_workload(chain)
+    if missing is not None:
+        # a workload that makes gangs, not in the cache: not seen yet (its pods' watch event came
+        # first), or deleted, its pods being collected. Whether it skips the podgrouper is unknown: a
+        # pod naming a PodGroup stays in it (as KAI's scheduler keeps it, its podgrouper unable to
+        # rewrite it); any other waits, since placed alone it could be a gang's member bound early
+        if pg_name:
+            return _external_kai(chain, ns, str(pg_name), lookup)
+        return Membership(
+            state=MembershipState.GROUP_MISSING,
+            message=f"waiting for its owner {missing} to be seen (not in this scheduler's cache: created "
+            "a moment ago, or deleted, its pods going with it)",
         )
 
     if skipping:
@@ -385,8 +415,15 @@ def _external_kai(chain: OwnerChain, ns: str, pg_name: str, lookup: ObjectLookup
 
 
 def _owned_by(chain: OwnerChain, ref: dict[str, Any]) -> bool:
-    """Whether the object `ref` names is the pod itself or one of its owners."""
+    """Whether the object `ref` names is the pod itself or one of its owners (one the walk could not
+    read counts by its reference)."""
     uid = ref.get("uid")
+    missing = chain.missing
+    if missing is not None:
+        if uid and missing.get("uid") == uid:
+            return True
+        if not uid and (missing.get("kind"), missing.get("name")) == (ref.get("kind"), ref.get("name")):
+            return True
     for obj in (chain.pod, *chain.owners):
         if uid:
             if meta(obj).get("uid") == uid:

@@ -17,6 +17,9 @@ class OwnerChain:
 
     pod: dict[str, Any]
     owners: tuple[dict[str, Any], ...]
+    missing: dict[str, Any] | None = None
+    """The reference to the owner the walk could not read (absent, or another object under its name),
+    where it ended; None when it ended at an object without a controller."""
 
     @property
     def top(self) -> dict[str, Any]:
@@ -62,6 +65,7 @@ def walk_owners(pod: dict[str, Any], lookup: ObjectLookup) -> OwnerChain:
     namespace = meta(pod).get("namespace")
     current = pod
     seen: set[tuple[str, str, str]] = set()
+    missing = None
     for _ in range(MAX_OWNER_DEPTH):
         ref = controller_ref(current)
         if ref is None:
@@ -73,10 +77,12 @@ def walk_owners(pod: dict[str, Any], lookup: ObjectLookup) -> OwnerChain:
         seen.add((group, kind, name))
         owner = lookup.get(group, kind, namespace, name)
         if owner is None:
+            missing = ref
             break
         ref_uid, owner_uid = ref.get("uid"), meta(owner).get("uid")
         if ref_uid and owner_uid and ref_uid != owner_uid:
+            missing = ref
             break  # same name, different object: the one the pod belonged to is gone
         owners.append(owner)
         current = owner
-    return OwnerChain(pod=pod, owners=tuple(owners))
+    return OwnerChain(pod=pod, owners=tuple(owners), missing=missing)

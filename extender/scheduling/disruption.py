@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from extender.grouping.membership import WORKLOAD_KINDS
 from extender.grouping.owners import MAX_OWNER_DEPTH
 from extender.model.group import Disruption, GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, api_group, pod_key
@@ -433,8 +434,9 @@ class GangDisruption:
     def _owner_going(self, obj: dict[str, Any], depth: int = 0) -> str | None:
         """Why the garbage collector is deleting `obj` with its owners, in words: every one of its
         owners is gone (seen deleted, or replaced by an object of another uid) or being deleted in the
-        foreground (which deletes its dependents first), directly or through its own owners. None
-        when one of them stays, or cannot be read (an owner the store does not hold): a background
+        foreground (which deletes its dependents first), directly or through its own owners; a
+        workload kind the store lists and does not hold counts as gone. None when one of them stays,
+        or cannot be read (an owner of another kind the store does not hold): a background
         deletion held by another finalizer deletes nothing until it ends, nor does an orphaning one."""
         refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or () if isinstance(r, dict)]
         if not refs or depth >= MAX_OWNER_DEPTH:
@@ -444,14 +446,19 @@ class GangDisruption:
         for ref in refs:
             kind, name, uid = str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid") or "")
             what = f"{kind} {namespace}/{name}"
+            group = api_group(str(ref.get("apiVersion", "")))
             if uid and uid in self._owners_gone:
                 why = f"{what} (deleted)"
             else:
-                owner = self.store.get(api_group(str(ref.get("apiVersion", ""))), kind, namespace, name)
-                if owner is None:
+                owner = self.store.get(group, kind, namespace, name)
+                meta = (owner or {}).get("metadata") or {}
+                if owner is None and (group, kind) in WORKLOAD_KINDS:
+                    # a kind this cache lists, absent from it: deleted before this process saw it go
+                    # (a restart in the garbage collector's work); its pods go with it
+                    why = f"{what} (gone)"
+                elif owner is None:
                     return None
-                meta = owner.get("metadata") or {}
-                if uid and meta.get("uid") and meta.get("uid") != uid:
+                elif uid and meta.get("uid") and meta.get("uid") != uid:
                     why = f"{what} (deleted, and another object made under its name)"
                 elif meta.get("deletionTimestamp") and "foregroundDeletion" in (meta.get("finalizers") or ()):
                     why = f"{what} (being deleted)"

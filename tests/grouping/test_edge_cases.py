@@ -17,6 +17,7 @@ from extender.grouping import (
     groups_for_workload,
     podgroup_objects,
 )
+from extender.grouping.membership import is_single_pod
 from extender.model import labels as keys
 from extender.model.group import Disruption, MembershipState, Policy, Source
 from tests.grouping.workloads import expand
@@ -327,20 +328,40 @@ def test_pytorch_elastic_and_min_available():
 # owner chains
 
 
-def test_pod_whose_jobset_cannot_be_read_falls_back_to_its_job():
+def _waits_for(m, owner: str) -> bool:
+    return (
+        m.state is MembershipState.GROUP_MISSING and f"waiting for its owner {owner} to be seen" in m.message
+    )
+
+
+def test_pod_whose_jobset_cannot_be_read_waits_for_it():
+    # its Job is read, the JobSet above it is not: falling back to the Job would make a gang of one
+    # replica out of a JobSet's (or, deleted, of pods the garbage collector is taking)
     js = seed("no-sched-baseline.yaml")
     owners, pods = expand(js)
     m = derive_membership(pods[0], ListLookup([*owners, *pods]))  # the JobSet is not readable
-    assert m.state is MembershipState.MEMBER
-    assert m.group.name.startswith("pg-no-sched-baseline-workers-0-")
-    assert m.group.min_member == 1
+    assert _waits_for(m, "JobSet default/no-sched-baseline"), m
 
 
-def test_pod_whose_owner_is_missing_is_a_group_of_one():
+def test_pod_whose_job_is_missing_waits_for_it():
+    # not seen yet (its watch event came first), or deleted: placed as a pod of its own it could be a
+    # gang's member bound before its quorum
     job = kai_job(2, "2")
     _, pods = expand(job)
     m = derive_membership(pods[0], ListLookup(pods))
-    assert m.group.source is Source.SINGLE_POD and m.group.key == f"ml/{pods[0]['metadata']['name']}"
+    assert _waits_for(m, f"Job ml/{job['metadata']['name']}"), m
+    assert not is_single_pod(pods[0], ListLookup(pods))
+
+
+def test_a_pod_naming_a_podgroup_stays_in_it_when_its_job_cannot_be_read():
+    # KAI's scheduler keeps a pod in the PodGroup it names; its podgrouper cannot rewrite what it cannot
+    # read (a Job deleted in the background, its pods still running until the garbage collector's turn)
+    objs = external()
+    job = next(o for o in objs if o["kind"] == "Job")
+    podgroups = [o for o in objs if o["kind"] == "PodGroup"]
+    _, pods = expand(job)
+    m = derive_membership(pods[0], ListLookup([*podgroups, *pods]))
+    assert m.state is MembershipState.MEMBER and m.group.name == podgroups[0]["metadata"]["name"], m
 
 
 def test_owner_recreated_under_another_uid_ends_the_walk():
@@ -348,7 +369,26 @@ def test_owner_recreated_under_another_uid_ends_the_walk():
     job["metadata"]["uid"] = "old"
     _, pods = expand(job)
     job["metadata"]["uid"] = "new"
-    assert derive_membership(pods[0], ListLookup([job, *pods])).group.source is Source.SINGLE_POD
+    assert _waits_for(
+        derive_membership(pods[0], ListLookup([job, *pods])), f"Job ml/{job['metadata']['name']}"
+    )
+
+
+def test_a_pod_of_an_owner_kind_that_makes_no_gang_is_a_group_of_one_read_or_not():
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True}
+            ],
+        },
+        "spec": {},
+    }
+    assert is_single_pod(pod, ListLookup([]))
+    assert derive_membership(pod, ListLookup([])).group.source is Source.SINGLE_POD
 
 
 def test_plain_pod_is_a_group_of_one():

@@ -591,6 +591,13 @@ def job_world() -> World:
     return World([group, job, *pods])
 
 
+def _restarted_after_the_job_went(w: World) -> None:
+    """The Job deleted in the background, then the service restarted: the new process never saw it go."""
+    w.cluster.delete("batch", "Job", "default", "train")
+    w.logic = w.fresh()
+    assert w.decide() == []
+
+
 def jobset_world() -> World:
     """JobSet js (a gang) of one Job of four pods, all bound: pod -> Job -> JobSet."""
     objs = expand([yaml.safe_load(JOBSET)]).objects
@@ -672,6 +679,8 @@ OWNER_CASES = [
      ["train-1", "train-2", "train-3"], "evicting"),
     ("the Job deleted in the background, held by another finalizer: nothing is deleted yet", job_world,
      lambda w: _job_changed(w, _held_by_a_finalizer), ["train-1", "train-2", "train-3"], "evicting"),
+    ("the Job deleted before a restart", job_world, _restarted_after_the_job_went, [],
+     "being deleted with its owner Job default/train (gone)"),
     ("the Job deleted and made again under its name", job_world, _made_again, [],
      "being deleted with its owner Job default/train (deleted)"),
     ("the Job's own owner deleted, the Job held by another finalizer: nothing is deleted yet", job_world,

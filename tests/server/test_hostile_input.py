@@ -43,7 +43,7 @@ def full_pod() -> dict[str, Any]:
         uid="6f1c2d9e-0000-4000-8000-000000000001",
         labels={"app": "train", "role": "worker"},
         annotations={"note": "x"},
-        owner={"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "uid": "j1"}},
+        owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "train", "uid": "j1"}},
     )
     spec = pod["spec"]
     spec["containers"].append(

@@ -119,8 +119,9 @@ def test_a_pod_seen_before_its_job_joins_the_gang_when_the_job_arrives():
     big = jobset("late", 3)
     jobs, pods = expand(big)
     cluster.apply(big)
-    for obj in pods:  # the pods first: each is a group of one until its Job is cached
+    for obj in pods:  # the pods first: each waits for its Job, never a group of one meanwhile
         cluster.apply(obj)
+    assert {store.membership(r).state for r in store.pods.values()} == {MembershipState.GROUP_MISSING}
     for obj in jobs[:2]:
         cluster.apply(obj)
     rec = store.pods[f"default/{pods[0]['metadata']['name']}"]
@@ -131,7 +132,9 @@ def test_a_pod_seen_before_its_job_joins_the_gang_when_the_job_arrives():
     assert len(store.group_members(key)) == 3
     cluster.delete("batch", "Job", "default", jobs[0]["metadata"]["name"])
     assert len(store.group_members(key)) == 2
-    assert all(store.membership(r).state is MembershipState.MEMBER for r in store.pods.values())
+    gone = store.membership(store.pods[f"default/{pods[0]['metadata']['name']}"])
+    assert gone.state is MembershipState.GROUP_MISSING
+    assert f"waiting for its owner Job default/{jobs[0]['metadata']['name']} to be seen" in gone.message
 
 
 def test_a_status_update_keeps_the_tree_and_every_member_shares_it(monkeypatch):
