@@ -205,6 +205,7 @@ def gang_demand(
     me_rec = next((m.rec for m in members if m.key == me), None) if me is not None else None
     # `me`'s own terms (the store hands out one mask per set of terms: identity tells them apart)
     mine: object = store.eligible_mask_of(me_rec) if me_rec is not None else object()
+    my_vec = store.request_vector(me_rec.requests)[0] if me_rec is not None else None
     admits: dict[int, np.ndarray | None] = {}  # id(mask) -> the mask, alive all call long
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
@@ -253,6 +254,9 @@ def gang_demand(
                 unoffered.update(missing)
                 hit = vectors[id(m.rec.requests)] = (vec, vec.tobytes())
             vec, raw = hit
+            # kube-scheduler passed `me` the nodes with room for `me`: they say nothing of a node
+            # where a smaller sibling fits (seed 128: a 2-cpu member kept off the node its hold chose)
+            no_smaller = my_vec is not None and bool((vec >= my_vec).all())
             spread = slot is not None and store.one_per_node_of(m.rec)
             if spread:
                 vec = vec.copy()
@@ -261,9 +265,9 @@ def gang_demand(
             refusals = excluded.get(m.key) if m.key != me else None
             refused = frozenset(refusals) if refusals else _NONE_REFUSED
             own = store.eligible_mask_of(m.rec)
-            if m.key == me or own is mine:
-                # `me`, and the members whose terms are its own: the nodes kube-scheduler's filters
-                # passed `me` (its cache may know of pods this one has not seen yet)
+            if m.key == me or (own is mine and no_smaller):
+                # `me`, and the members whose terms are its own asking no less: the nodes kube-
+                # scheduler's filters passed `me` (its cache may know of pods this one has not seen yet)
                 own = offered
             admits[id(own)] = own
             shapes.setdefault((raw, spread, refused, id(own)), []).append(m)
