@@ -65,6 +65,9 @@ After every step it checks, from the API's objects and the service's public surf
   service's or kube-scheduler's) has, once the service's effects have run, all its bound members
   gone or its quorum (each subgroup's too) still bound (a Terminating member counts as gone, a
   Terminating pod is nobody's victim, and it uses its node until it is deleted);
+- no member is evicted by the service as its gang's disruption once the Job that owns it is being
+  deleted in the foreground or is gone: the garbage collector deletes it (a deletion that orphans the
+  pods leaves them a gang like any other, judged as one);
 - no pod is asked to be evicted twice by the service, whichever features asked (a reclaim's victim is
   not also evicted as its gang's disruption);
 - a hold is for a waiting gang (none with a plan), never more of a node than it has, counted toward
@@ -96,8 +99,9 @@ priorities (every pod at priority 0), native (no 1.37 PodGroup), composite (no C
 tree), preempt, regroup, annex, succeed,
 delete-finished, holds (no holds, no whole-rack gang), apart (no gang whose members must be alone),
 stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica),
-picky (no member with a nodeSelector of its own), relabel (no node relabelled) and evict-lag (an
-accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later)).
+picky (no member with a nodeSelector of its own), relabel (no node relabelled), evict-lag (an
+accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later) and owners (no gang
+owned by a Job that is deleted)).
 """
 
 from __future__ import annotations
@@ -491,6 +495,7 @@ class Gang:
     pod_priority: int = 0  # a native gang's pods' own priority, which its PodGroup's overrides
     apart: bool = False  # its members must be alone on their nodes (required anti-affinity to each other)
     sub_rack: bool = False  # each subgroup in one rack of its own choosing, the gang itself unconstrained
+    owner: dict | None = None  # the ownerReference of the Job its pods are made by, if one makes them
 
     def objects(self) -> list[dict]:
         """Its group objects: one PodGroup, or a CompositePodGroup and its children."""
@@ -570,6 +575,8 @@ class Gang:
             pod = gang_pod(name, self.name, cpu=self.cpu, labels=labels, uid=uid)
             if self.priority:
                 pod["spec"]["priority"] = self.priority
+        if self.owner is not None:
+            pod["metadata"]["ownerReferences"] = [dict(self.owner)]
         if self.apart:
             pod["metadata"]["labels"][APART_LABEL] = self.name
             term = {
@@ -905,6 +912,19 @@ class Driver:
         self.follower_writes: list[str] = []
         if self.leased:
             self.objects.append(lease_object(LEASE_OURS))
+        # a gang whose pods a Job owns (its own stream), and the Job deleted at some step: in the
+        # foreground, in the background, or orphaning them; the garbage collector then deletes the
+        # pods (or strips their owner) over the steps that follow
+        self.owner_rng = random.Random(seed * 1000003 + 37)
+        self.owned: Gang | None = None
+        self.owner_uid = ""
+        self.owner_fate: str | None = None  # "foreground", "background", "orphan" once deleted
+        self.owner_done = False  # its pods collected (or orphaned) and the Job gone
+        self.owner_evictions: list[str] = []  # see note_evict_request
+        if features and "owners" not in SKIP and self.owner_rng.random() < 0.4:
+            kai_gangs = [g for g in self.gangs if not (g.native or g.tree)]
+            if kai_gangs:
+                self.own(self.owner_rng.choice(kai_gangs))
 
     # ------------------------------------------------------------------ service
     async def start(self, cluster: FlakyCluster) -> None:
@@ -968,6 +988,18 @@ class Driver:
         asked to go once, whichever of its features asked: a reclaim and a whole-gang disruption, say."""
         if not uid:
             return
+        pod = self.pods().get(name)
+        if (
+            pod is not None
+            and self.collecting()
+            and self.owned_by_job(pod)
+            and not PREEMPTED_BY.search(reason)
+            and "reclaimed for gang" not in reason
+        ):
+            self.owner_evictions.append(
+                f"{name} evicted ({reason}) though its Job is deleted ({self.owner_fate}): the garbage "
+                "collector deletes it"
+            )
         asked = self.evict_asked.setdefault(uid, [])
         asked.append(reason)
         if len(asked) > 1:  # raised at the next check: this runs inside the service's eviction
@@ -996,7 +1028,8 @@ class Driver:
         again["metadata"].pop("resourceVersion", None)
         again["spec"].pop("nodeName", None)
         again["status"] = {"phase": "Pending"}
-        self.deferred.append(again)
+        if self.made_again(again):
+            self.deferred.append(again)
 
     def rank(self, pod: dict) -> int:
         """The priority a pod ranks at in preemption: its 1.37 PodGroup's when it is in one (named by
@@ -1378,9 +1411,9 @@ class Driver:
         except Exception as exc:  # the embedded API feeds the service's cache as it writes
             self.fail(f"the service's cache raised on the watch event for {obj['metadata']['name']}: {exc!r}")
 
-    def delete(self, kind: str, namespace: str | None, name: str) -> None:
+    def delete(self, kind: str, namespace: str | None, name: str, *, group: str = "") -> None:
         try:
-            self.cluster.delete("", kind, namespace, name)
+            self.cluster.delete(group, kind, namespace, name)
         except Exception as exc:
             self.fail(f"the service's cache raised on the watch event deleting {name}: {exc!r}")
 
@@ -1428,6 +1461,106 @@ class Driver:
         self.log(f"node {name} added in rack {rack}")
         self.apply(make_node(name, cpu="8", rack=rack, block="b0"))
 
+    # ------------------------------------------------------------------ a gang's owner deleted
+    def own(self, gang: Gang) -> None:
+        """A Job makes `gang`'s pods (skip-podgrouper on it: they keep the PodGroup they name)."""
+        name = f"{gang.name}-job"
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "uid": f"{name}-uid",
+                "annotations": {"kai.scheduler/skip-podgrouper": "true"},
+            },
+            "spec": {"parallelism": gang.size},
+        }
+        gang.owner = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": name,
+            "uid": f"{name}-uid",
+            "controller": True,
+        }
+        self.owned, self.owner_uid = gang, f"{name}-uid"
+        self.objects.append(job)
+        mine = {n for n, g in self.pod_gang.items() if g == gang.name}
+        for obj in self.objects:
+            if obj.get("kind") == "Pod" and obj["metadata"]["name"] in mine:
+                obj["metadata"]["ownerReferences"] = [dict(gang.owner)]
+
+    def owned_by_job(self, pod: dict) -> bool:
+        """Whether `pod` names the owned gang's Job as an owner."""
+        refs = pod["metadata"].get("ownerReferences") or ()
+        return bool(self.owner_uid) and any(r.get("uid") == self.owner_uid for r in refs)
+
+    def collecting(self) -> bool:
+        """Whether the garbage collector deletes the owned gang's pods (its Job deleted, not orphaning)."""
+        return self.owner_fate in ("foreground", "background")
+
+    def owner_move(self, *, finish: bool = False) -> None:
+        """The owned gang's Job deleted (rarely), then the garbage collector's work, a few pods a step."""
+        if self.owned is None or self.owner_done:
+            return
+        job_name = f"{self.owned.name}-job"
+        if self.owner_fate is None:
+            if finish or self.owner_rng.random() >= 0.04:
+                return
+            self.owner_fate = self.owner_rng.choice(("foreground", "background", "orphan"))
+            self.owned.owner = None  # no pod is made under it any more
+            job = self.cluster.get("batch", "Job", "default", job_name)
+            if self.owner_fate == "background":
+                self.log(f"job {job_name} deleted (background): the garbage collector deletes its pods")
+                self.delete("Job", "default", job_name, group="batch")
+            else:
+                job = copy.deepcopy(job)
+                finalizer = "foregroundDeletion" if self.owner_fate == "foreground" else "orphan"
+                job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                job["metadata"]["finalizers"] = [finalizer]
+                self.log(f"job {job_name} being deleted ({self.owner_fate})")
+                self.apply(job)
+            return
+        if not finish and self.owner_rng.random() < 0.5:
+            return
+        pods = self.pods()
+        owned = sorted(n for n, p in pods.items() if self.owned_by_job(p))
+        if self.owner_fate == "orphan":
+            for name in owned:
+                pod = copy.deepcopy(pods[name])
+                pod["metadata"].pop("ownerReferences", None)
+                self.apply(pod)
+            self.log(f"the garbage collector orphans {owned}; job {job_name} goes")
+        else:
+            picked = (
+                owned
+                if finish
+                else self.owner_rng.sample(owned, min(len(owned), self.owner_rng.randint(1, 2)))
+            )
+            for name in picked:
+                if name in self.terminating:
+                    continue  # its grace period runs already
+                if pods[name]["spec"].get("nodeName") and self.owner_rng.random() < 0.5:
+                    going = copy.deepcopy(pods[name])
+                    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                    self.terminating[name] = going["metadata"]["uid"]
+                    self.log(f"the garbage collector deletes {name} (Terminating: its grace period runs)")
+                    self.apply(going)
+                else:
+                    self.log(f"the garbage collector deletes {name}")
+                    self.delete("Pod", "default", name)
+            if len(picked) < len(owned):
+                return
+            if self.owner_fate == "foreground":
+                self.log(f"job {job_name}'s dependents are gone: the job goes")
+        if self.cluster.get("batch", "Job", "default", job_name) is not None:
+            self.delete("Job", "default", job_name, group="batch")
+        self.owner_done = True
+
+    def made_again(self, pod: dict) -> bool:
+        """Whether a controller makes `pod` again: not once its Job is deleted."""
+        return not (self.owner_fate is not None and self.owned_by_job(pod))
+
     def replace_member(self) -> None:
         """A pending member is deleted; its controller creates a replacement now or a while later."""
         pods = self.pods()
@@ -1435,6 +1568,8 @@ class Driver:
         if not candidates:
             return
         old = self.rng.choice(candidates)
+        if not self.made_again(pods[old]):
+            return  # its Job is deleted: nothing makes a replacement
         gang = next(g for g in self.gangs if g.name == self.pod_gang[old])
         self.counter += 1
         new = old if self.rng.random() < 0.5 else f"{self.base[old]}-r{self.counter}"
@@ -1458,6 +1593,9 @@ class Driver:
     def recreate(self) -> None:
         later = []
         for pod in self.deferred:
+            if not self.made_again(pod):
+                self.log(f"pod {pod['metadata']['name']} is not created again: its Job is deleted")
+                continue
             if pod["metadata"]["name"] in self.terminating:
                 later.append(pod)  # a name is free only once the pod that had it is gone
                 continue
@@ -1549,7 +1687,7 @@ class Driver:
     def movable(self) -> set[str]:
         """Pods whose membership may change now: not bound, no bind in flight, no replacement due; not an
         apart gang's (its anti-affinity, immutable, would follow it into another gang, which the final
-        fit does not model)."""
+        fit does not model), nor a Job's (its garbage collection is judged per owned gang)."""
         pods, busy = self.pods(), self.in_flight() | set(self.api.inflight)
         due = {d["metadata"]["name"] for d in self.deferred}
         return {
@@ -1558,7 +1696,12 @@ class Driver:
             if not p["spec"].get("nodeName")
             and n not in busy | due
             and not (p["metadata"].get("labels") or {}).get(APART_LABEL)
+            and not self.owned_by_job(p)
         }
+
+    def targets(self) -> list[str]:
+        """The gangs a pod may be moved into: not the owned one (its members are its Job's)."""
+        return [g.name for g in self.gangs if g is not self.owned]
 
     def join(self, pod: dict, target: str) -> None:
         """Point `pod` at the PodGroup `target` (a leaf of it, if it has subgroups), in our books too."""
@@ -1592,7 +1735,7 @@ class Driver:
         if not candidates:
             return
         name = self.feat.choice(candidates)
-        target = self.feat.choice([*(g.name for g in self.gangs), MISSING_GROUP])
+        target = self.feat.choice([*self.targets(), MISSING_GROUP])
         pod = copy.deepcopy(pods[name])
         was = self.pod_gang.get(name, MISSING_GROUP)
         self.join(pod, target)
@@ -1610,7 +1753,7 @@ class Driver:
         if not candidates:
             return
         name = self.feat.choice(candidates)
-        target = self.feat.choice(self.gangs).name
+        target = self.feat.choice(self.targets())
         pod = copy.deepcopy(pods[name])
         self.join(pod, target)
         self.plain.remove(name)
@@ -2000,6 +2143,8 @@ class Driver:
             self.fail(self.broken_reclaims[0])
         if self.evicted_twice:
             self.fail(self.evicted_twice[0])
+        if self.owner_evictions:
+            self.fail(self.owner_evictions[0])
         # over-commit, from the API's objects
         used: dict[str, collections.Counter[str]] = {}
         for name, node in bound.items():
@@ -2051,11 +2196,14 @@ class Driver:
             if gang is not None
             and (self.was_whole.get(gang) or (gang in landed and gang not in self.api.excused))
         }
+        # the garbage collector deletes a gang whose Job is deleted a few pods at a time: partial meanwhile
+        collected = self.owned.name if self.owned is not None and self.collecting() else None
         for g in self.gangs:
             if (
                 g.name in hit
                 or g.name in self.api.excused
                 or (not final and g.name in self.api.gang_inflight)
+                or g.name == collected
             ):
                 continue
             why = self.gang_state(g, bound)
@@ -2072,7 +2220,13 @@ class Driver:
                 and n not in going
             ]
             # a follower's evictions stop with the Lease: the leading replica finishes them
-            if g.name in hit and running and g.name not in binding and not self.following:
+            if (
+                g.name in hit
+                and running
+                and g.name not in binding
+                and not self.following
+                and g.name != collected
+            ):
                 # a member that finished and was deleted with no record left is gone for the service
                 # too: a subgroup it kept at quorum is broken by the eviction, and goes whole
                 why = self.gang_state(g, bound, recorded=True)
@@ -2414,6 +2568,7 @@ class Driver:
                 self.jobset_edit()
             if self.relabels and self.relabel_rng.random() < 0.06:
                 self.relabel()
+            self.owner_move()
             if self.faults.outage and self.step >= self.faults.outage_until:
                 self.faults.outage = False
                 self.log("API outage over")
@@ -2499,6 +2654,7 @@ class Driver:
         self.api.progress(flush=True)
         await self.spin()
         self.land_evictions()
+        self.owner_move(finish=True)  # a Job being deleted: the garbage collector finishes
         self.end_graces(every=True)
         self.recreate()
         stable, quiet = False, 0
