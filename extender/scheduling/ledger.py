@@ -909,9 +909,11 @@ class GangLedger:
     def _drop_plans_overcommitted_by(self, pk: PodKey) -> None:
         """A pod bound where a plan holds room the node no longer has: someone else's binding landed
         on it (a predecessor's release whose POSTs were still in flight when it died, a pod another
-        scheduler placed). Releasing that plan would over-commit the node, so every plan holding room
-        there is dropped now (its waiting binds answered, kube-scheduler retries, the gang replans);
-        a release already in flight is past recall."""
+        scheduler placed). Until the node's room adds up again, in this order: the free room
+        preemptions claimed there shrinks to what is left; every plan holding room there is dropped
+        (releasing it would over-commit the node: its waiting binds answered, kube-scheduler retries,
+        the gang replans; a release already in flight is past recall); a preemption whose victims'
+        room there is short is given up."""
         if not self.store.reservations:  # no plan holds room anywhere (a list of 150,000 bound pods)
             return
         rec = self.store.pods.get(pk)
