@@ -86,21 +86,23 @@ def test_a_kai_gang_taken_below_its_quorum_is_evicted_whole(cluster: Cluster, na
     assert all("a gang below its quorum is evicted whole" in e["message"] for e in disrupted)
 
 
+@pytest.mark.parametrize("propagation", ["Foreground", "Background"])
 def test_a_gang_deleted_with_its_job_is_left_to_the_garbage_collector(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, namespace: str, propagation: str
 ) -> None:
     """The Job deleted in the foreground: the garbage collector deletes its pods while the Job, marked
     for deletion, still makes them a gang. Each deletion takes the gang below its quorum; the service
     evicts none of the others (it once evicted them as they went, a write per member racing the
     collector). Eighty members: the collector deletes at its client's rate (20 a second), so the gang
-    is below its quorum with most of it running for a few seconds; six were all marked at once."""
+    is below its quorum with most of it running for a few seconds; six were all marked at once. In
+    the background the Job is gone first, and its pods, still running, wait on nothing of it."""
     api = cluster.plane.api
     jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
     api.create(
         jobs, batch_job(namespace, "doomed", pods_n=80, cpu="10m", annotations={keys.BATCH_MIN_MEMBER: "80"})
     )
     wait_all_bound(api, namespace, 80, "job-name=doomed")
-    api.request("DELETE", f"{jobs}/doomed", {"propagationPolicy": "Foreground"}, ok=(200, 202))
+    api.request("DELETE", f"{jobs}/doomed", {"propagationPolicy": propagation}, ok=(200, 202))
     wait_until(
         lambda: not pods(api, namespace, "job-name=doomed"),
         timeout_s=GONE_WITHIN_S * 4,
