@@ -89,15 +89,41 @@ WORKLOAD_KINDS = frozenset({kai.JOB, kai.JOBSET, kai.PYTORCHJOB})
 """The owner kinds a gang is derived from (rule 3): a pod whose owner of one of them is missing waits."""
 
 
-def _missing_workload(chain: OwnerChain) -> str | None:
-    """`Kind ns/name` of the owner of a WORKLOAD_KINDS kind the walk could not read, else None."""
+def _missing_workload(chain: OwnerChain, lookup: ObjectLookup) -> str | None:
+    """`Kind ns/name` of the owner of a WORKLOAD_KINDS kind the walk could not read, of a kind the
+    lookup holds every object of (a kind it does not list says nothing by its absence), else None."""
     ref = chain.missing
-    if (
-        ref is None
-        or (api_group(str(ref.get("apiVersion", ""))), str(ref.get("kind", ""))) not in WORKLOAD_KINDS
-    ):
+    if ref is None:
+        return None
+    kind = (api_group(str(ref.get("apiVersion", ""))), str(ref.get("kind", "")))
+    if kind not in WORKLOAD_KINDS or not lists(lookup, kind):
         return None
     return f"{ref.get('kind', '')} {_namespace(chain.pod)}/{ref.get('name', '')}"
+
+
+def lists(lookup: ObjectLookup, kind: tuple[str, str]) -> bool:
+    """Whether `lookup` holds every object of `kind`, so that one absent from it does not exist (or
+    was not seen yet). A lookup that can tell has `lists(group, kind)`; any other holds them all."""
+    fn = getattr(lookup, "lists", None)
+    return True if fn is None else bool(fn(*kind))
+
+
+def _waiting_for(missing: str) -> Membership:
+    return Membership(
+        state=MembershipState.GROUP_MISSING,
+        message=f"waiting for its owner {missing} to be seen (not in this scheduler's cache: created a "
+        "moment ago, or deleted, its pods going with it)",
+    )
+
+
+def _made_by_the_missing(obj: dict[str, Any], chain: OwnerChain) -> bool:
+    """Whether `obj`'s controller is the owner the pod's walk could not read."""
+    ref, missing = controller_ref(obj), chain.missing
+    if ref is None or missing is None:
+        return False
+    if ref.get("uid") and missing.get("uid"):
+        return ref.get("uid") == missing.get("uid")
+    return (ref.get("kind"), ref.get("name")) == (missing.get("kind"), missing.get("name"))
 
 
 def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
@@ -127,7 +153,7 @@ def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
     kind = (api_group(str(ref.get("apiVersion", ""))), str(ref.get("kind", "")))
     found = lookup.get(*kind, m.get("namespace"), str(ref.get("name", "")))
     # a workload kind missing from the cache is unsure: it waits (derive_membership says why)
-    return found is None and kind not in WORKLOAD_KINDS
+    return found is None and not (kind in WORKLOAD_KINDS and lists(lookup, kind))
 
 
 def derive_membership(pod: dict, lookup: ObjectLookup) -> Membership:
@@ -160,6 +186,11 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     obj = lookup.get(*K8S_PODGROUP, ns, str(k8s_name)) if k8s_name else None
     if obj is not None and composite.parent_name(obj) is not None:
         return _composite_member(obj, ns, lookup)
+    missing = _missing_workload(chain, lookup)
+    if obj is not None and missing is not None and _made_by_the_missing(obj, chain) and _basic(obj, lookup):
+        # the Job controller's basic PodGroup, the Job not readable: whether the pod is placed pod by
+        # pod depends on that Job (its KAI annotations make it a gang): it waits
+        return _waiting_for(missing)
     if obj is not None and not _job_default_podgroup(obj, chain, lookup):
         return Membership(state=MembershipState.MEMBER, group=k8s_group(obj, lookup))
     if k8s_name and obj is None:
@@ -177,7 +208,6 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
             message=f"waiting for PodGroup {ns}/{k8s_name} (scheduling.k8s.io) to exist",
         )
 
-    missing = _missing_workload(chain)
     if missing is not None:
         # a workload that makes gangs, not in the cache: not seen yet (its pods' watch event came
         # first), or deleted, its pods being collected. Whether it skips the podgrouper is unknown: a
@@ -185,11 +215,7 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
         # rewrite it); any other waits, since placed alone it could be a gang's member bound early
         if pg_name:
             return _external_kai(chain, ns, str(pg_name), lookup)
-        return Membership(
-            state=MembershipState.GROUP_MISSING,
-            message=f"waiting for its owner {missing} to be seen (not in this scheduler's cache: created "
-            "a moment ago, or deleted, its pods going with it)",
-        )
+        return _waiting_for(missing)
 
     if skipping:
         # skip-podgrouper: no group is derived for this workload; without a PodGroup to join the
@@ -284,6 +310,12 @@ def _job_default_podgroup(obj: dict[str, Any], chain: OwnerChain, lookup: Object
         return False
     if has_native_scheduling(job):
         return False
+    return _basic(obj, lookup)
+
+
+def _basic(obj: dict[str, Any], lookup: ObjectLookup) -> bool:
+    """Whether the scheduling.k8s.io PodGroup `obj` (or its Workload's template) asks only for basic
+    scheduling: pod by pod."""
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     policy = spec.get("schedulingPolicy")
     if not isinstance(policy, dict):
@@ -391,6 +423,11 @@ def _external_kai(chain: OwnerChain, ns: str, pg_name: str, lookup: ObjectLookup
         )
     workload = kai.derived_for(obj)
     if workload is not None and not _owned_by(chain, workload):
+        missing = _missing_workload(chain, lookup)
+        if missing is not None:
+            # derived for a workload above the owner the walk could not read (a JobSet's PodGroup,
+            # its Job not seen yet): whether the pod is part of it is told once that owner is
+            return _waiting_for(missing)
         # the gang of a PodGroup derived for a workload is that workload's pods (its key is theirs):
         # a pod of anything else joining it would make up that workload's quorum
         what = f"{workload.get('kind', '')} {ns}/{workload.get('name', '')}"

@@ -452,7 +452,7 @@ class GangDisruption:
             else:
                 owner = self.store.get(group, kind, namespace, name)
                 meta = (owner or {}).get("metadata") or {}
-                if owner is None and (group, kind) in WORKLOAD_KINDS:
+                if owner is None and (group, kind) in WORKLOAD_KINDS and self.store.lists(group, kind):
                     # a kind this cache lists, absent from it: deleted before this process saw it go
                     # (a restart in the garbage collector's work); its pods go with it
                     why = f"{what} (gone)"

@@ -206,6 +206,7 @@ def gang_demand(
     # `me`'s own terms (the store hands out one mask per set of terms: identity tells them apart)
     mine: object = store.eligible_mask_of(me_rec) if me_rec is not None else object()
     my_vec = store.request_vector(me_rec.requests)[0] if me_rec is not None else None
+    explained: np.ndarray | None = None  # see below: made once, for the smaller siblings of `me`
     admits: dict[int, np.ndarray | None] = {}  # id(mask) -> the mask, alive all call long
     slot = store.resources.find(podaffinity.ONE_PER_NODE)
     spread_rows: list[int] = []  # rows already taken by a member that must be alone
@@ -213,7 +214,7 @@ def gang_demand(
     chosen: list[list[Member]] = []
     merge: dict[tuple[int, bytes, int], int] = {}
     pinned: dict[int, list[np.ndarray]] = {}
-    vectors: dict[int, tuple[np.ndarray, bytes]] = {}  # by the requests mapping, alive all call long
+    vectors: dict[int, tuple[np.ndarray, bytes, bool]] = {}  # by the requests mapping, all call long
     unoffered: set[str] = set()  # requested names no node offers: nothing can fit
     total_needed = 0
     bound_total = 0
@@ -252,11 +253,9 @@ def gang_demand(
             if hit is None:
                 vec, missing = store.request_vector(m.rec.requests)
                 unoffered.update(missing)
-                hit = vectors[id(m.rec.requests)] = (vec, vec.tobytes())
-            vec, raw = hit
-            # kube-scheduler passed `me` the nodes with room for `me`: they say nothing of a node
-            # where a smaller sibling fits (seed 128: a 2-cpu member kept off the node its hold chose)
-            no_smaller = my_vec is not None and bool((vec >= my_vec).all())
+                no_smaller = my_vec is not None and bool((vec >= my_vec).all())
+                hit = vectors[id(m.rec.requests)] = (vec, vec.tobytes(), no_smaller)
+            vec, raw, no_smaller = hit
             spread = slot is not None and store.one_per_node_of(m.rec)
             if spread:
                 vec = vec.copy()
@@ -269,6 +268,18 @@ def gang_demand(
                 # `me`, and the members whose terms are its own asking no less: the nodes kube-
                 # scheduler's filters passed `me` (its cache may know of pods this one has not seen yet)
                 own = offered
+            elif own is mine and offered is not None and my_vec is not None:
+                # a smaller member of `me`'s terms: the offered nodes, and those this cache too sees
+                # without room for `me`, where kube-scheduler's refusal says nothing of the smaller one
+                # (seed 128: a 2-cpu member kept off the node its hold chose). A node with room for `me`
+                # that was not offered, kube-scheduler knows something of (a nominated pod, a pod this
+                # cache has not seen): no member of those terms goes there
+                if explained is None:
+                    rows = arrays.n_rows
+                    explained = offered | ~(arrays.free[:rows] >= my_vec).all(axis=1)
+                    if isinstance(mine, np.ndarray):
+                        explained &= mine
+                own = explained
             admits[id(own)] = own
             shapes.setdefault((raw, spread, refused, id(own)), []).append(m)
         for (raw, _spread, refused, own_id), recs in shapes.items():

@@ -638,6 +638,9 @@ class KubeClusterSource:
                 log.warning("API discovery failed (%s); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, s.backoff_max_s)
+        # what the cache holds every object of: a pod's owner of a kind it does not list (a CRD not
+        # installed) is no sign that the owner is gone or still coming
+        store.listed = frozenset(self._served)
         self._pending_sync = set(self._served)
         if not self._pending_sync:
             self._synced = True

@@ -382,6 +382,9 @@ class _Reads:
         self.store = store
         self.keys: set[tuple[Kind, str]] = set()
 
+    def lists(self, group: str, kind: str) -> bool:
+        return self.store.lists(group, kind)
+
     def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         if (group, kind) in GROUPING_KINDS:
             self.keys.add(((group, kind), f"{namespace}/{name}" if namespace else name))
@@ -416,6 +419,9 @@ class ClusterStore:
         self.pods: dict[PodKey, PodRecord] = {}
         self.objects[POD] = _PodObjects(self.pods)
         self.reservations: dict[PodKey, Reservation] = {}
+        self.listed: frozenset[Kind] | None = None
+        """The kinds the source lists (set by a live source once it has asked the API server what it
+        serves); None: every kind (an embedded cluster holds what it was given, whole)."""
         self._reserved_rows: dict[int, int] = {}  # row -> how many reservations name it
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
@@ -557,6 +563,11 @@ class ClusterStore:
     def get(self, group: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         key = f"{namespace}/{name}" if namespace else name
         return self.objects.get((group, kind), {}).get(key)
+
+    def lists(self, group: str, kind: str) -> bool:
+        """Whether the store is fed every object of the kind (its source lists and watches it), so that
+        one absent from it does not exist or was not seen yet; `listed` None: every kind."""
+        return self.listed is None or (group, kind) in self.listed
 
     def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
         """The fingerprint of what grouping reads of `obj` (a workload or group object this store

@@ -15,6 +15,7 @@ from extender.grouping import (
     compile_jobset,
     derive_membership,
     groups_for_workload,
+    kai,
     podgroup_objects,
 )
 from extender.grouping.membership import is_single_pod
@@ -848,3 +849,54 @@ def test_a_basic_podgroup_not_the_job_controllers_default_is_the_pods_group(pg: 
 def test_no_kai_podgroup_is_derived_for_a_job_on_the_workload_api(job: dict, derived: bool) -> None:
     groups = groups_for_workload(job, ListLookup([job]))
     assert bool(groups) is derived and all(g.source is Source.KAI_DERIVED for g in groups)
+
+
+# an owner of a workload kind not in the lookup (found by review of the rule above)
+
+
+class WithoutKind(ListLookup):
+    """A lookup that does not list one kind at all (its API not served when the source started)."""
+
+    def __init__(self, objects: list[dict], unlisted: tuple[str, str]) -> None:
+        super().__init__(objects)
+        self.unlisted = unlisted
+
+    def lists(self, group: str, kind: str) -> bool:
+        return (group, kind) != self.unlisted
+
+
+@pytest.mark.parametrize(
+    ("policy", "waits"),
+    [({"basic": {}}, True), (GANG4, False)],
+    ids=["the Job controller's basic PodGroup: the Job decides, it waits", "a gang PodGroup decides alone"],
+)
+def test_a_137_pod_whose_job_is_missing_waits_only_where_the_job_decides(policy, waits):
+    job = wlj_job(annotations={keys.BATCH_MIN_MEMBER: "3"})
+    pg = wlj_podgroup(policy)
+    assert derive_membership(wlj_pod(), ListLookup([job, pg])).state is MembershipState.MEMBER
+    m = derive_membership(wlj_pod(), ListLookup([pg]))
+    assert _waits_for(m, "Job ml/train") == waits, m
+    if not waits:
+        assert m.state is MembershipState.MEMBER and m.group.min_member == 4
+
+
+def test_a_jobset_pod_whose_job_is_missing_waits_rather_than_refused_its_jobsets_podgroup():
+    js = jobset([("w", 1, 2)])
+    pods, _ = pods_and_lookup(js)
+    owners, _ = expand(js)
+    pg = kai.podgroup_object(kai.derive_group(js, owners=(), pod=None), top=js)
+    pod = pods[0]
+    pod["metadata"].setdefault("annotations", {})[keys.POD_GROUP_NAME] = pg["metadata"]["name"]
+    assert derive_membership(pod, ListLookup([js, *owners, pg, pod])).state is MembershipState.MEMBER
+    m = derive_membership(pod, ListLookup([js, pg, pod]))  # its Job not seen yet
+    assert m.state is MembershipState.GROUP_MISSING and "waiting for its owner Job ml/" in m.message, m
+
+
+def test_a_pod_whose_jobset_kind_is_not_listed_is_grouped_by_its_job_as_before():
+    # jobsets not served when the service started (the CRDs installed later): the JobSet's absence says
+    # nothing, and its pods are grouped by the Job above them rather than wait for good
+    js = seed("no-sched-baseline.yaml")
+    owners, pods = expand(js)
+    m = derive_membership(pods[0], WithoutKind([*owners, *pods], kai.JOBSET))
+    assert m.state is MembershipState.MEMBER
+    assert m.group.name.startswith("pg-no-sched-baseline-workers-0-")

@@ -598,6 +598,15 @@ def _restarted_after_the_job_went(w: World) -> None:
     assert w.decide() == []
 
 
+def _unlisted_and_absent(w: World) -> None:
+    """Jobs are not listed (their API not served when the service started): the Job's absence is no
+    sign of its deletion, and a restarted service never saw it go."""
+    w.store.listed = frozenset({("", "Pod"), ("", "Node"), ("scheduling.k8s.io", "PodGroup")})
+    w.cluster.delete("batch", "Job", "default", "train")
+    w.logic = w.fresh()
+    assert w.decide() == []
+
+
 def jobset_world() -> World:
     """JobSet js (a gang) of one Job of four pods, all bound: pod -> Job -> JobSet."""
     objs = expand([yaml.safe_load(JOBSET)]).objects
@@ -681,6 +690,8 @@ OWNER_CASES = [
      lambda w: _job_changed(w, _held_by_a_finalizer), ["train-1", "train-2", "train-3"], "evicting"),
     ("the Job deleted before a restart", job_world, _restarted_after_the_job_went, [],
      "being deleted with its owner Job default/train (gone)"),
+    ("a Job absent, of a kind not listed: nothing says it went", job_world, _unlisted_and_absent,
+     ["train-1", "train-2", "train-3"], "evicting"),
     ("the Job deleted and made again under its name", job_world, _made_again, [],
      "being deleted with its owner Job default/train (deleted)"),
     ("the Job's own owner deleted, the Job held by another finalizer: nothing is deleted yet", job_world,

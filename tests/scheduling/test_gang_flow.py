@@ -897,3 +897,25 @@ async def test_a_smaller_member_may_go_where_kube_scheduler_did_not_offer_the_la
     doc = await svc.filter("mix-0", ["n001", "n002"])
     assert doc["NodeNames"] and doc["NodeNames"][0] in ("n001", "n002"), doc
     assert sorted(svc.plan("default/mix").values()) == ["n000", "n001", "n002"]
+
+
+async def test_a_smaller_member_is_not_planned_where_kube_scheduler_keeps_room_for_a_nominated_pod(
+    make_service,
+):
+    """kube-scheduler nominated high-priority pod hi (8 cpu) to n000, whose victims are gone: this
+    cache sees n000 free, kube-scheduler keeps it for hi and offers mix-0 (8 cpu) n001 and n002. A node
+    with room for mix-0 by this cache that was not offered, kube-scheduler knows something of: mix-2
+    (2 cpu, of mix-0's terms) is not planned there (found by review of the change above)."""
+    objs = [make_node(f"n00{i}", cpu="8") for i in range(3)]
+    hi = make_pod("hi", cpu="8")
+    hi["spec"]["priority"] = 1000
+    hi["status"]["nominatedNodeName"] = "n000"
+    objs += [hi, make_kai_podgroup("mix", min_member=3)]
+    objs += [
+        gang_pod("mix-0", "mix", cpu="8"),
+        gang_pod("mix-1", "mix", cpu="8"),
+        gang_pod("mix-2", "mix", cpu="2"),
+    ]
+    svc = await make_service(objs, gang_pools=False)
+    await svc.filter("mix-0", ["n001", "n002"])
+    assert svc.plan("default/mix").get("default/mix-2") != "n000", svc.plan("default/mix")

@@ -120,6 +120,8 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         await started(source)
         served = {(k.group, k.kind): k.version for k in source.served_kinds()}
         listed = {(op[2], op[1]) for op in store.ops if op[0] == "listed"}
+        # the store knows what it holds every object of: an owner of another kind absent is no sign
+        assert store.listed == frozenset(served)
     expected = {
         ("", "Node"): "v1",
         ("", "Pod"): "v1",
