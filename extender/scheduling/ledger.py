@@ -614,8 +614,14 @@ class GangLedger:
             else:
                 self.store.unhold(pk)  # gone meanwhile
         gone = [pk for pk in failed if self._gone(pk, e.plan.get(pk))]
+        # a member regrouped while its binding was in flight (a pod event then changes no plan in
+        # flight): retried for this plan, it would be bound for a gang it is no longer in
+        left = [pk for pk in failed if pk in e.plan and self._left(e, pk)]
         if gone:
             self._discard(e, f"{gone[0]} is gone after its binding failed")
+        elif left:
+            where = self._place_now(self.store.pods[left[0]].obj)[0] or "in no gang"
+            self._discard(e, f"member {left[0]} left the gang's plan while it was bound (it is now {where})")
         elif failed:
             # the refused members must come back within the hold
             self._hold_plan(

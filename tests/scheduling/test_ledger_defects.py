@@ -481,3 +481,30 @@ async def test_a_member_regrouped_while_its_old_gang_binds_it_is_not_planned_twi
     # service answers for is its own state, exact and with no hold left behind
     free_is_exact(svc)
     assert svc.store.reservations == {}
+
+
+async def test_a_member_regrouped_while_its_refused_binding_was_in_flight_is_not_retried_for_its_old_gang(
+    make_service, monkeypatch
+):
+    """Seed 1378 again, on the code that waits for the bind: the API refused a-1's binding, and the
+    edit to b came while it was in flight. A refused member keeps its place for kube-scheduler's retry;
+    that retry bound a-1 for a's plan, as b's member, alone. The plan now goes when the release settles,
+    and b plans a-1 with its own."""
+    svc = await make_service(rack_cluster() + gang("a", 2) + gang("b", 2, min_member=2)[:2])
+    monkeypatch.setattr(svc.cluster, "bind_pod", ApiFaults(svc.cluster, delay_s=0.2, fail={"a-1"}))
+    nodes = await filter_all(svc, ["a-0", "a-1"])
+    binds = [asyncio.create_task(svc.bind(n, nodes[n])) for n in nodes]
+    await asyncio.sleep(0.05)  # the release's POSTs are in flight
+    moved = svc.pod("a-1")
+    moved["metadata"]["annotations"]["pod-group-name"] = "b"
+    svc.cluster.apply(moved)
+    await asyncio.gather(*binds)
+    assert svc.scheduler.ledger.gang_of("default/a-1") is None
+    assert (
+        "member default/a-1 left the gang's plan while it was bound (it is now default/b)"
+        in (svc.scheduler.describe("default/a")["lastReason"])
+    )
+    doc = await svc.filter("a-1")  # kube-scheduler's retry: now b's member, b has its quorum of 2
+    assert doc["NodeNames"], doc
+    assert sorted(svc.plan("default/b")) == ["default/a-1", "default/b-0"]
+    free_is_exact(svc)
