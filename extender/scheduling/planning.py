@@ -275,8 +275,11 @@ def gang_demand(
                 # that was not offered, kube-scheduler knows something of (a nominated pod, a pod this
                 # cache has not seen): no member of those terms goes there
                 if explained is None:
+                    # as kube-scheduler sees the room: the holds of gangs ranked before this one are
+                    # this service's, given back (a plan runs with them taken out of `arrays`)
                     rows = arrays.n_rows
-                    explained = offered | ~(arrays.free[:rows] >= my_vec).all(axis=1)
+                    free = ledger.holds.unheld_free(arrays)[:rows]
+                    explained = offered | ~(free >= my_vec).all(axis=1)
                     if isinstance(mine, np.ndarray):
                         explained &= mine
                 own = explained

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from extender.gang.entry import Arrival, Phase
+from extender.placement import api as placement
+from extender.placement import backfill
 from extender.scheduling import planning
+from extender.scheduling.holds import Held
 from extender.sim.cluster import topology
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
 from tests.scheduling.faults import ApiFaults
@@ -917,5 +921,33 @@ async def test_a_smaller_member_is_not_planned_where_kube_scheduler_keeps_room_f
         gang_pod("mix-2", "mix", cpu="2"),
     ]
     svc = await make_service(objs, gang_pools=False)
+    await svc.filter("mix-0", ["n001", "n002"])
+    assert svc.plan("default/mix").get("default/mix-2") != "n000", svc.plan("default/mix")
+
+
+async def test_a_nominated_pods_node_stays_out_for_a_smaller_member_under_another_gangs_hold(make_service):
+    """As above, with 4 cpu of n000 held for another gang: a hold is this service's alone, and
+    kube-scheduler, which never sees it, still had room for mix-0 there. Judged on free room with the
+    holds taken out, n000 looked refused for want of room (found by review)."""
+
+    objs = [make_node(f"n00{i}", cpu="8") for i in range(3)]
+    hi = make_pod("hi", cpu="8")
+    hi["spec"]["priority"] = 1000
+    hi["status"]["nominatedNodeName"] = "n000"
+    objs += [hi, make_kai_podgroup("mix", min_member=3)]
+    objs += [
+        gang_pod("mix-0", "mix", cpu="8"),
+        gang_pod("mix-1", "mix", cpu="8"),
+        gang_pod("mix-2", "mix", cpu="2"),
+    ]
+    svc = await make_service(objs, gang_pools=False)
+    store = svc.store
+    rows = np.array([store.node_rows["n000"]], dtype=np.int32)
+    amounts = np.zeros((1, store.arrays.n_res), dtype=np.int64)
+    amounts[0, 0] = 4000
+    hold = backfill.Hold(
+        "default/other", rows, amounts, placement.Plan(placement.Outcome.PLACED, (rows,), {}, None)
+    )
+    svc.scheduler.ledger.holds.replace([Held("default/other", hold, ("n000",), None, {}, 0, 0.0, "")], {})
     await svc.filter("mix-0", ["n001", "n002"])
     assert svc.plan("default/mix").get("default/mix-2") != "n000", svc.plan("default/mix")
