@@ -2750,6 +2750,11 @@ class Driver:
         for n in free:
             racks.setdefault(nodes[n]["metadata"]["labels"].get(RACK_LABEL, ""), []).append(n)
         explain = {g["gang"]: g.get("lastReason") for g in self.debug}
+        # a small gang fitting only in a large gang's rack (or the reverse) waits for its hold in its
+        # own size class's racks: those drain only as their pods end, which none does once settled
+        pooled_holders = {
+            holder for holder, _ in self.ranked_holds() if "(size-class pools)" in (explain.get(holder) or "")
+        }
         totals = self.queue_totals(pods, held=True)  # a hold is charged to its queue
         own_hold = {
             g["gang"]: int((g["hold"].get("room") or {}).get("cpu", 0))
@@ -2838,6 +2843,8 @@ class Driver:
                 if not queue_room(in_queue, need * req.get("cpu", 0), own_hold.get(f"default/{g.name}", 0)):
                     continue  # its queue (or an ancestor) has no room for it under its limit
                 if any(slots(req, d, g.name, g_prio) >= need for d in options):
+                    if f"default/{g.name}" in pooled_holders:
+                        continue  # its pool keeps it waiting, bounded by its hold (check_holds judges it)
                     self.fail(f"gang {g.name}: its quorum of {need} fits but it is not bound {why}")
                 continue
             if domains is None:
