@@ -301,7 +301,10 @@ class Binding:
                     Effect("event", *pod_ref(settled.bound[0]), {"reason": "GangBound", "message": message})
                 )
         for pk in settled.failed:
-            message = f"gang {gang}: the API did not bind {pk} ({results[pk]}); retrying it{where}"
+            then = (
+                f"the gang plans again: {settled.replanned}" if settled.replanned else f"retrying it{where}"
+            )
+            message = f"gang {gang}: the API did not bind {pk} ({results[pk]}); {then}"
             effects.append(
                 Effect(
                     "event", *pod_ref(pk), {"reason": "GangBindFailed", "message": message, "type": "Warning"}

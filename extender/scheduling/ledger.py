@@ -71,6 +71,7 @@ class Settled:
     domain: str
     spec: GroupSpec | None
     waited_s: float | None = None  # quorum bound now: seconds since the gang was first seen
+    replanned: str = ""  # why the plan went with the refused members (one is gone, or left the gang)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -617,11 +618,14 @@ class GangLedger:
         # a member regrouped while its binding was in flight (a pod event then changes no plan in
         # flight): retried for this plan, it would be bound for a gang it is no longer in
         left = [pk for pk in failed if pk in e.plan and self._left(e, pk)]
+        replanned = ""
         if gone:
-            self._discard(e, f"{gone[0]} is gone after its binding failed")
+            replanned = f"{gone[0]} is gone after its binding failed"
+            self._discard(e, replanned)
         elif left:
             where = self._place_now(self.store.pods[left[0]].obj)[0] or "in no gang"
-            self._discard(e, f"member {left[0]} left the gang's plan while it was bound (it is now {where})")
+            replanned = f"member {left[0]} left the gang's plan while it was bound (it is now {where})"
+            self._discard(e, replanned)
         elif failed:
             # the refused members must come back within the hold
             self._hold_plan(
@@ -640,7 +644,7 @@ class GangLedger:
             if quorum:
                 e.failures = 0
                 e.last_reason = "quorum bound"
-        return Settled(tuple(bound), tuple(failed), quorum, e.domain, spec, waited_s)
+        return Settled(tuple(bound), tuple(failed), quorum, e.domain, spec, waited_s, replanned)
 
     def discard(self, key: GroupKey, reason: str) -> None:
         """Drop a plan that can no longer be carried out, without backoff; waiting binds fail now."""

@@ -500,10 +500,10 @@ async def test_a_member_regrouped_while_its_refused_binding_was_in_flight_is_not
     svc.cluster.apply(moved)
     await asyncio.gather(*binds)
     assert svc.scheduler.ledger.gang_of("default/a-1") is None
-    assert (
-        "member default/a-1 left the gang's plan while it was bound (it is now default/b)"
-        in (svc.scheduler.describe("default/a")["lastReason"])
-    )
+    why = "member default/a-1 left the gang's plan while it was bound (it is now default/b)"
+    assert why in svc.scheduler.describe("default/a")["lastReason"]
+    (told,) = [e["message"] for e in svc.cluster.events if e["reason"] == "GangBindFailed"]
+    assert told.endswith(f"; the gang plans again: {why}"), told
     doc = await svc.filter("a-1")  # kube-scheduler's retry: now b's member, b has its quorum of 2
     assert doc["NodeNames"], doc
     assert sorted(svc.plan("default/b")) == ["default/a-1", "default/b-0"]
