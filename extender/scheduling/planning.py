@@ -66,9 +66,11 @@ def placed_row(store: ClusterStore, ledger: GangLedger, rec: PodRecord) -> int:
 def placed_members(
     store: ClusterStore, ledger: GangLedger, group: GroupSpec, *, exclude: PodKey
 ) -> Iterator[tuple[PodRecord, int]]:
-    """The group's members that are bound, binding or planned, each with its row."""
+    """The group's live members that are bound, binding or planned, each with its row. A member
+    being deleted or finished pins no domain, as planning counts it (seed 2083: a Terminating
+    member's rack drew a planned sibling out of the rack its plan had chosen)."""
     for rec in store.group_members(group.key):
-        if rec.key != exclude:
+        if rec.key != exclude and rec.live:
             row = placed_row(store, ledger, rec)
             if row >= 0:
                 yield rec, row

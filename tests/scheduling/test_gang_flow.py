@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from extender.gang.entry import Arrival, Phase
+from extender.model.labels import SUBGROUP_NAME
 from extender.placement import api as placement
 from extender.placement import backfill
 from extender.scheduling import planning
@@ -951,3 +952,32 @@ async def test_a_nominated_pods_node_stays_out_for_a_smaller_member_under_anothe
     svc.scheduler.ledger.holds.replace([Held("default/other", hold, ("n000",), None, {}, 0, 0.0, "")], {})
     await svc.filter("mix-0", ["n001", "n002"])
     assert svc.plan("default/mix").get("default/mix-2") != "n000", svc.plan("default/mix")
+
+
+async def test_a_member_moved_off_its_planned_node_stays_in_the_rack_of_its_planned_siblings(make_service):
+    """Subgroup a (its own rack) has one member left, Terminating, in rack r00; its two new members are
+    planned together in r01. kube-scheduler offers s-a2 only a node of r00: the plan is not bent into
+    r00 by the leaving member's rack (seed 2083: it was, and subgroup a ran in two racks)."""
+    pg = make_kai_podgroup("s", subgroups=[{"name": "a", "minMember": 2}, {"name": "b", "minMember": 1}])
+    pg["spec"]["minSubGroup"] = 1
+    for sub in pg["spec"]["subGroups"]:
+        sub["topologyConstraint"] = {"topology": "dc", "requiredTopologyLevel": "rack"}
+    objs = [TOPOLOGY, *rack_cluster(racks=2, nodes_per_rack=2), pg]
+
+    def member(name: str, cpu: str, node: str | None = None) -> dict:
+        pod = gang_pod(name, "s", cpu=cpu, labels={SUBGROUP_NAME: name[2]})
+        if node:
+            pod["spec"]["nodeName"], pod["status"] = node, {"phase": "Running"}
+        return pod
+
+    leaving = member("s-a0", "4", "n001")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    leaving["metadata"]["finalizers"] = ["example.com/hold"]
+    objs += [member("s-b0", "6", "n000"), leaving, member("s-a1", "4"), member("s-a2", "4")]
+    svc = await make_service(objs, gang_pools=False)
+    doc = await svc.filter("s-a1")
+    assert doc["NodeNames"], doc
+    plan = svc.plan("default/s")
+    assert {plan["default/s-a1"], plan["default/s-a2"]} <= {"n010", "n011"}, plan  # r00 has room for one
+    await svc.filter("s-a2", ["n001"])  # r00's node with room, not its planned one
+    assert svc.plan("default/s").get("default/s-a2") in (None, "n010", "n011"), svc.plan("default/s")
