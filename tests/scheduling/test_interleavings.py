@@ -2115,6 +2115,42 @@ class Driver:
             return f"{ready} subgroups ready ({sorted(on)})"
         return None
 
+    def partly_evicted(
+        self,
+        hit: set[str],
+        binding: set[str],
+        collected: str | None,
+        bound: dict[str, str],
+        pods: dict[str, dict],
+    ) -> list[str]:
+        """What is wrong with each gang a disruption hit since the last check that still runs short."""
+        going = self.evictions_unseen()
+        wrong = []
+        for g in self.gangs:
+            running = [
+                n
+                for n in bound
+                if self.pod_gang.get(n) == g.name
+                and not finished(pods[n])
+                and not leaving(pods[n])
+                and n not in going
+            ]
+            # a follower's evictions stop with the Lease: the leading replica finishes them
+            if (
+                g.name in hit
+                and running
+                and g.name not in binding
+                and not self.following
+                and g.name != collected
+            ):
+                # a member that finished and was deleted with no record left is gone for the service
+                # too: a subgroup it kept at quorum is broken by the eviction, and goes whole
+                why = self.gang_state(g, bound, recorded=True)
+                if why:
+                    by = sorted({f"{n} by {who}" for n, gang, who in self.evicted if gang == g.name})
+                    wrong.append(f"gang {g.name} is partly evicted ({by}): {why}")
+        return wrong
+
     def binding_gangs(self) -> set[str]:
         """Gangs with a member's binding on its way: at the API server, or a bind call kube-scheduler
         made that is not answered yet (its POST may not have reached the API server)."""
@@ -2209,30 +2245,17 @@ class Driver:
             why = self.gang_state(g, bound)
             if why:
                 self.fail(f"gang {g.name} is partially bound: {why}")
+        partly = self.partly_evicted(hit, binding, collected, bound, pods)
+        if partly:
+            # a member's bind that landed within this step, after its gang was evicted, is evicted by
+            # the service's next tick (within a second): judge the gang once that tick ran
+            await svc.expire(0)
+            await self.drain()
+            pods, bound = self.pods(), self.bound()
+            partly = self.partly_evicted(hit, binding, collected, bound, pods)
+        if partly:
+            self.fail(partly[0])
         going = self.evictions_unseen()
-        for g in self.gangs:
-            running = [
-                n
-                for n in bound
-                if self.pod_gang.get(n) == g.name
-                and not finished(pods[n])
-                and not leaving(pods[n])
-                and n not in going
-            ]
-            # a follower's evictions stop with the Lease: the leading replica finishes them
-            if (
-                g.name in hit
-                and running
-                and g.name not in binding
-                and not self.following
-                and g.name != collected
-            ):
-                # a member that finished and was deleted with no record left is gone for the service
-                # too: a subgroup it kept at quorum is broken by the eviction, and goes whole
-                why = self.gang_state(g, bound, recorded=True)
-                if why:
-                    by = sorted({f"{n} by {who}" for n, gang, who in self.evicted if gang == g.name})
-                    self.fail(f"gang {g.name} is partly evicted ({by}): {why}")
         self.evicted.clear()
         self.was_whole = {
             g.name: self.gang_state(g, bound) is None
