@@ -116,14 +116,17 @@ def _waiting_for(missing: str) -> Membership:
     )
 
 
+def _same_object(ref: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two references name one object: by uid when both carry one, else by kind and name."""
+    if ref.get("uid") and other.get("uid"):
+        return ref.get("uid") == other.get("uid")
+    return (ref.get("kind"), ref.get("name")) == (other.get("kind"), other.get("name"))
+
+
 def _made_by_the_missing(obj: dict[str, Any], chain: OwnerChain) -> bool:
     """Whether `obj`'s controller is the owner the pod's walk could not read."""
     ref, missing = controller_ref(obj), chain.missing
-    if ref is None or missing is None:
-        return False
-    if ref.get("uid") and missing.get("uid"):
-        return ref.get("uid") == missing.get("uid")
-    return (ref.get("kind"), ref.get("name")) == (missing.get("kind"), missing.get("name"))
+    return ref is not None and missing is not None and _same_object(ref, missing)
 
 
 def is_single_pod(pod: dict[str, Any], lookup: ObjectLookup) -> bool:
@@ -455,12 +458,8 @@ def _owned_by(chain: OwnerChain, ref: dict[str, Any]) -> bool:
     """Whether the object `ref` names is the pod itself or one of its owners (one the walk could not
     read counts by its reference)."""
     uid = ref.get("uid")
-    missing = chain.missing
-    if missing is not None:
-        if uid and missing.get("uid") == uid:
-            return True
-        if not uid and (missing.get("kind"), missing.get("name")) == (ref.get("kind"), ref.get("name")):
-            return True
+    if chain.missing is not None and _same_object(ref, chain.missing):
+        return True
     for obj in (chain.pod, *chain.owners):
         if uid:
             if meta(obj).get("uid") == uid:

@@ -781,17 +781,22 @@ class GangLedger:
             row = self.store.node_rows.get(node)
             if row is None:
                 continue
-            free = self.store.arrays.free[row]
-            room = {}
-            for r, n in acc.items():
-                col = self.store.resources.find(r)
-                take = min(n, int(free[col])) if col is not None else 0
-                if take > 0:
-                    room[r] = take
+            room = self._free_part(row, acc)
             if room:
                 self.store.hold(Preemption.claim_key(p.gang, node), node, room)
                 claimed[node] = room
         p.claimed = claimed
+
+    def _free_part(self, row: int, amounts: dict[str, int]) -> dict[str, int]:
+        """As much of each amount as node `row` has free now (the resources it has none of left out)."""
+        free = self.store.arrays.free[row]
+        part = {}
+        for r, n in amounts.items():
+            col = self.store.resources.find(r)
+            take = min(n, int(free[col])) if col is not None else 0
+            if take > 0:
+                part[r] = take
+        return part
 
     def expire_preemptions(self) -> list[Preemption]:
         """Preemptions whose hold ended before the gang was planned: the room goes back to everyone.
@@ -981,13 +986,7 @@ class GangLedger:
                 continue
             key = Preemption.claim_key(gang, node)
             self.store.unhold(key)
-            free = self.store.arrays.free[row]
-            left = {}
-            for r, n in room.items():
-                col = self.store.resources.find(r)
-                take = min(n, int(free[col])) if col is not None else 0
-                if take > 0:
-                    left[r] = take
+            left = self._free_part(row, room)
             if left:
                 self.store.hold(key, node, left)
                 p.claimed[node] = left

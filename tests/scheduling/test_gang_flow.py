@@ -904,6 +904,23 @@ async def test_a_smaller_member_may_go_where_kube_scheduler_did_not_offer_the_la
     assert sorted(svc.plan("default/mix").values()) == ["n000", "n001", "n002"]
 
 
+def nominated_cluster() -> list[dict]:
+    """Three 8-cpu nodes, high-priority pod hi (8 cpu) nominated to n000, and gang mix of an 8, an 8
+    and a 2-cpu member."""
+    objs = [make_node(f"n00{i}", cpu="8") for i in range(3)]
+    hi = make_pod("hi", cpu="8")
+    hi["spec"]["priority"] = 1000
+    hi["status"]["nominatedNodeName"] = "n000"
+    return [
+        *objs,
+        hi,
+        make_kai_podgroup("mix", min_member=3),
+        gang_pod("mix-0", "mix", cpu="8"),
+        gang_pod("mix-1", "mix", cpu="8"),
+        gang_pod("mix-2", "mix", cpu="2"),
+    ]
+
+
 async def test_a_smaller_member_is_not_planned_where_kube_scheduler_keeps_room_for_a_nominated_pod(
     make_service,
 ):
@@ -911,17 +928,7 @@ async def test_a_smaller_member_is_not_planned_where_kube_scheduler_keeps_room_f
     cache sees n000 free, kube-scheduler keeps it for hi and offers mix-0 (8 cpu) n001 and n002. A node
     with room for mix-0 by this cache that was not offered, kube-scheduler knows something of: mix-2
     (2 cpu, of mix-0's terms) is not planned there (found by review of the change above)."""
-    objs = [make_node(f"n00{i}", cpu="8") for i in range(3)]
-    hi = make_pod("hi", cpu="8")
-    hi["spec"]["priority"] = 1000
-    hi["status"]["nominatedNodeName"] = "n000"
-    objs += [hi, make_kai_podgroup("mix", min_member=3)]
-    objs += [
-        gang_pod("mix-0", "mix", cpu="8"),
-        gang_pod("mix-1", "mix", cpu="8"),
-        gang_pod("mix-2", "mix", cpu="2"),
-    ]
-    svc = await make_service(objs, gang_pools=False)
+    svc = await make_service(nominated_cluster(), gang_pools=False)
     await svc.filter("mix-0", ["n001", "n002"])
     assert svc.plan("default/mix").get("default/mix-2") != "n000", svc.plan("default/mix")
 
@@ -930,18 +937,7 @@ async def test_a_nominated_pods_node_stays_out_for_a_smaller_member_under_anothe
     """As above, with 4 cpu of n000 held for another gang: a hold is this service's alone, and
     kube-scheduler, which never sees it, still had room for mix-0 there. Judged on free room with the
     holds taken out, n000 looked refused for want of room (found by review)."""
-
-    objs = [make_node(f"n00{i}", cpu="8") for i in range(3)]
-    hi = make_pod("hi", cpu="8")
-    hi["spec"]["priority"] = 1000
-    hi["status"]["nominatedNodeName"] = "n000"
-    objs += [hi, make_kai_podgroup("mix", min_member=3)]
-    objs += [
-        gang_pod("mix-0", "mix", cpu="8"),
-        gang_pod("mix-1", "mix", cpu="8"),
-        gang_pod("mix-2", "mix", cpu="2"),
-    ]
-    svc = await make_service(objs, gang_pools=False)
+    svc = await make_service(nominated_cluster(), gang_pools=False)
     store = svc.store
     rows = np.array([store.node_rows["n000"]], dtype=np.int32)
     amounts = np.zeros((1, store.arrays.n_res), dtype=np.int64)
