@@ -433,7 +433,8 @@ def cmd_podgroups(ns: argparse.Namespace) -> int:
         return _fail(errors)
     try:
         objects = load_objects(ns.file)
-        derived = podgroup_objects(objects, api_version=api_version)
+        notes: list[str] = []
+        derived = podgroup_objects(objects, api_version=api_version, notes=notes)
     except ClusterFileError as exc:
         return _fail([str(exc)])
     except GroupingError as exc:
@@ -444,6 +445,8 @@ def cmd_podgroups(ns: argparse.Namespace) -> int:
                 + (f" (field {field})" if field and field not in str(exc) else "")
             ]
         )
+    for note in notes:  # on stderr: the output stays a document to apply
+        sys.stderr.write(f"note: {note}\n")
     if fmt == "json":
         sys.stdout.write(
             orjson.dumps(

@@ -527,11 +527,15 @@ def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
     return [group] if group is not None else []
 
 
-def podgroup_objects(objects: list[dict], *, api_version: str = SCHEDULING_API_VERSION) -> list[dict]:
+def podgroup_objects(
+    objects: list[dict], *, api_version: str = SCHEDULING_API_VERSION, notes: list[str] | None = None
+) -> list[dict]:
     """The group objects `gang-extender podgroups -f FILE` prints for the workloads in `objects`:
     scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io Workload +
     PodGroups in `api_version`'s shape (v1beta1, what 1.37 serves, by default; v1alpha2 for 1.36) for a
-    JobSet with spec.scheduling. Raises GroupingError when invalid, ValueError for an unknown version."""
+    JobSet with spec.scheduling. A pod no group can be derived for from `objects` (its owner or the
+    group it names is not among them) is left out, and `notes` told why. Raises GroupingError when
+    invalid, ValueError for an unknown version."""
     if api_version not in SCHEDULING_API_VERSIONS:
         raise ValueError(
             f"api_version must be one of {', '.join(SCHEDULING_API_VERSIONS)}, got {api_version!r}"
@@ -564,6 +568,14 @@ def podgroup_objects(objects: list[dict], *, api_version: str = SCHEDULING_API_V
             m = derive_membership(obj, lookup)
             if m.state is MembershipState.INVALID:
                 raise GroupingError("metadata", m.message)
+            if m.state is MembershipState.GROUP_MISSING and notes is not None:
+                owner = _missing_workload(walk_owners(obj, lookup), lookup)
+                why = (
+                    f"its owner {owner} is not in the files given (its gang is derived from it)"
+                    if owner
+                    else m.message
+                )
+                notes.append(f"pod {_namespace(obj)}/{meta(obj).get('name')} left out: {why}")
             if m.group is not None and m.group.source is Source.SINGLE_POD:
                 derived = kai.podgroup_object(
                     GroupSpec(

@@ -250,6 +250,38 @@ spec:
     assert res.stdout == ""
 
 
+def test_podgroups_says_which_pods_it_left_out_for_want_of_their_owner(tmp_path):
+    """A pod of a Job not in the file gets no group of its own (its gang is derived from the Job): it
+    is left out, and stderr says so and names the Job, the output still a document to apply."""
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(
+        """apiVersion: v1
+kind: Pod
+metadata:
+  name: train-0
+  namespace: ml
+  ownerReferences:
+  - {apiVersion: batch/v1, kind: Job, name: train, uid: u1, controller: true}
+spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: alone, namespace: ml}
+spec: {containers: [{name: c, image: x}]}
+"""
+    )
+    res = run("podgroups", "-f", str(pods))
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    docs = list(yaml.safe_load_all(res.stdout))
+    assert [d["metadata"]["ownerReferences"][0]["name"] for d in docs] == ["alone"], docs
+    assert res.stderr == (
+        "note: pod ml/train-0 left out: its owner Job ml/train is not in the files given (its gang is "
+        "derived from it)\n"
+    )
+
+
 def test_explain_says_how_to_reach_the_service_when_it_is_not_there():
     res = run("explain", "ml/train", "--url", "http://127.0.0.1:9")
     assert res.returncode == 2
