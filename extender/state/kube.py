@@ -149,6 +149,10 @@ class KubeSettings:
     user_agent: str = "gang-extender"
     """Sent with every request: the audit log tells the replicas apart by it (the CLI adds the version
     and the replica's --leader-identity)."""
+    rediscovery_s: float = 30.0
+    """While a watched kind is not served (its CRD not installed), API discovery is asked again this
+    often, and a kind found served since is listed and watched from then on (as the garbage
+    collector's monitors are): installing KAI's or JobSet's CRDs after this service needs no restart."""
     status_field_recheck_s: float = 600.0
     """A status field the API server pruned from a write of ours (its CRD does not define it) is left out
     of writes for this long, then tried once more: a CRD changed back to defining it is written again."""
@@ -566,8 +570,11 @@ class KubeClusterSource:
 
     # ---- discovery ---------------------------------------------------------------------------
 
-    async def _discover(self) -> dict[tuple[str, str], ServedKind]:
-        """Which watched kinds the server offers, at which version; one log line per kind skipped."""
+    async def _discover(
+        self, kinds: tuple[WatchedKind, ...] | None = None, *, quiet: bool = False
+    ) -> dict[tuple[str, str], ServedKind]:
+        """Which of `kinds` (default: every watched kind) the server offers, at which version; one log
+        line per kind skipped, unless `quiet`."""
         status, data = await self._request("GET", "/apis")
         if status != 200:
             raise _status_message(status, data)
@@ -576,7 +583,7 @@ class KubeClusterSource:
             offered[grp.get("name", "")] = [v.get("version", "") for v in grp.get("versions") or []]
         resources: dict[str, set[str]] = {}
         served: dict[tuple[str, str], ServedKind] = {}
-        for wk in self._kinds:
+        for wk in self._kinds if kinds is None else kinds:
             chosen = None
             for version in wk.versions:
                 if version not in offered.get(wk.group, ()):
@@ -588,11 +595,14 @@ class KubeClusterSource:
                     chosen = version
                     break
             if chosen is None:
+                if quiet:
+                    continue
                 log.info(
-                    "API server does not serve %s.%s (%s); not watching it: %s",
+                    "API server does not serve %s.%s (%s); not watching it until it does (asked every %.0f s): %s",
                     wk.plural,
                     wk.group or "core",
                     ", ".join(wk.versions),
+                    self._settings.rediscovery_s,
                     _UNSERVED_KIND_MEANS.get((wk.group, wk.plural))
                     or _UNSERVED_MEANS.get(wk.group, "its objects are not read"),
                 )
@@ -648,10 +658,47 @@ class KubeClusterSource:
             async with asyncio.TaskGroup() as tasks:
                 for served in self._served.values():
                     tasks.create_task(self._feed(store, served), name=f"watch {served.plural}.{served.group}")
+                if self._iterations is None:  # the test hook bounds the feeds' lives, not this one's
+                    tasks.create_task(self._rediscover(store, tasks), name="API discovery")
         finally:
             await self.close()
 
-    def _mark_listed(self, served: ServedKind) -> None:
+    async def _rediscover(self, store: ClusterStore, tasks: asyncio.TaskGroup) -> None:
+        """Ask discovery again for the watched kinds not served yet; list and watch each one found."""
+        while True:
+            unserved = tuple(wk for wk in self._kinds if (wk.group, wk.kind) not in self._served)
+            if not unserved:
+                return
+            await asyncio.sleep(self._settings.rediscovery_s)
+            try:
+                found = await self._discover(unserved, quiet=True)
+            except (
+                ApiStatusError,
+                TimeoutError,
+                aiohttp.ClientError,
+                OSError,
+                ValueError,
+                AttributeError,
+            ) as exc:
+                log.debug(
+                    "API discovery failed (%s); asking again in %.0f s", exc, self._settings.rediscovery_s
+                )
+                continue
+            for key, served in sorted(found.items()):
+                log.info(
+                    "API server now serves %s.%s (%s): listing and watching it",
+                    served.plural,
+                    served.group or "core",
+                    served.version,
+                )
+                self._served[key] = served
+                tasks.create_task(self._feed(store, served), name=f"watch {served.plural}.{served.group}")
+
+    def _mark_listed(self, store: ClusterStore, served: ServedKind) -> None:
+        key = (served.group, served.kind)
+        if store.listed is not None and key not in store.listed:
+            # a kind found after start-up: only now does the store hold every object of it
+            store.now_lists(key)
         if self._pending_sync is None:
             return
         self._pending_sync.discard((served.group, served.kind))
@@ -671,7 +718,7 @@ class KubeClusterSource:
             try:
                 if rv is None:
                     cursor.rv = rv = await self._list_into(store, served)
-                    self._mark_listed(served)
+                    self._mark_listed(store, served)
                 watches += 1
                 await self._watch_into(store, served, cursor)
                 delay = s.backoff_initial_s

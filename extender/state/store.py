@@ -569,6 +569,18 @@ class ClusterStore:
         one absent from it does not exist or was not seen yet; `listed` None: every kind."""
         return self.listed is None or (group, kind) in self.listed
 
+    def now_lists(self, kind: Kind) -> None:
+        """The source lists `kind` from now on (a CRD installed after start-up), its first list applied:
+        an object of it absent now is gone or still coming, so the pods that looked for one are
+        derived again (a pod grouped below an owner of that kind it could not read, say)."""
+        if self.listed is None or kind in self.listed:
+            return
+        self.listed = self.listed | {kind}
+        self.change_gen += 1
+        tree = (kind[0], kind[1] + "@children")  # children_ref's kind
+        for ref in [r for r in self._readers if r[0] in (kind, tree)]:
+            self._regroup(ref)
+
     def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
         """The fingerprint of what grouping reads of `obj` (a workload or group object this store
         holds): grouping keeps a workload's tree per fingerprint, so a status update keeps it and

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -14,12 +15,20 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.state.kube import DEFAULT_KINDS, KubeClusterSource, KubeSettings, _Cursor, _Gone, lease_kind
+from extender.state.kube import (
+    DEFAULT_KINDS,
+    KubeClusterSource,
+    KubeSettings,
+    WatchedKind,
+    _Cursor,
+    _Gone,
+    lease_kind,
+)
 from extender.state.source import BindError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from controlplane.fixtures import plane_fixture, plane_version_fixture  # noqa: F401 - every version, in turn
-from controlplane.start import ControlPlane
+from controlplane.start import ControlPlane, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +41,12 @@ class RecordingStore:
     def __init__(self) -> None:
         self.ops: list[tuple[str, str, str, Any]] = []
         self._changed = asyncio.Event()
+        self.listed: frozenset[tuple[str, str]] | None = None  # set by the source after discovery
+
+    def now_lists(self, kind: tuple[str, str]) -> None:
+        """A kind found served after start-up, its first list applied."""
+        self.listed = (self.listed or frozenset()) | {kind}
+        self._record(("now-lists", kind[1], kind[0], None))
 
     def _record(self, op: tuple[str, str, str, Any]) -> None:
         self.ops.append(op)
@@ -82,9 +97,9 @@ def node(plane: ControlPlane) -> str:
 
 @contextlib.asynccontextmanager
 async def running(
-    plane: ControlPlane, **kwargs: Any
+    plane: ControlPlane, settings: KubeSettings = FAST, **kwargs: Any
 ) -> AsyncIterator[tuple[KubeClusterSource, RecordingStore]]:
-    source = KubeClusterSource(plane.kubeconfig, settings=FAST, **kwargs)
+    source = KubeClusterSource(plane.kubeconfig, settings=settings, **kwargs)
     store = RecordingStore()
     task = asyncio.create_task(source.run(store))
     try:
@@ -145,6 +160,66 @@ async def test_syncs_served_kinds_and_skips_the_ones_the_server_lacks(plane: Con
         "every upstream CRD the tier applies is served"
     )
     assert listed == set(served), "every served kind is listed before the source reports synced"
+
+
+async def test_a_kind_served_after_start_up_is_found_listed_and_watched(
+    plane: ControlPlane, namespace: str
+) -> None:
+    """A CRD installed after the service started (KAI's or JobSet's, installed second): discovery is
+    asked again, the kind is listed and watched, and the store told it now holds all of it."""
+    group = f"g{uuid.uuid4().hex[:8]}.example.com"
+    widget = WatchedKind(group, ("v1",), "widgets", "Widget")
+    pods = next(k for k in DEFAULT_KINDS if k.kind == "Pod")
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    widgets = f"/apis/{group}/v1/namespaces/{namespace}/widgets"
+
+    def widget_obj(name: str) -> dict[str, Any]:
+        return {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": name}}
+
+    settings = dataclasses.replace(FAST, rediscovery_s=0.1)
+    try:
+        async with running(plane, settings, kinds=(pods, widget)) as (source, store):
+            await started(source)
+            assert store.listed == frozenset({("", "Pod")})
+            plane.api.create(crds, crd)
+
+            def made() -> bool:
+                try:
+                    plane.api.create(widgets, widget_obj("w1"))
+                except AssertionError:  # 404 until the CRD is established
+                    return False
+                return True
+
+            wait_until(made, timeout_s=30, what="the first Widget created")
+            await store.wait_for(lambda op: op[:3] == ("upsert", "Widget", "w1"), timeout_s=20)
+            await store.wait_for(lambda op: op[0] == "now-lists", timeout_s=20)
+            assert store.listed == frozenset({("", "Pod"), (group, "Widget")})
+            assert {(k.group, k.kind) for k in source.served_kinds()} == {("", "Pod"), (group, "Widget")}
+            plane.api.create(widgets, widget_obj("w2"))  # and watched from then on
+            await store.wait_for(lambda op: op[:3] == ("upsert", "Widget", "w2"), timeout_s=20)
+            assert [op[0] for op in store.ops].count("now-lists") == 1
+    finally:
+        plane.api.delete(f"{crds}/widgets.{group}")
 
 
 async def test_watch_feeds_creates_updates_and_deletes(plane: ControlPlane, namespace: str) -> None:

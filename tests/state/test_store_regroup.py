@@ -189,3 +189,32 @@ def test_a_workload_nested_past_what_the_fingerprint_writes_is_applied_whole():
     before = store.grouping_gen
     store.upsert(big)
     assert store.grouping_gen == before + 1, "with no fingerprint, a write of it is a change"
+
+
+@pytest.mark.parametrize("jobset_there", [True, False], ids=["the JobSet listed", "the JobSet gone"])
+def test_a_kind_listed_after_start_up_regroups_the_pods_below_its_objects(jobset_there):
+    """JobSet's CRD installed after the service started: until its first list, a JobSet's pods are
+    grouped by their Jobs (its absence says nothing); once listed, they join the JobSet's gang, or
+    wait for a JobSet the list did not have (deleted, its pods going with it)."""
+    store = ClusterStore()
+    store.listed = frozenset({("", "Pod"), ("", "Node"), ("batch", "Job")})
+    store.upsert(make_node("n1"))
+    big = jobset("late", 2)
+    jobs, pods = expand(big)
+    for obj in (*jobs, *pods):
+        store.upsert(obj)
+    keys = [f"default/{p['metadata']['name']}" for p in pods]
+    by_job = {store.membership(store.pods[k]).group.key for k in keys}
+    assert len(by_job) == 2, by_job  # one gang per Job, as before the kind is listed
+    if jobset_there:
+        store.upsert(big)  # the kind's first list
+    store.now_lists(kai.JOBSET)
+    after = [store.membership(store.pods[k]) for k in keys]
+    if jobset_there:
+        assert {m.state for m in after} == {MembershipState.MEMBER}
+        (key,) = {m.group.key for m in after}
+        assert [r.key for r in store.group_members(key)] == sorted(keys)
+    else:
+        assert {m.state for m in after} == {MembershipState.GROUP_MISSING}
+        assert all("waiting for its owner JobSet default/late to be seen" in m.message for m in after)
+        assert not any(store.group_members(k) for k in by_job)
