@@ -5,6 +5,7 @@ Pure code over plain JSON objects; the cluster cache feeds it through an `Object
 from extender.grouping.base import GroupingError, ListLookup, ObjectLookup
 from extender.grouping.jobset_scheduling import SCHEDULING_API_VERSIONS, JobSetCompilation, compile_jobset
 from extender.grouping.membership import (
+    WORKLOAD_KINDS,
     derive_membership,
     groups_for_workload,
     invalid_subgroup_message,
@@ -14,6 +15,7 @@ from extender.grouping.membership import (
 
 __all__ = [
     "SCHEDULING_API_VERSIONS",
+    "WORKLOAD_KINDS",
     "GroupingError",
     "JobSetCompilation",
     "ListLookup",

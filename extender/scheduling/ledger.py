@@ -205,6 +205,7 @@ class GangLedger:
         self._topology_seen = store.topology_gen  # the nodes' domains the plans were last checked at
         self._node_terms_seen = store.node_terms_gen  # the nodes' labels and taints, likewise
         store.add_listener(self._on_change)
+        store.add_listed_listener(self._check_plans_regrouped)  # a kind found late: no object event
 
     # ================================================================= reads
     # Other modules read the ledger through these, never through its collections: what they return
@@ -1028,24 +1029,28 @@ class GangLedger:
                     if moved and e.plan:
                         self._discard_if_moved(e, name, row)
         elif kind in GROUPING_KINDS:
-            # a status write leaves every gang as it was; only a grouping change can move a member
-            moved = self._grouping_seen != self.store.grouping_gen
-            self._grouping_seen = self.store.grouping_gen
-            for e in list(self.gangs.values()):
-                if not e.plan or e.spec is None:
-                    continue
-                fresh = self._current_spec(e.plan)
-                if fresh is not None and fresh != e.spec:
-                    self._discard(e, "the group's definition changed")
-                elif moved:
-                    left = next((pk for pk in sorted(e.plan) if self._left(e, pk)), None)
-                    if left is not None:
-                        self._discard(e, f"member {left} left the gang's plan (its group changed)")
+            self._check_plans_regrouped()
             if event == "DELETED":
                 # A PodGroup deleted before its pods: their deletions then name no group, so
                 # _forget_if_empty cannot find the entry; forget every entry left with no member.
                 for key in list(self.gangs):
                     self._forget_if_memberless(key)
+
+    def _check_plans_regrouped(self, _kind: object = None) -> None:
+        """A plan whose group's definition changed, or one of whose members left the gang, goes. A
+        status write leaves every gang as it was; only a grouping change can move a member."""
+        moved = self._grouping_seen != self.store.grouping_gen
+        self._grouping_seen = self.store.grouping_gen
+        for e in list(self.gangs.values()):
+            if not e.plan or e.spec is None:
+                continue
+            fresh = self._current_spec(e.plan)
+            if fresh is not None and fresh != e.spec:
+                self._discard(e, "the group's definition changed")
+            elif moved:
+                left = next((pk for pk in sorted(e.plan) if self._left(e, pk)), None)
+                if left is not None:
+                    self._discard(e, f"member {left} left the gang's plan (its group changed)")
 
     def _on_pod(self, event: str, pk: PodKey, obj: dict[str, Any]) -> None:
         gone = event == "DELETED" or is_terminal(obj)

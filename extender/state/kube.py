@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 
+from extender.grouping import WORKLOAD_KINDS
 from extender.model import labels
-from extender.model.keys import object_key
+from extender.model.keys import api_group, object_key
 from extender.state import heap, nesting
 from extender.state.projection import page_decoder, project
 from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
@@ -436,6 +437,9 @@ class KubeClusterSource:
         self._api: _Connection | None = None
         self._api_lock = asyncio.Lock()
         self._served: dict[tuple[str, str], ServedKind] = {}
+        self._unserved_owners: frozenset[tuple[str, str]] = frozenset()
+        """Watched workload kinds not served: an object owned by one says its CRD is installed now."""
+        self._look_again = asyncio.Event()
         self._eviction_version: str | None = None  # "v1", or "v1beta1" where v1 is not served (1.20)
         self._pending_sync: set[tuple[str, str]] | None = None
         self._synced = False
@@ -598,7 +602,8 @@ class KubeClusterSource:
                 if quiet:
                     continue
                 log.info(
-                    "API server does not serve %s.%s (%s); not watching it until it does (asked every %.0f s): %s",
+                    "API server does not serve %s.%s (%s); not watching it until it does "
+                    "(asked every %.0f s): %s",
                     wk.plural,
                     wk.group or "core",
                     ", ".join(wk.versions),
@@ -651,6 +656,9 @@ class KubeClusterSource:
         # what the cache holds every object of: a pod's owner of a kind it does not list (a CRD not
         # installed) is no sign that the owner is gone or still coming
         store.listed = frozenset(self._served)
+        self._unserved_owners = WORKLOAD_KINDS & frozenset(
+            (wk.group, wk.kind) for wk in self._kinds if (wk.group, wk.kind) not in self._served
+        )
         self._pending_sync = set(self._served)
         if not self._pending_sync:
             self._synced = True
@@ -664,23 +672,25 @@ class KubeClusterSource:
             await self.close()
 
     async def _rediscover(self, store: ClusterStore, tasks: asyncio.TaskGroup) -> None:
-        """Ask discovery again for the watched kinds not served yet; list and watch each one found."""
+        """Ask discovery again for the watched kinds not served yet, every `rediscovery_s`, or at once
+        (at most once a second) when an object arrives owned by one of them; list and watch each one
+        found."""
+        loop = asyncio.get_running_loop()
+        asked_s = loop.time()
         while True:
             unserved = tuple(wk for wk in self._kinds if (wk.group, wk.kind) not in self._served)
+            self._unserved_owners = WORKLOAD_KINDS & frozenset((wk.group, wk.kind) for wk in unserved)
             if not unserved:
                 return
-            await asyncio.sleep(self._settings.rediscovery_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._look_again.wait(), self._settings.rediscovery_s)
+            await asyncio.sleep(max(0.0, asked_s + min(1.0, self._settings.rediscovery_s) - loop.time()))
+            self._look_again.clear()
+            asked_s = loop.time()
             try:
                 found = await self._discover(unserved, quiet=True)
-            except (
-                ApiStatusError,
-                TimeoutError,
-                aiohttp.ClientError,
-                OSError,
-                ValueError,
-                AttributeError,
-            ) as exc:
-                log.debug(
+            except Exception as exc:  # whatever it was, the watches this runs beside go on
+                log.warning(
                     "API discovery failed (%s); asking again in %.0f s", exc, self._settings.rediscovery_s
                 )
                 continue
@@ -884,6 +894,8 @@ class KubeClusterSource:
                 if kind == "ADDED" or kind == "MODIFIED":
                     obj.setdefault("apiVersion", served.api_version)
                     obj.setdefault("kind", served.kind)
+                    if self._unserved_owners and kind == "ADDED":
+                        self._note_owners(meta)
                     self._apply(store.upsert, project(obj), served)
                 elif kind == "DELETED":
                     obj.setdefault("apiVersion", served.api_version)
@@ -894,6 +906,18 @@ class KubeClusterSource:
             return rv
         finally:
             resp.release()
+
+    def _note_owners(self, meta: object) -> None:
+        """A new object owned by a watched workload kind that was not served (a JobSet's Job, a
+        PyTorchJob's pod): its CRD is installed now, and discovery is asked at once, so that its
+        pods are grouped by it from the start rather than below it until the next period."""
+        refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+        for ref in refs if isinstance(refs, list) else ():
+            if isinstance(ref, dict):
+                kind = (api_group(str(ref.get("apiVersion", ""))), str(ref.get("kind", "")))
+                if kind in self._unserved_owners:
+                    self._look_again.set()
+                    return
 
     # ---- writes ------------------------------------------------------------------------------
 

@@ -459,6 +459,7 @@ class ClusterStore:
         self._reads: dict[PodKey, frozenset[tuple[Kind, str]]] = {}
         self._readers: dict[tuple[Kind, str], set[PodKey]] = {}
         self._regroup_listeners: list[Callable[[PodKey], None]] = []
+        self._listed_listeners: list[Callable[[Kind], None]] = []
 
     # ----------------------------------------------------------------- feeding
     def add_listener(self, fn: Callable[[str, Kind, dict[str, Any]], None]) -> None:
@@ -576,10 +577,23 @@ class ClusterStore:
         if self.listed is None or kind in self.listed:
             return
         self.listed = self.listed | {kind}
+        if kind not in grouping.WORKLOAD_KINDS:
+            return  # grouping reads whether a kind is listed only of a workload owner it cannot find
+        # the pods that read an object of the kind present were derived again as the list applied it
+        held = self.objects.get(kind, {})
+        refs = [r for r in self._readers if r[0] == kind and r[1] not in held]
+        if not refs:
+            return
         self.change_gen += 1
-        tree = (kind[0], kind[1] + "@children")  # children_ref's kind
-        for ref in [r for r in self._readers if r[0] in (kind, tree)]:
+        self._object_gen += 1
+        self.grouping_gen += 1
+        for ref in refs:
             self._regroup(ref)
+        for fn in self._listed_listeners:
+            try:
+                fn(kind)
+            except Exception:  # a listener's bug must not corrupt the cache
+                log.exception("store listed-kind listener failed on %s", kind)
 
     def grouping_version(self, obj: dict[str, Any]) -> bytes | None:
         """The fingerprint of what grouping reads of `obj` (a workload or group object this store
@@ -924,6 +938,11 @@ class ClusterStore:
         rec.membership = m
         rec.membership_fresh = True
         return m
+
+    def add_listed_listener(self, fn: Callable[[Kind], None]) -> None:
+        """fn(kind) when a kind found after start-up regrouped pods (`now_lists`): no object event
+        comes with it, and a pod may have left the gang it was planned in."""
+        self._listed_listeners.append(fn)
 
     def add_regroup_listener(self, fn: Callable[[PodKey], None]) -> None:
         """fn(pod) for each pod whose membership may have changed because an object it read did (a

@@ -508,3 +508,49 @@ async def test_a_member_regrouped_while_its_refused_binding_was_in_flight_is_not
     assert doc["NodeNames"], doc
     assert sorted(svc.plan("default/b")) == ["default/a-1", "default/b-0"]
     free_is_exact(svc)
+
+
+async def test_a_plan_goes_when_a_kind_listed_late_takes_its_members_out_of_the_gang(make_service):
+    """JobSet's CRD installed after the service started: a JobSet's Job was planned as a gang of its
+    own (the JobSet's absence said nothing). The kind's first list is in without that JobSet (deleted,
+    its pods going with it): the members now wait for it, and the plan goes with no object event to
+    bring it (found by review: it stood, and each member was bound for it)."""
+    import copy
+
+    from extender.grouping import kai
+    from extender.model.group import MembershipState
+    from tests.grouping.workloads import expand
+
+    tmpl = {"spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "late", "namespace": "default", "uid": "js-uid-1"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "rj0",
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"annotations": {"kai.scheduler/batch-min-member": "3"}},
+                        "spec": {"parallelism": 3, "template": tmpl},
+                    },
+                }
+            ]
+        },
+    }
+    svc = await make_service(rack_cluster())
+    svc.store.listed = frozenset(
+        {("", "Pod"), ("", "Node"), ("batch", "Job"), ("scheduling.run.ai", "PodGroup")}
+    )
+    jobs, pods = expand(js)
+    for obj in (*jobs, *pods):
+        svc.cluster.apply(copy.deepcopy(obj))
+    keys = [f"default/{p['metadata']['name']}" for p in pods]
+    gang = svc.store.membership(svc.store.pods[keys[0]]).group.key
+    await svc.filter(pods[0]["metadata"]["name"])
+    assert set(svc.plan(gang)) == set(keys)
+    svc.store.now_lists(kai.JOBSET)
+    assert {svc.store.membership(svc.store.pods[k]).state for k in keys} == {MembershipState.GROUP_MISSING}
+    assert svc.plan(gang) == {}
+    assert not svc.store.reservations

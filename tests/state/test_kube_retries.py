@@ -908,3 +908,101 @@ async def test_a_status_field_the_server_prunes_is_left_out_until_the_recheck(
         ["phase", "schedulingConditions"],  # so it is written from now on
     ]
     assert source.write_errors == {}
+
+
+async def test_a_kind_served_later_is_found_whatever_discovery_answered_meanwhile(
+    fake: tuple[Script, str],
+) -> None:
+    """A CRD installed after start-up: discovery is asked again, and an answer of an odd shape or an
+    error in between costs nothing (found by review: a TypeError ended every watch for good)."""
+    import dataclasses
+
+    from extender.state.kube import WatchedKind
+
+    script, kubeconfig = fake
+    widgets = WatchedKind("example.com", ("v1",), "widgets", "Widget")
+    pods = WatchedKind("", ("v1",), "pods", "Pod")
+    served = {"groups": [{"name": "example.com", "versions": [{"version": "v1"}]}]}
+    odd = {"groups": [{"name": "example.com", "versions": 1}]}
+    script.on("GET", "/apis", (200, {"groups": []}), (200, odd), BUSY, (200, served))
+    script.on("GET", "/api/v1", (200, {"resources": [{"name": "pods"}]}))
+    script.on("GET", "/apis/example.com/v1", (200, {"resources": [{"name": "widgets"}]}))
+    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "1"}, "items": []}))
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "ns"}}
+    script.on(
+        "GET",
+        "/apis/example.com/v1/widgets",
+        (200, {"metadata": {"resourceVersion": "2"}, "items": [widget]}),
+    )
+    settings = dataclasses.replace(FAST, rediscovery_s=0.001)
+    source = KubeClusterSource(kubeconfig, settings=settings, kinds=(pods, widgets))
+    store = ClusterStore()
+    task = asyncio.ensure_future(source.run(store))
+    try:
+        for _ in range(500):
+            if store.listed is not None and store.lists("example.com", "Widget"):
+                break
+            await asyncio.sleep(0.01)
+        assert not task.done(), task
+        assert store.listed == frozenset({("", "Pod"), ("example.com", "Widget")})
+        assert store.get("example.com", "Widget", "ns", "w") is not None
+        assert script.seen.count(("GET", "/apis")) == 4
+    finally:
+        task.cancel()
+
+
+async def test_an_object_owned_by_a_kind_not_served_asks_discovery_at_once(fake: tuple[Script, str]) -> None:
+    """A pod arrives owned by a PyTorchJob while pytorchjobs were not served at start-up: the training
+    operator's CRDs are installed now. Discovery is asked at once, not at the next period (an hour
+    here), so the PyTorchJob's pods are grouped by it from the start."""
+    import dataclasses
+
+    from extender.state.kube import WatchedKind
+
+    script, kubeconfig = fake
+    pods = WatchedKind("", ("v1",), "pods", "Pod")
+    jobs = WatchedKind("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob")
+    served = {"groups": [{"name": "kubeflow.org", "versions": [{"version": "v1"}]}]}
+    script.on("GET", "/apis", (200, {"groups": []}), (200, served))
+    script.on("GET", "/api/v1", (200, {"resources": [{"name": "pods"}]}))
+    script.on("GET", "/apis/kubeflow.org/v1", (200, {"resources": [{"name": "pytorchjobs"}]}))
+    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "1"}, "items": []}))
+    owner = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": "pt",
+        "uid": "u1",
+        "controller": True,
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pt-worker-0", "namespace": "ns", "uid": "p1", "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    event = orjson.dumps({"type": "ADDED", "object": pod}) + b"\n"
+    script.on("GET", "/api/v1/pods?watch", (200, event), (200, b""))
+    pytorchjob = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt", "namespace": "ns"},
+    }
+    script.on(
+        "GET",
+        "/apis/kubeflow.org/v1/pytorchjobs",
+        (200, {"metadata": {"resourceVersion": "2"}, "items": [pytorchjob]}),
+    )
+    settings = dataclasses.replace(FAST, rediscovery_s=3600)
+    source = KubeClusterSource(kubeconfig, settings=settings, kinds=(pods, jobs))
+    store = ClusterStore()
+    task = asyncio.ensure_future(source.run(store))
+    try:
+        for _ in range(500):
+            if store.get("kubeflow.org", "PyTorchJob", "ns", "pt") is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert not task.done(), task
+        assert store.lists("kubeflow.org", "PyTorchJob") and store.listed is not None
+        assert script.seen.count(("GET", "/apis")) == 2
+    finally:
+        task.cancel()
