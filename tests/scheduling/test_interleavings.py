@@ -829,6 +829,7 @@ class Driver:
         # rebuilt from the API server, can still count toward its gang's quorum once they are deleted
         self.done_recorded: set[str] = set()
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
+        self.binding_when_hit: set[str] = set()  # gangs with a binding on its way as a member was evicted
         # gangs that lost a member while some of their binds were in flight: judged once those landed
         self.hit_in_flight: dict[str, list[tuple[str, str | None, str]]] = {}
         self.evictions_seen = 0  # every eviction of the run: settling waits for a round without one
@@ -1020,6 +1021,8 @@ class Driver:
                 f"of priority {preempted[2]}: a victim must rank strictly lower"
             )
         self.evicted.append((name, self.pod_gang.get(name), by))
+        if self.pod_gang.get(name) in self.binding_gangs():
+            self.binding_when_hit.add(self.pod_gang[name])
         self.evictions_seen += 1
         self.lines.append(f"      {by} evicts {name}")
         again = copy.deepcopy(pod)
@@ -2164,13 +2167,16 @@ class Driver:
             if item[1] is not None and item[1] in binding:
                 self.hit_in_flight.setdefault(item[1], []).append(item)
         landed = [g for g in self.hit_in_flight if g not in binding]
+        # a gang hit while its binds were on their way, which all landed within the step (seed 2963)
+        landed += sorted(g for g in self.binding_when_hit if g not in binding and g not in landed)
+        self.binding_when_hit.clear()
         if landed:
             # its last binds landed since: the service's ticker sees their watch events (as it does
             # within a second) before the gang is judged as one a disruption hit
             await svc.expire(0)
             await self.drain()
             for g in landed:
-                self.evicted.extend(self.hit_in_flight.pop(g))
+                self.evicted.extend(self.hit_in_flight.pop(g, []))
         # a follower writes nothing on its own: no PodGroup, status, event, nudge, condition or eviction
         if self.follower_writes:
             self.fail(f"the service wrote while its kube-scheduler did not lead: {self.follower_writes[:5]}")
