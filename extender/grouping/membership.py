@@ -534,7 +534,8 @@ def podgroup_objects(
     scheduling.run.ai/v2alpha2 PodGroups for KAI-style grouping, and the scheduling.k8s.io Workload +
     PodGroups in `api_version`'s shape (v1beta1, what 1.37 serves, by default; v1alpha2 for 1.36) for a
     JobSet with spec.scheduling. A pod no group can be derived for from `objects` (its owner or the
-    group it names is not among them) is left out, and `notes` told why. Raises GroupingError when
+    group it names is not among them, or that group lacks the subgroup it names) is left out, and
+    `notes` told why, one line per reason. Raises GroupingError when
     invalid, ValueError for an unknown version."""
     if api_version not in SCHEDULING_API_VERSIONS:
         raise ValueError(
@@ -544,6 +545,7 @@ def podgroup_objects(
     lookup = ListLookup(objects)
     present = {(kind_of(o), _namespace(o), meta(o).get("name")) for o in objects}
     out: list[dict] = []
+    left: dict[str, list[str]] = {}  # why -> the pods left out for it
     for obj in objects:
         ref = meta(obj).get("ownerReferences") or []
         if any(
@@ -568,14 +570,14 @@ def podgroup_objects(
             m = derive_membership(obj, lookup)
             if m.state is MembershipState.INVALID:
                 raise GroupingError("metadata", m.message)
-            if m.state is MembershipState.GROUP_MISSING and notes is not None:
+            if m.state in (MembershipState.GROUP_MISSING, MembershipState.INVALID_SUBGROUP):
                 owner = _missing_workload(walk_owners(obj, lookup), lookup)
                 why = (
-                    f"its owner {owner} is not in the files given (its gang is derived from it)"
+                    f"the owner {owner} is not in the files given (the gang is derived from it)"
                     if owner
                     else m.message
                 )
-                notes.append(f"pod {_namespace(obj)}/{meta(obj).get('name')} left out: {why}")
+                left.setdefault(why, []).append(f"{_namespace(obj)}/{meta(obj).get('name')}")
             if m.group is not None and m.group.source is Source.SINGLE_POD:
                 derived = kai.podgroup_object(
                     GroupSpec(
@@ -591,4 +593,7 @@ def podgroup_objects(
             continue
         for group in groups_for_workload(obj, lookup):
             out.append(kai.podgroup_object(group, top=obj))
+    for why, pods in left.items() if notes is not None else ():
+        named = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+        notes.append(f"{'pod' if len(pods) == 1 else f'{len(pods)} pods'} ({named}) left out: {why}")
     return out

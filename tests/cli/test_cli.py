@@ -252,7 +252,8 @@ spec:
 
 def test_podgroups_says_which_pods_it_left_out_for_want_of_their_owner(tmp_path):
     """A pod of a Job not in the file gets no group of its own (its gang is derived from the Job): it
-    is left out, and stderr says so and names the Job, the output still a document to apply."""
+    is left out, and stderr says so and names the Job, once for all its pods, the output still a
+    document to apply; so is a pod naming a subgroup its PodGroup lacks."""
     pods = tmp_path / "pods.yaml"
     pods.write_text(
         """apiVersion: v1
@@ -266,7 +267,32 @@ spec: {containers: [{name: c, image: x}]}
 ---
 apiVersion: v1
 kind: Pod
+metadata:
+  name: train-1
+  namespace: ml
+  ownerReferences:
+  - {apiVersion: batch/v1, kind: Job, name: train, uid: u1, controller: true}
+spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: alone, namespace: ml}
+spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: scheduling.run.ai/v2alpha2
+kind: PodGroup
+metadata: {name: pg, namespace: ml}
+spec:
+  minMember: 1
+  subGroups: [{name: a, minMember: 1}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: odd
+  namespace: ml
+  annotations: {pod-group-name: pg}
+  labels: {kai.scheduler/subgroup-name: zzz}
 spec: {containers: [{name: c, image: x}]}
 """
     )
@@ -275,11 +301,13 @@ spec: {containers: [{name: c, image: x}]}
     import yaml
 
     docs = list(yaml.safe_load_all(res.stdout))
-    assert [d["metadata"]["ownerReferences"][0]["name"] for d in docs] == ["alone"], docs
-    assert res.stderr == (
-        "note: pod ml/train-0 left out: its owner Job ml/train is not in the files given (its gang is "
-        "derived from it)\n"
-    )
+    assert sorted(d["metadata"]["name"] for d in docs) == ["pg", docs[0]["metadata"]["name"]], docs
+    assert docs[0]["metadata"]["ownerReferences"][0]["name"] == "alone", docs
+    assert res.stderr.splitlines() == [
+        "note: 2 pods (ml/train-0, ml/train-1) left out: the owner Job ml/train is not in the files "
+        "given (the gang is derived from it)",
+        'note: pod (ml/odd) left out: Pod references subgroup "zzz", which does not exist in PodGroup ml/pg',
+    ]
 
 
 def test_explain_says_how_to_reach_the_service_when_it_is_not_there():
