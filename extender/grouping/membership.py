@@ -214,9 +214,13 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
     if missing is not None:
         # a workload that makes gangs, not in the cache: not seen yet (its pods' watch event came
         # first), or deleted, its pods being collected. Whether it skips the podgrouper is unknown: a
-        # pod naming a PodGroup stays in it (as KAI's scheduler keeps it, its podgrouper unable to
-        # rewrite it); any other waits, since placed alone it could be a gang's member bound early
-        if pg_name:
+        # pod naming a PodGroup someone else made stays in it (as KAI's scheduler keeps it, its
+        # podgrouper unable to rewrite it); one naming the PodGroup made for that workload (KAI's
+        # podgrouper's) waits as any other, since the gang is derived from the workload once it is
+        # seen, under the same key, and the PodGroup may say otherwise (a quorum, a queue) meanwhile;
+        # placed alone it could be a gang's member bound early
+        named = lookup.get(*kai.KAI_PODGROUP, ns, str(pg_name)) if pg_name else None
+        if pg_name and not (named is not None and _made_by_the_missing(named, chain)):
             return _external_kai(chain, ns, str(pg_name), lookup)
         return _waiting_for(missing)
 

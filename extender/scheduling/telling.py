@@ -176,7 +176,10 @@ class Telling:
             elif self.store.membership(rec).state is not MembershipState.GROUP_MISSING:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
-        for key, spec in self.ledger.short_of_pods_gangs():
+        for key, held in self.ledger.short_of_pods_gangs():
+            # judged by the gang's definition now: a quorum lowered in place (an edited minMember, a
+            # Job seen after its pods) may be met by the members already there, with no pod to come
+            spec = self.view.spec_of(key, self.store.group_members(key)) or held
             counts = self.view.live_leaf_counts(key, spec)
             if counts and spec.ready_leaves(counts) is None:
                 continue  # still short: keep watching

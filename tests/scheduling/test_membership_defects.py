@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import pytest
+
 from extender.gang.entry import Phase
 from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
 
@@ -205,4 +207,67 @@ async def test_a_plan_holds_only_the_members_its_quorum_lacks_beside_the_finishe
     errors = await asyncio.gather(svc.bind("train-r0", node), svc.bind(other, other_node))
     assert errors == ["", ""]
     assert svc.phase("default/pg-train-train-uid") is Phase.BOUND
+    svc.check_invariants()
+
+
+# -------------------------------------------- a quorum lowered in place; KAI's PodGroup, its Job unseen
+def podgrouper_job(parallelism: int, min_member: int) -> tuple[dict, list[dict], dict]:
+    """A Job, its pods and the PodGroup KAI's podgrouper made for it (pg-<name>-<uid>, owned by it,
+    named by each pod), whose minMember `min_member` may say otherwise than the Job's annotation."""
+    j = job("train", parallelism=parallelism, min_member=3, uid="u-train")
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-train", "controller": True}
+    pg = make_kai_podgroup("pg-train-u-train", min_member=min_member)
+    pg["metadata"]["ownerReferences"] = [owner]
+    pods = [
+        job_pod(f"train-{i}", j, annotations={"pod-group-name": "pg-train-u-train"})
+        for i in range(parallelism)
+    ]
+    return j, pods, pg
+
+
+def nudged(svc, *names: str) -> dict[str, bool]:
+    return {n: "gang-extender.io/nudge" in (svc.pod(n)["metadata"].get("annotations") or {}) for n in names}
+
+
+async def test_members_turned_away_short_of_a_quorum_lowered_in_place_are_nudged(make_service):
+    """A PodGroup's minMember lowered from 3 to 2 with its 2 members turned away for want of a third:
+    the members there now make the quorum, and no pod arrives to say so. They are nudged (found by
+    review: the wait for pods was judged by the quorum of its start, and they sat parked until
+    kube-scheduler's own flush)."""
+    objs = [*rack_cluster(), make_kai_podgroup("g", min_member=3), gang_pod("g-0", "g"), gang_pod("g-1", "g")]
+    svc = await make_service(objs)
+    for n in ("g-0", "g-1"):
+        doc = await svc.filter(n)
+        assert doc["NodeNames"] == [] and "2 exist, 3 needed" in next(iter(doc["FailedNodes"].values()))
+    assert nudged(svc, "g-0", "g-1") == {"g-0": False, "g-1": False}
+    svc.cluster.apply(make_kai_podgroup("g", min_member=2))
+    await svc.expire(0.5)
+    assert nudged(svc, "g-0", "g-1") == {"g-0": True, "g-1": True}
+    node, why = await svc.schedule("g-0")
+    assert node, why
+
+
+@pytest.mark.parametrize("pg_min", [1, 4], ids=["a PodGroup looser than the Job", "a PodGroup stricter"])
+async def test_pods_naming_the_podgroup_made_for_their_unseen_job_wait_for_the_job(make_service, pg_min):
+    """KAI's podgrouper's PodGroup for a Job names a quorum the service derives from the Job itself
+    once it sees it, under the same key. While the Job is unseen its pods wait for it, whatever the
+    PodGroup says (found by review: they joined it; a looser one bound a member alone, then the Job
+    made it a partial gang of 3; a stricter one parked them short of pods for good)."""
+    j, pods, pg = podgrouper_job(3, pg_min)
+    svc = await make_service([*rack_cluster(), pg, *pods])  # the Job's watch event not in yet
+    for p in pods:
+        doc = await svc.filter(p["metadata"]["name"])
+        assert doc["NodeNames"] == [], doc
+        assert "waiting for its owner Job default/train to be seen" in doc["Error"] + str(
+            doc["FailedNodes"]
+        ), doc
+    svc.cluster.apply(copy.deepcopy(j))
+    await svc.expire(0.5)
+    assert all(nudged(svc, *(p["metadata"]["name"] for p in pods)).values())
+    assert {
+        svc.store.membership(svc.store.pods[f"default/train-{i}"]).group.min_member for i in range(3)
+    } == {3}
+    node, why = await svc.schedule("train-0")
+    assert node, why
+    assert set(svc.plan("default/pg-train-u-train")) == {f"default/train-{i}" for i in range(3)}
     svc.check_invariants()
