@@ -55,7 +55,7 @@ from extender.grouping.owners import (
 )
 from extender.model import labels as keys
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
-from extender.model.keys import api_group, group_key
+from extender.model.keys import GroupKey, api_group, group_key
 
 T = TypeVar("T")
 K8S_PODGROUP = ("scheduling.k8s.io", "PodGroup")
@@ -71,10 +71,16 @@ def _namespace(obj: dict[str, Any]) -> str:
     return str(meta(obj).get("namespace") or "default")
 
 
+def single_pod_key(namespace: str, name: str) -> GroupKey:
+    """A group of one's key: `ns/pod:name`. No object's name holds a colon, so it never names a
+    PodGroup's gang (a pod and a PodGroup may share a name, the pod in no gang)."""
+    return group_key(namespace, f"pod:{name}")
+
+
 def single_pod_group(pod: dict[str, Any]) -> GroupSpec:
     ns, name = _namespace(pod), str(meta(pod).get("name", ""))
     return GroupSpec(
-        key=group_key(ns, name),
+        key=single_pod_key(ns, name),
         source=Source.SINGLE_POD,
         min_member=1,
         priority_class=((pod.get("spec") or {}).get("priorityClassName") or None),
@@ -215,12 +221,14 @@ def _derive(pod: dict[str, Any], lookup: ObjectLookup) -> Membership:
         # a workload that makes gangs, not in the cache: not seen yet (its pods' watch event came
         # first), or deleted, its pods being collected. Whether it skips the podgrouper is unknown: a
         # pod naming a PodGroup someone else made stays in it (as KAI's scheduler keeps it, its
-        # podgrouper unable to rewrite it); one naming the PodGroup made for that workload (KAI's
-        # podgrouper's) waits as any other, since the gang is derived from the workload once it is
-        # seen, under the same key, and the PodGroup may say otherwise (a quorum, a queue) meanwhile;
-        # placed alone it could be a gang's member bound early
+        # podgrouper unable to rewrite it), and so does a bound one (it runs in that gang and
+        # queue until the collector deletes it); a pending one naming the PodGroup made for that
+        # workload (KAI's podgrouper's) waits as any other, since the gang is derived from the
+        # workload once it is seen, under the same key, and the PodGroup may say otherwise (a
+        # quorum, a queue) meanwhile; placed alone it could be a gang's member bound early
         named = lookup.get(*kai.KAI_PODGROUP, ns, str(pg_name)) if pg_name else None
-        if pg_name and not (named is not None and _made_by_the_missing(named, chain)):
+        made_for_it = named is not None and _made_by_the_missing(named, chain)
+        if pg_name and (not made_for_it or (pod.get("spec") or {}).get("nodeName")):
             return _external_kai(chain, ns, str(pg_name), lookup)
         return _waiting_for(missing)
 

@@ -205,7 +205,7 @@ class GangLedger:
         self._topology_seen = store.topology_gen  # the nodes' domains the plans were last checked at
         self._node_terms_seen = store.node_terms_gen  # the nodes' labels and taints, likewise
         store.add_listener(self._on_change)
-        store.add_listed_listener(self._check_plans_regrouped)  # a kind found late: no object event
+        store.add_listed_listener(self._on_listed)
 
     # ================================================================= reads
     # Other modules read the ledger through these, never through its collections: what they return
@@ -1036,7 +1036,14 @@ class GangLedger:
                 for key in list(self.gangs):
                     self._forget_if_memberless(key)
 
-    def _check_plans_regrouped(self, _kind: object = None) -> None:
+    def _on_listed(self, _kind: object) -> None:
+        """A kind found late took pods out of their gangs with no object event (`now_lists`): as for a
+        group object deleted, a plan a member left goes, and an entry left with no member is forgotten."""
+        self._check_plans_regrouped()
+        for key in list(self.gangs):
+            self._forget_if_memberless(key)
+
+    def _check_plans_regrouped(self) -> None:
         """A plan whose group's definition changed, or one of whose members left the gang, goes. A
         status write leaves every gang as it was; only a grouping change can move a member."""
         moved = self._grouping_seen != self.store.grouping_gen

@@ -1157,7 +1157,10 @@ class ClusterStore:
     def _single_member(self, group: GroupKey) -> PodKey | None:
         """The pod whose group of one is `group`: groups of one are not indexed (a set per plain pod)."""
         ns, _, name = group.partition("/")
-        for key in (group, name) if ns == "default" else (group,):
+        if not name.startswith("pod:"):
+            return None  # a gang's key (single_pod_key)
+        name = name.removeprefix("pod:")
+        for key in (f"{ns}/{name}", name) if ns == "default" else (f"{ns}/{name}",):
             rec = self.pods.get(PodKey(key))
             if rec is None or rec.terminal:
                 continue

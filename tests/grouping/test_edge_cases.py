@@ -397,7 +397,7 @@ def test_plain_pod_is_a_group_of_one():
     m = derive_membership(pod, ListLookup([]))
     assert (m.state, m.group.key, m.group.min_member, m.group.is_gang()) == (
         MembershipState.MEMBER,
-        "ns/p",
+        "ns/pod:p",  # never a PodGroup's key: a pod may share a name with one, in no gang
         1,
         False,
     )

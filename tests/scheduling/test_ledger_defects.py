@@ -554,3 +554,5 @@ async def test_a_plan_goes_when_a_kind_listed_late_takes_its_members_out_of_the_
     assert {svc.store.membership(svc.store.pods[k]).state for k in keys} == {MembershipState.GROUP_MISSING}
     assert svc.plan(gang) == {}
     assert not svc.store.reservations
+    assert svc.scheduler.ledger.entry(gang) is None  # no member left: forgotten, as a deleted group's
+    svc.check_invariants()

@@ -271,3 +271,30 @@ async def test_pods_naming_the_podgroup_made_for_their_unseen_job_wait_for_the_j
     assert node, why
     assert set(svc.plan("default/pg-train-u-train")) == {f"default/train-{i}" for i in range(3)}
     svc.check_invariants()
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["pending", "running"])
+async def test_a_plain_pod_named_like_a_podgroup_is_no_member_of_its_gang(make_service, bound):
+    """Pod g in no gang, beside KAI PodGroup g (minMember 3) with two members: the pod's group of one
+    had the PodGroup's key, and the gang counted it toward its quorum and bound 2 of 3 (found by
+    review). A group of one's key names the pod (`ns/pod:NAME`), never a PodGroup's gang."""
+    objs = [
+        *rack_cluster(),
+        make_kai_podgroup("g", min_member=3),
+        gang_pod("g-0", "g"),
+        gang_pod("g-1", "g"),
+        make_pod("g", node="n010" if bound else None),
+    ]
+    svc = await make_service(objs)
+    assert [r.key for r in svc.store.group_members("default/g")] == ["default/g-0", "default/g-1"]
+    for n in ("g-0", "g-1"):
+        doc = await svc.filter(n)
+        assert doc["NodeNames"] == [] and "2 exist, 3 needed" in next(iter(doc["FailedNodes"].values()))
+    assert not bound or svc.node_of("g") == "n010"
+    if not bound:
+        node, why = await svc.schedule("g")  # the pod itself schedules as any plain pod
+        assert node, why
+        assert await svc.bind("g", node) == ""
+    await svc.expire(0.5)
+    assert nudged(svc, "g-0", "g-1") == {"g-0": False, "g-1": False}  # its quorum is still short
+    svc.check_invariants()

@@ -746,3 +746,61 @@ def test_a_gang_that_holds_other_queues_back_is_found_to_fit_nowhere_through_a_l
     w.scheduler.gang_preemption.reclaims_tick()
     passed = w.filter("a-0")
     assert passed.verdict is Verdict.PASS, passed.reason
+
+
+def test_the_running_pods_of_a_job_deleted_in_the_background_keep_their_podgroups_queue() -> None:
+    """A Job deleted in the background (its pods the garbage collector's, still running) whose pods
+    name the PodGroup KAI's podgrouper made for it: they stay charged to that PodGroup's queue, not
+    the default one, where they would refuse the default queue's gang (found by review, when pods
+    naming the PodGroup of a missing Job waited: running ones too)."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "default",
+            "uid": "u-train",
+            "labels": {"kai.scheduler/queue": "team-a"},
+            "annotations": {"kai.scheduler/batch-min-member": "8"},
+        },
+        "spec": {"parallelism": 8, "completions": 8, "template": {"spec": {}}},
+        "status": {},
+    }
+    pg = make_kai_podgroup("pg-train-u-train", min_member=8, queue="team-a")
+    pg["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-train", "controller": True}
+    ]
+    pods = [
+        make_pod(
+            f"train-{i}",
+            owner=job,
+            cpu="100m",
+            memory="64Mi",
+            gpu="1",
+            annotations={"pod-group-name": "pg-train-u-train"},
+            node=f"node-{i % 4}",
+        )
+        for i in range(8)
+    ]
+    for p in pods:
+        p["status"]["phase"] = "Running"
+    w = World(
+        [
+            *gpu_nodes(4),
+            kai_queue("team-a", gpu={"quota": 8, "limit": 12}),
+            kai_queue("default-queue", gpu={"quota": 4, "limit": 4}),
+            job,
+            pg,
+            *pods,
+        ]
+    )
+    w.cluster.apply(make_kai_podgroup("d", min_member=4, queue="default-queue"))
+    for i in range(4):
+        w.cluster.apply(
+            make_pod(f"d-{i}", cpu="100m", memory="64Mi", gpu="1", annotations={"pod-group-name": "d"})
+        )
+    w.cluster.delete("batch", "Job", "default", "train")
+    w.scheduler.queue_snapshot()
+    assert w.scheduler.queue_book.charged_to("default/train-0") == "team-a"
+    decision = w.filter("d-0")
+    assert decision.verdict is not Verdict.WAITING or "queue" not in decision.reason, decision.reason

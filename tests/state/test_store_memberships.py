@@ -107,7 +107,7 @@ def test_a_synced_cluster_of_plain_pods_keeps_no_membership_nor_index_entry():
     for pod in pods:
         store.upsert(pod)
     assert disruption.decide() == []
-    members = store.group_members(group_key("default", "p7"))
+    members = store.group_members(group_key("default", "pod:p7"))
     assert [r.key for r in members] == ["default/p7"]
     assert store.membership(members[0]).group.source is Source.SINGLE_POD
     assert all(rec.membership is None for rec in store.pods.values())
