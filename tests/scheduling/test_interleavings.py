@@ -2254,10 +2254,13 @@ class Driver:
         partly = self.partly_evicted(hit, binding, collected, bound, pods)
         if partly:
             # a member's bind that landed within this step, after its gang was evicted, is evicted by
-            # the service's next tick (within a second): judge the gang once that tick ran
+            # the service's next tick (within a second): judge the gang once that tick ran, and any
+            # gang whole at the last check that the tick's own evictions hit, likewise
+            seen = len(self.evicted)
             await svc.expire(0)
             await self.drain()
             pods, bound = self.pods(), self.bound()
+            hit |= {g for _, g, _ in self.evicted[seen:] if g is not None and self.was_whole.get(g)}
             partly = self.partly_evicted(hit, binding, collected, bound, pods)
         if partly:
             self.fail(partly[0])
