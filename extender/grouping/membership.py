@@ -55,7 +55,7 @@ from extender.grouping.owners import (
 )
 from extender.model import labels as keys
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
-from extender.model.keys import GroupKey, api_group, group_key
+from extender.model.keys import api_group, group_key, single_pod_key
 
 T = TypeVar("T")
 K8S_PODGROUP = ("scheduling.k8s.io", "PodGroup")
@@ -69,12 +69,6 @@ def invalid_subgroup_message(subgroup: str, group: GroupSpec) -> str:
 
 def _namespace(obj: dict[str, Any]) -> str:
     return str(meta(obj).get("namespace") or "default")
-
-
-def single_pod_key(namespace: str, name: str) -> GroupKey:
-    """A group of one's key: `ns/pod:name`. No object's name holds a colon, so it never names a
-    PodGroup's gang (a pod and a PodGroup may share a name, the pod in no gang)."""
-    return group_key(namespace, f"pod:{name}")
 
 
 def single_pod_group(pod: dict[str, Any]) -> GroupSpec:

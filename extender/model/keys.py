@@ -17,6 +17,26 @@ def group_key(namespace: str, name: str) -> GroupKey:
     return GroupKey(f"{namespace}/{name}")
 
 
+_SINGLE = "pod:"  # no object's name holds a colon: a group of one's key never names a gang
+
+
+def single_pod_key(namespace: str, name: str) -> GroupKey:
+    """A group of one's key, `ns/pod:NAME`: a pod may share its name with a PodGroup, in no gang."""
+    return group_key(namespace, f"{_SINGLE}{name}")
+
+
+def single_pod_of(group: str) -> PodKey | None:
+    """The pod whose group of one `group` is (`ns/pod:NAME` -> `ns/NAME`), else None."""
+    ns, _, name = group.partition("/")
+    return PodKey(f"{ns}/{name.removeprefix(_SINGLE)}") if name.startswith(_SINGLE) else None
+
+
+def shown(group: str) -> str:
+    """A group's key as an operator reads it: `pod ns/NAME` for a group of one, else the key."""
+    pod = single_pod_of(group)
+    return f"pod {pod}" if pod is not None else group
+
+
 def object_key(obj: dict[str, Any]) -> str:
     """ "ns/name" for a namespaced object, "name" for a cluster-scoped one."""
     meta = obj.get("metadata") or {}

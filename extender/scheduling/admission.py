@@ -16,7 +16,7 @@ import numpy as np
 
 from extender.grouping.membership import single_pod_group
 from extender.model.group import GroupSpec, MembershipState, Source
-from extender.model.keys import GroupKey, PodKey
+from extender.model.keys import GroupKey, PodKey, single_pod_of
 from extender.model.priority import member_priority
 from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
@@ -147,7 +147,8 @@ class Admission:
         members = self.store.group_members(key)
         if members:
             return list(members)
-        rec = self.store.pods.get(key)  # a plain pod's group is keyed as the pod is
+        pod = single_pod_of(key)
+        rec = self.store.pods.get(pod) if pod is not None else None  # a plain pod, terminal or gone
         return [rec] if rec is not None else []
 
     def _room_coming(self, rec: PodRecord) -> bool:

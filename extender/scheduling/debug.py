@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.gang.entry import Phase
-from extender.model.keys import GroupKey
+from extender.model.keys import GroupKey, single_pod_key, single_pod_of
 from extender.model.priority import member_priority
 from extender.scheduling import planning, queues
 from extender.scheduling.admission import Admission
@@ -42,6 +42,10 @@ class Debug:
         entry = self.ledger.entry(gang)
         members = self.store.group_members(gang)
         if entry is None and not members:
+            ns, _, name = gang.partition("/")
+            alone = single_pod_key(ns, name)  # `explain NS/NAME` of a pod in no gang: its group of one
+            if single_pod_of(gang) is None and (self.ledger.entry(alone) or self.store.group_members(alone)):
+                return self.describe(alone)
             return None
         spec = self.view.spec_of(gang, members)
         plan = entry.plan if entry else {}

@@ -6,6 +6,7 @@ import numpy as np
 
 from extender.model import podaffinity, resources
 from extender.model.group import GroupSpec, Source
+from extender.model.keys import shown
 from extender.placement import api as placement
 from extender.scheduling import topology
 from extender.state.store import ClusterStore
@@ -13,7 +14,7 @@ from extender.state.store import ClusterStore
 
 def label(group: GroupSpec) -> str:
     if group.source is Source.SINGLE_POD:
-        return f"pod {group.owner.removeprefix('Pod ')}"  # its key says pod:NAME, never a gang's
+        return shown(group.key)
     return f"gang {group.key}" if group.is_gang() else f"group {group.key}"
 
 

@@ -85,7 +85,7 @@ from extender.grouping import kai
 from extender.grouping.owners import walk_owners
 from extender.model import labels as keys
 from extender.model.group import GroupSpec, MembershipState, Policy, Source
-from extender.model.keys import GroupKey, PodKey, object_key
+from extender.model.keys import GroupKey, PodKey, object_key, shown
 from extender.model.queue import (
     KAI_NAMES,
     QUEUE_API_GROUP,
@@ -794,8 +794,8 @@ def admission(
             return (
                 f"queue {queue} is at its fair share of {KAI_NAMES[r]} ({amount_text(r, alloc[r])} in use + "
                 f"{amount_text(r, need[r])} needed > fair share {amount_text(r, fair.get(r, 0))}) while "
-                f"{h.group} of queue {h.queue}, below its fair share, waits for the same capacity: held so "
-                f"that queue {h.queue} gets its share first"
+                f"{shown(h.group)} of queue {h.queue}, below its fair share, waits for the same capacity: "
+                f"held so that queue {h.queue} gets its share first"
             )
     return None
 
@@ -920,7 +920,7 @@ def describe(snap: QueueSnapshot, held: Mapping[GroupKey, tuple[str, str]]) -> l
                     }
                     for r in TRACKED
                 },
-                "held": {str(g): why for g, (queue, why) in sorted(held.items()) if queue == name},
+                "held": {shown(g): why for g, (queue, why) in sorted(held.items()) if queue == name},
             }
         )
     return out

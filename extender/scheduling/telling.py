@@ -14,7 +14,7 @@ from typing import Any
 
 from extender.grouping.owners import walk_owners
 from extender.model.group import GroupSpec, MembershipState, Source
-from extender.model.keys import GroupKey, PodKey
+from extender.model.keys import GroupKey, PodKey, single_pod_of
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.status import group_status
@@ -252,7 +252,7 @@ class Telling:
         if only is not None:
             members = [rec for pk in only if (rec := self.store.pods.get(pk)) is not None]
         return [
-            Effect("nudge", *pod_ref(rec.key), {"value": f"{gang}:{why}"})
+            Effect("nudge", *pod_ref(rec.key), {"value": f"{single_pod_of(gang) or gang}:{why}"})
             for rec in members
             if self.view.turned_away(rec.key)
             and not rec.node_name

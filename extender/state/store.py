@@ -38,7 +38,7 @@ from extender.grouping.owners import controller_ref
 from extender.model import nodematch, podaffinity, resources
 from extender.model.cycle import cycle_needed
 from extender.model.group import GroupSpec, Membership, MembershipState, Source
-from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key
+from extender.model.keys import GroupKey, PodKey, api_group, object_key, pod_key, single_pod_of
 from extender.model.labels import DEFAULT_SCHEDULER_NAME
 from extender.model.priority import member_priority, pod_priority
 from extender.placement import NameIndex, index_names, rows_of_names
@@ -1156,11 +1156,11 @@ class ClusterStore:
 
     def _single_member(self, group: GroupKey) -> PodKey | None:
         """The pod whose group of one is `group`: groups of one are not indexed (a set per plain pod)."""
-        ns, _, name = group.partition("/")
-        if not name.startswith("pod:"):
-            return None  # a gang's key (single_pod_key)
-        name = name.removeprefix("pod:")
-        for key in (f"{ns}/{name}", name) if ns == "default" else (f"{ns}/{name}",):
+        pod = single_pod_of(group)
+        if pod is None:
+            return None  # a gang's key
+        ns, _, name = pod.partition("/")
+        for key in (pod, name) if ns == "default" else (pod,):
             rec = self.pods.get(PodKey(key))
             if rec is None or rec.terminal:
                 continue

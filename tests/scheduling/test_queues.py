@@ -804,3 +804,37 @@ def test_the_running_pods_of_a_job_deleted_in_the_background_keep_their_podgroup
     assert w.scheduler.queue_book.charged_to("default/train-0") == "team-a"
     decision = w.filter("d-0")
     assert decision.verdict is not Verdict.WAITING or "queue" not in decision.reason, decision.reason
+
+
+def test_a_plain_pod_held_for_its_queue_is_shown_and_explained_by_its_own_name() -> None:
+    """A plain pod's group of one has a key of its own (`ns/pod:NAME`, never a PodGroup's): an
+    operator still reads "pod ns/NAME" in /debug/queues, `explain ns/NAME` finds it, and its nudge
+    names the pod (found by review of that key)."""
+    w = World([*gpu_nodes(1), kai_queue("team-a", gpu={"quota": 1, "limit": 2})])
+    for i in range(3):
+        w.cluster.apply(make_pod(f"p{i}", gpu="1", labels={QUEUE: "team-a"}))
+    d = w.schedule("p0", "p1", "p2")
+    assert d["p2"].verdict is Verdict.WAITING
+    (team_a,) = w.scheduler.describe_queues()["queues"]
+    assert list(team_a["held"]) == ["pod default/p2"], team_a["held"]
+    shown = w.scheduler.describe("default/p2")
+    assert shown is not None and [m["pod"] for m in shown["members"]] == ["default/p2"], shown
+    w.cluster.delete("", "Pod", "default", "p0")
+    effects = w.scheduler.admission.holds_over()
+    assert [(e.name, e.data) for e in effects] == [("p2", {"value": "default/p2:queue"})], effects
+
+
+def test_the_fair_share_reason_names_a_plain_pod_waiting_below_its_share_as_a_pod() -> None:
+    w = World(
+        [
+            *gpu_nodes(2),
+            kai_queue("team-a", gpu={"quota": 4, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 4, "limit": -1}),
+        ]
+    )
+    a1 = w.gang("a1", 12, "team-a")
+    w.schedule(*a1)
+    assert w.bound(*a1)
+    w.cluster.apply(make_pod("big", gpu="4", labels={QUEUE: "team-b"}))
+    d = w.filter(w.gang("a2", 2, "team-a")[0])
+    assert d.verdict is Verdict.WAITING and "while pod default/big of queue team-b" in d.reason, d.reason
