@@ -149,6 +149,8 @@ PICKY_LABEL = "picky.example.com/admits"  # on some nodes: a picky member's node
 GROUP_ANNOTATION = "pod-group-name"
 NATIVE_API = "scheduling.k8s.io/v1beta1"
 PREEMPTED_BY = re.compile(r"preempted by gang (\S+) \(priority (-?\d+)\)")
+# a gang held back by fair share for a waiter of a queue below its share: "pod default/NAME" or a gang key
+FAIR_SHARE_WAITER = re.compile(r"while (pod )?default/(\S+) of queue \S+, below its fair share, waits")
 ROOT_QUEUE = "org"
 LEAF_QUEUES = ("default-queue", "team-a", "team-b")
 MISSING_GROUP = "no-such-group"  # a pod-group-name that names no PodGroup: the pod waits for it
@@ -830,6 +832,7 @@ class Driver:
         self.done_recorded: set[str] = set()
         self.evicted: list[tuple[str, str | None, str]] = []  # (pod, its gang, by whom) since the last check
         self.binding_when_hit: set[str] = set()  # gangs with a binding on its way as a member was evicted
+        self.filtered_at: dict[str, int] = {}  # pod -> the step kube-scheduler last filtered it
         # gangs that lost a member while some of their binds were in flight: judged once those landed
         self.hit_in_flight: dict[str, list[tuple[str, str | None, str]]] = {}
         self.evictions_seen = 0  # every eviction of the run: settling waits for a round without one
@@ -1212,6 +1215,7 @@ class Driver:
     # ------------------------------------------------------------------ verbs
     async def filter(self, name: str, offered: list[str]) -> list[str]:
         pod = self.pods()[name]
+        self.filtered_at[name] = self.step
         doc = {"Pod": pod, "Nodes": None, "NodeNames": offered}
         resp = await self.svc.client.post("/filter", data=orjson.dumps(doc))
         text = await resp.text()
@@ -2341,7 +2345,12 @@ class Driver:
                 self.hold_ready_since.pop(gang, None)
                 continue
             since = self.hold_ready_since.setdefault(gang, self.step)
-            if self.step - since > HOLD_READY_STEPS:
+            if self.step - since > HOLD_READY_STEPS and self.untried_waiter(g.get("lastReason") or "", since):
+                # held back by fair share for a pod kube-scheduler has not tried since the hold was
+                # ready (this driver picks pods at random; kube-scheduler tries its active queue within
+                # a cycle): the wait is the fair share's, not a starved hold's
+                self.hold_ready_since[gang] = self.step
+            elif self.step - since > HOLD_READY_STEPS:
                 self.fail(
                     f"gang {gang}'s hold on {hold['nodes']} has been ready since step {since} and the gang "
                     f"has not started: {g.get('lastReason')!r}"
@@ -2349,6 +2358,17 @@ class Driver:
         holding = {g["gang"] for g in self.debug if "amounts" in (g.get("hold") or {})}
         for gang in [g for g in self.hold_ready_since if g not in holding]:
             del self.hold_ready_since[gang]
+
+    def untried_waiter(self, reason: str, since: int) -> bool:
+        """Whether `reason` holds a gang back by fair share for a waiter (a pod, or a gang's members)
+        that is pending and that kube-scheduler has not filtered since step `since`."""
+        found = FAIR_SHARE_WAITER.search(reason)
+        if found is None:
+            return False
+        pending = set(self.pending())
+        names = [found[2]] if found[1] else [n for n, g in self.pod_gang.items() if g == found[2]]
+        waiting = [n for n in names if n in pending]
+        return bool(waiting) and all(self.filtered_at.get(n, -1) < since for n in waiting)
 
     def ranked_holds(self) -> list[tuple[str, dict]]:
         """(gang, its hold as /debug shows it) for every gang that holds, in rank order."""
