@@ -165,6 +165,15 @@ class Podgrouper:
         self._arrived: set[GroupKey] = set()
         self._gen_seen = store.grouping_gen
         store.add_listener(self._on_change)
+        store.add_listed_listener(self._on_listed)
+
+    def _on_listed(self, kind: Kind) -> None:
+        """KAI's PodGroup kind served after start-up (its CRD installed second): every workload's
+        PodGroup is written now, not at the end of the backoff its refused creates ran up meanwhile."""
+        if kind == kai.KAI_PODGROUP:
+            self._failures.clear()
+            self._retry_at.clear()
+            self.look_at_everything()
 
     def _on_change(self, event: str, kind: Kind, obj: dict[str, Any]) -> None:
         gen_before, self._gen_seen = self._gen_seen, self._store.grouping_gen

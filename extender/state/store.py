@@ -577,18 +577,16 @@ class ClusterStore:
         if self.listed is None or kind in self.listed:
             return
         self.listed = self.listed | {kind}
-        if kind not in grouping.WORKLOAD_KINDS:
-            return  # grouping reads whether a kind is listed only of a workload owner it cannot find
-        # the pods that read an object of the kind present were derived again as the list applied it
+        # grouping reads whether a kind is listed only of a workload owner it cannot find; the pods
+        # that read an object of the kind present were derived again as the list applied it
         held = self.objects.get(kind, {})
         refs = [r for r in self._readers if r[0] == kind and r[1] not in held]
-        if not refs:
-            return
-        self.change_gen += 1
-        self._object_gen += 1
-        self.grouping_gen += 1
-        for ref in refs:
-            self._regroup(ref)
+        if kind in grouping.WORKLOAD_KINDS and refs:
+            self.change_gen += 1
+            self._object_gen += 1
+            self.grouping_gen += 1
+            for ref in refs:
+                self._regroup(ref)
         for fn in self._listed_listeners:
             try:
                 fn(kind)
@@ -940,8 +938,8 @@ class ClusterStore:
         return m
 
     def add_listed_listener(self, fn: Callable[[Kind], None]) -> None:
-        """fn(kind) when a kind found after start-up regrouped pods (`now_lists`): no object event
-        comes with it, and a pod may have left the gang it was planned in."""
+        """fn(kind) when a kind found after start-up has its first list in (`now_lists`): no object
+        event says so, and the pods it regrouped may have left the gang they were planned in."""
         self._listed_listeners.append(fn)
 
     def add_regroup_listener(self, fn: Callable[[PodKey], None]) -> None:

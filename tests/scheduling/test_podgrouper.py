@@ -438,3 +438,23 @@ def test_a_large_first_pass_is_spread_over_plans(monkeypatch) -> None:
     grouper = Podgrouper(store_of([job(f"j{i:02}") for i in range(20)]))
     sizes = [len(grouper.plan()) for _ in range(4)]
     assert sizes == [7, 7, 6, 0]
+
+
+def test_the_podgroup_kind_served_after_start_up_gets_every_podgroup_written_at_once() -> None:
+    """KAI's PodGroup CRD installed after the service: the creates refused meanwhile (the kind not
+    served) backed off for minutes; once the kind's first list is in, every workload's PodGroup is
+    written at the next pass."""
+    now = [100.0]
+    store = store_of([job()])
+    store.listed = frozenset({("", "Pod"), ("", "Node"), kai.JOB})
+    grouper = Podgrouper(store, clock=lambda: now[0])
+    for _ in range(6):  # refused (404), the delay doubling towards RETRY_MAX_S
+        (effect,) = grouper.plan()
+        grouper.write_done(effect, ok=False)
+        now[0] += podgrouper.RETRY_MAX_S
+    (effect,) = grouper.plan()
+    grouper.write_done(effect, ok=False)
+    now[0] += podgrouper.RETRY_S
+    assert grouper.plan() == []  # backing off
+    store.now_lists(kai.KAI_PODGROUP)
+    assert [e.kind for e in grouper.plan()] == ["podgroup-create"]
