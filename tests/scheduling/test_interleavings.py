@@ -2897,6 +2897,8 @@ class Driver:
                 if any(slots(req, d, g.name, g_prio) >= need for d in options):
                     if f"default/{g.name}" in pooled_holders:
                         continue  # its pool keeps it waiting, bounded by its hold (check_holds judges it)
+                    if pooled_holders and "(size-class pools)" in (explain.get(f"default/{g.name}") or ""):
+                        continue  # its pool keeps it waiting behind a pooled holder (kill seed 4576)
                     self.fail(f"gang {g.name}: its quorum of {need} fits but it is not bound {why}")
                 continue
             if domains is None:
