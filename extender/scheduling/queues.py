@@ -534,7 +534,9 @@ class QueueBook:
         self._dirty |= held ^ self._held
         self._held = held
         dirty, self._dirty = self._dirty, set()
-        for pk in dirty:
+        # in name order, not the set's (which follows the hash seed): the order gangs are first seen
+        # in is the order the reclaim pass plans them and fair share looks at waiters
+        for pk in sorted(dirty):
             old = self._shares.pop(pk, None)
             if old is not None:
                 self._count(old, -1)

@@ -838,3 +838,35 @@ def test_the_fair_share_reason_names_a_plain_pod_waiting_below_its_share_as_a_po
     w.cluster.apply(make_pod("big", gpu="4", labels={QUEUE: "team-b"}))
     d = w.filter(w.gang("a2", 2, "team-a")[0])
     assert d.verdict is Verdict.WAITING and "while pod default/big of queue team-b" in d.reason, d.reason
+
+
+def test_the_order_the_book_first_sees_gangs_in_does_not_follow_the_hash_seed() -> None:
+    """The reclaim pass plans ready gangs, and fair share looks at waiters, in the order the queue
+    book first saw them: pods counted in one pass (all of them, after a start) are taken in name
+    order, not a set's, which differs from process to process (a seed of the interleavings harness
+    did not replay: two gangs took each other's nodes)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from tests.scheduling.test_queues import World, gpu_nodes, kai_queue\n"
+        "w = World([*gpu_nodes(2), kai_queue('team-a', gpu={'quota': 4, 'limit': -1})])\n"
+        "for name in ('zeta', 'alpha', 'mid', 'beta', 'omega', 'kappa'):\n"
+        "    w.gang(name, 2, 'team-a')\n"
+        "w.scheduler.queue_snapshot()\n"
+        "print(list(w.scheduler.queue_book.groups))\n"
+    )
+    orders = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(orders) == 1, orders
+    (order,) = orders
+    assert order.index("default/alpha") < order.index("default/beta") < order.index("default/zeta"), order
