@@ -656,9 +656,7 @@ class KubeClusterSource:
         # what the cache holds every object of: a pod's owner of a kind it does not list (a CRD not
         # installed) is no sign that the owner is gone or still coming
         store.listed = frozenset(self._served)
-        self._unserved_owners = WORKLOAD_KINDS & frozenset(
-            (wk.group, wk.kind) for wk in self._kinds if (wk.group, wk.kind) not in self._served
-        )
+        self._unserved_owners = self._unserved_workloads()
         self._pending_sync = set(self._served)
         if not self._pending_sync:
             self._synced = True
@@ -679,7 +677,7 @@ class KubeClusterSource:
         asked_s = loop.time()
         while True:
             unserved = tuple(wk for wk in self._kinds if (wk.group, wk.kind) not in self._served)
-            self._unserved_owners = WORKLOAD_KINDS & frozenset((wk.group, wk.kind) for wk in unserved)
+            self._unserved_owners = self._unserved_workloads()
             if not unserved:
                 return
             with contextlib.suppress(TimeoutError):
@@ -703,6 +701,12 @@ class KubeClusterSource:
                 )
                 self._served[key] = served
                 tasks.create_task(self._feed(store, served), name=f"watch {served.plural}.{served.group}")
+
+    def _unserved_workloads(self) -> frozenset[tuple[str, str]]:
+        """The watched workload kinds the server does not serve (yet)."""
+        return WORKLOAD_KINDS & frozenset(
+            (wk.group, wk.kind) for wk in self._kinds if (wk.group, wk.kind) not in self._served
+        )
 
     def _mark_listed(self, store: ClusterStore, served: ServedKind) -> None:
         key = (served.group, served.kind)

@@ -580,8 +580,12 @@ class ClusterStore:
         # grouping reads whether a kind is listed only of a workload owner it cannot find; the pods
         # that read an object of the kind present were derived again as the list applied it
         held = self.objects.get(kind, {})
-        refs = [r for r in self._readers if r[0] == kind and r[1] not in held]
-        if kind in grouping.WORKLOAD_KINDS and refs:
+        refs = (
+            [r for r in self._readers if r[0] == kind and r[1] not in held]
+            if kind in grouping.WORKLOAD_KINDS
+            else []
+        )
+        if refs:
             self.change_gen += 1
             self._object_gen += 1
             self.grouping_gen += 1
