@@ -24,7 +24,8 @@ or to a PodGroup that does not exist), a pending ownerless plain pod annotated i
 pods turning Succeeded and later deleted; evicted and preempted pods that run out a grace period
 (Terminating, still bound and using their node, deleted at a later step); a large JobSet beside the
 gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob of 1000 replicas)
-whose Jobs are relabelled and whose replicatedJobs are scaled; one gang, at times, a 1.37
+whose Jobs are relabelled and whose replicatedJobs are scaled; a KAI PodGroup's minMember (or a
+subgroup's) lowered in place, or raised while none of its gang runs; one gang, at times, a 1.37
 scheduling.k8s.io PodGroup's (its pods name it by spec.schedulingGroup), whose priority differs from
 its pods' own and is the one that counts, and the subgroup gang at times a CompositePodGroup tree's (a
 root over one child PodGroup per subgroup, ranked at the root's priority), at times with a rack
@@ -100,8 +101,8 @@ tree), preempt, regroup, annex, succeed,
 delete-finished, holds (no holds, no whole-rack gang), apart (no gang whose members must be alone),
 stall-watch, grace (evictions delete at once), jobsets (no large JobSet), lease (the only replica),
 picky (no member with a nodeSelector of its own), relabel (no node relabelled), evict-lag (an
-accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later) and owners (no gang
-owned by a Job that is deleted)).
+accepted eviction reaches the watch at once, not up to EVICTION_SEEN_S later), owners (no gang
+owned by a Job that is deleted) and quorum (no PodGroup's minMember edited in place)).
 """
 
 from __future__ import annotations
@@ -890,6 +891,11 @@ class Driver:
         self.judged: set[tuple[str, str]] = set()  # (pod, uid) of the bindings judged
         self.unjudged: set[tuple[str, str]] = set()  # (pod, uid) bindings written across a relabel
         self.relabels = features and "relabel" not in SKIP and self.relabel_rng.random() < 0.5
+        # an operator editing a KAI PodGroup's quorum in place (its own stream): lowered at any time,
+        # raised only while none of the gang runs or is being bound (a quorum raised over a running
+        # gang asks nothing of the scheduler: it is judged by the quorum it was bound under)
+        self.quorum_rng = random.Random(seed * 1000003 + 41)
+        self.quorum_edits = features and "quorum" not in SKIP and self.quorum_rng.random() < 0.4
         self.picky: set[str] = set()
         if features and "picky" not in SKIP and self.picky_rng.random() < 0.4:
             node_objs = [o for o in self.objects if o.get("kind") == "Node"]
@@ -2081,6 +2087,49 @@ class Driver:
         self.log(what)
         self.apply(node)
 
+    def quorum_edit(self) -> None:
+        """An operator lowers or raises a KAI PodGroup's minMember (or one subgroup's) by one, in place.
+        A raise waits for a moment none of the gang is bound, finishing, Terminating or being bound:
+        from then on the gang is judged by the new quorum, plans held under the old one included."""
+        pods = self.pods()
+        editable = [g for g in self.gangs if not (g.native or g.tree) and (g.subgroups or g.min_member)]
+        if not editable:
+            return
+        gang = self.quorum_rng.choice(editable)
+        sub = self.quorum_rng.choice(sorted(gang.subgroups)) if gang.subgroups else None
+        old = gang.subgroups[sub] if gang.subgroups and sub else gang.min_member or 1
+        members = [n for n, g in self.pod_gang.items() if g == gang.name]
+        quiet = gang.name not in self.binding_gangs() and not any(
+            n in pods and (pods[n]["spec"].get("nodeName") or leaving(pods[n])) for n in members
+        )
+        if sub is not None:
+            room = sum(1 for n in members if self.pod_sub.get(n) == sub)
+        else:
+            room = gang.size
+        raise_ = quiet and old < max(room, 1) and self.quorum_rng.random() < 0.5
+        new = old + 1 if raise_ else old - 1
+        if new < 1:
+            return
+        found = [
+            o
+            for o in self.cluster.list("scheduling.run.ai", "PodGroup")
+            if o["metadata"]["name"] == gang.name and o["metadata"].get("namespace") == "default"
+        ]
+        if not found:
+            return
+        pg = copy.deepcopy(found[0])
+        if sub is not None:
+            assert gang.subgroups is not None
+            for entry in pg["spec"].get("subGroups") or ():
+                if entry.get("name") == sub:
+                    entry["minMember"] = new
+            gang.subgroups[sub] = new
+        else:
+            pg["spec"]["minMember"] = new
+            gang.min_member = new
+        self.log(f"podgroup {gang.name}{f' subgroup {sub}' if sub else ''}: minMember {old} -> {new}")
+        self.apply(pg)
+
     def bound(self) -> dict[str, str]:
         return {n: p["spec"]["nodeName"] for n, p in self.pods().items() if p["spec"].get("nodeName")}
 
@@ -2620,6 +2669,8 @@ class Driver:
                 self.jobset_edit()
             if self.relabels and self.relabel_rng.random() < 0.06:
                 self.relabel()
+            if self.quorum_edits and self.quorum_rng.random() < 0.05:
+                self.quorum_edit()
             self.owner_move()
             if self.faults.outage and self.step >= self.faults.outage_until:
                 self.faults.outage = False
