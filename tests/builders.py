@@ -68,15 +68,7 @@ def make_pod(
     if uid:
         meta["uid"] = uid
     if owner:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"].get("uid", ""),
-                "controller": True,
-            }
-        ]
+        meta["ownerReferences"] = [controller_ref(owner)]
     spec: dict[str, Any] = {
         "schedulerName": "gang-scheduler",
         "containers": [{"name": "main", "image": "sleep:v0.1.0", "resources": {"requests": req}}],
@@ -86,6 +78,41 @@ def make_pod(
     if scheduling_group:
         spec["schedulingGroup"] = {"podGroupName": scheduling_group}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+
+
+def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    """The ownerReference a controller writes into what it makes of `owner`."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"].get("uid", ""),
+        "controller": True,
+    }
+
+
+def make_job(
+    name: str,
+    *,
+    parallelism: int,
+    min_member: int | None = None,
+    uid: str | None = None,
+    namespace: str = "default",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A batch Job of `parallelism` completions, its KAI batch-min-member annotation `min_member`."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"{name}-uid"}
+    if labels:
+        meta["labels"] = dict(labels)
+    if min_member is not None:
+        meta["annotations"] = {"kai.scheduler/batch-min-member": str(min_member)}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"parallelism": parallelism, "completions": parallelism, "template": {"spec": {}}},
+        "status": {},
+    }
 
 
 def make_kai_podgroup(

@@ -255,26 +255,19 @@ def test_podgroups_says_which_pods_it_left_out_for_want_of_their_owner(tmp_path)
     is left out, and stderr says so and names the Job, once for all its pods, the output still a
     document to apply; so is a pod naming a subgroup its PodGroup lacks."""
     pods = tmp_path / "pods.yaml"
+    job_pod = """apiVersion: v1
+kind: Pod
+metadata:
+  name: train-{i}
+  namespace: ml
+  ownerReferences:
+  - {{apiVersion: batch/v1, kind: Job, name: train, uid: u1, controller: true}}
+spec: {{containers: [{{name: c, image: x}}]}}
+---
+"""
     pods.write_text(
-        """apiVersion: v1
-kind: Pod
-metadata:
-  name: train-0
-  namespace: ml
-  ownerReferences:
-  - {apiVersion: batch/v1, kind: Job, name: train, uid: u1, controller: true}
-spec: {containers: [{name: c, image: x}]}
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: train-1
-  namespace: ml
-  ownerReferences:
-  - {apiVersion: batch/v1, kind: Job, name: train, uid: u1, controller: true}
-spec: {containers: [{name: c, image: x}]}
----
-apiVersion: v1
+        "".join(job_pod.format(i=i) for i in range(2))
+        + """apiVersion: v1
 kind: Pod
 metadata: {name: alone, namespace: ml}
 spec: {containers: [{name: c, image: x}]}

@@ -10,22 +10,7 @@ import copy
 import pytest
 
 from extender.gang.entry import Phase
-from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
-
-
-def job(name: str, *, parallelism: int, min_member: int, uid: str | None = None) -> dict:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "uid": uid or f"{name}-uid",
-            "annotations": {"kai.scheduler/batch-min-member": str(min_member)},
-        },
-        "spec": {"parallelism": parallelism, "completions": parallelism, "template": {"spec": {}}},
-        "status": {},
-    }
+from tests.builders import controller_ref, gang_pod, make_job, make_kai_podgroup, make_pod, rack_cluster
 
 
 def job_pod(name: str, owner: dict, **kw) -> dict:
@@ -96,7 +81,7 @@ async def test_a_planned_pod_whose_gang_changes_before_it_reaches_bind_is_not_re
 
 # -------------------------------------------------------------- 12: a foreign pod and a derived PodGroup
 async def test_a_foreign_pod_naming_a_jobs_podgroup_does_not_make_up_its_quorum(make_service):
-    train = job("train", parallelism=2, min_member=2)
+    train = make_job("train", parallelism=2, min_member=2)
     objs = [*rack_cluster(), train, job_pod("train-0", train)]
     svc = await make_service(objs)
     await svc.expire(0.1)  # the podgrouper's tick creates the PodGroup it keeps for the Job
@@ -122,7 +107,7 @@ def succeeded(pod: dict, node: str) -> dict:
 
 
 async def test_a_retried_pod_of_a_job_whose_other_members_succeeded_is_placed(make_service):
-    train = job("train", parallelism=4, min_member=4)
+    train = make_job("train", parallelism=4, min_member=4)
     done = [succeeded(job_pod(f"train-{i}", train), f"n00{i}") for i in range(3)]
     failed = succeeded(job_pod("train-3", train), "n003")
     failed["status"]["phase"] = "Failed"
@@ -137,7 +122,7 @@ async def test_a_retried_pod_of_a_job_whose_other_members_succeeded_is_placed(ma
 
 
 async def test_finished_members_the_pod_gc_deleted_count_through_the_jobs_status(make_service):
-    train = job("train", parallelism=4, min_member=4)
+    train = make_job("train", parallelism=4, min_member=4)
     train["status"] = {"succeeded": 3, "failed": 1}
     retry = job_pod("train-3-retry", train)
     svc = await make_service([*rack_cluster(), train, retry])  # the finished pods are gone
@@ -149,7 +134,7 @@ async def test_finished_members_the_pod_gc_deleted_count_through_the_jobs_status
 
 async def test_a_job_with_too_few_pods_still_waits_for_its_quorum(make_service):
     """Only members that succeeded count: failed ones do not make up the quorum."""
-    train = job("train", parallelism=4, min_member=4)
+    train = make_job("train", parallelism=4, min_member=4)
     train["status"] = {"succeeded": 1, "failed": 2}
     svc = await make_service([*rack_cluster(), train, job_pod("train-a", train), job_pod("train-b", train)])
     doc = await svc.filter("train-a")
@@ -194,7 +179,7 @@ async def test_a_plan_holds_only_the_members_its_quorum_lacks_beside_the_finishe
     # 2 of the Job's 4 succeeded (their pods gone); 3 retries pending: the quorum lacks 2, which is
     # what admission counts; a plan of 3 would hold room its queue never admitted (interleavings seed
     # 268: every bind refused for the queue's limit, replanned, refused again)
-    train = job("train", parallelism=4, min_member=4)
+    train = make_job("train", parallelism=4, min_member=4)
     train["status"] = {"succeeded": 2}
     retries = [job_pod(f"train-r{i}", train) for i in range(3)]
     svc = await make_service([*rack_cluster(), train, *retries])
@@ -214,10 +199,9 @@ async def test_a_plan_holds_only_the_members_its_quorum_lacks_beside_the_finishe
 def podgrouper_job(parallelism: int, min_member: int) -> tuple[dict, list[dict], dict]:
     """A Job, its pods and the PodGroup KAI's podgrouper made for it (pg-<name>-<uid>, owned by it,
     named by each pod), whose minMember `min_member` may say otherwise than the Job's annotation."""
-    j = job("train", parallelism=parallelism, min_member=3, uid="u-train")
-    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-train", "controller": True}
+    j = make_job("train", parallelism=parallelism, min_member=3, uid="u-train")
     pg = make_kai_podgroup("pg-train-u-train", min_member=min_member)
-    pg["metadata"]["ownerReferences"] = [owner]
+    pg["metadata"]["ownerReferences"] = [controller_ref(j)]
     pods = [
         job_pod(f"train-{i}", j, annotations={"pod-group-name": "pg-train-u-train"})
         for i in range(parallelism)

@@ -18,7 +18,7 @@ from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
 from extender.state.embedded import EmbeddedCluster
 from extender.state.store import ClusterStore
-from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod
+from tests.builders import controller_ref, gang_pod, make_job, make_kai_podgroup, make_node, make_pod
 
 
 def kai_queue(name: str, parent: str | None = None, **resources: dict) -> dict[str, Any]:
@@ -753,23 +753,11 @@ def test_the_running_pods_of_a_job_deleted_in_the_background_keep_their_podgroup
     name the PodGroup KAI's podgrouper made for it: they stay charged to that PodGroup's queue, not
     the default one, where they would refuse the default queue's gang (found by review, when pods
     naming the PodGroup of a missing Job waited: running ones too)."""
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": "train",
-            "namespace": "default",
-            "uid": "u-train",
-            "labels": {"kai.scheduler/queue": "team-a"},
-            "annotations": {"kai.scheduler/batch-min-member": "8"},
-        },
-        "spec": {"parallelism": 8, "completions": 8, "template": {"spec": {}}},
-        "status": {},
-    }
+    job = make_job(
+        "train", parallelism=8, min_member=8, uid="u-train", labels={"kai.scheduler/queue": "team-a"}
+    )
     pg = make_kai_podgroup("pg-train-u-train", min_member=8, queue="team-a")
-    pg["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-train", "controller": True}
-    ]
+    pg["metadata"]["ownerReferences"] = [controller_ref(job)]
     pods = [
         make_pod(
             f"train-{i}",

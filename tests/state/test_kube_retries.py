@@ -910,6 +910,39 @@ async def test_a_status_field_the_server_prunes_is_left_out_until_the_recheck(
     assert source.write_errors == {}
 
 
+def _served_late(script: Script, kind: Any, listed: dict, *apis: Any) -> Any:
+    """Script a kind served only after start-up: `/apis` answers `apis` in turn, the core API serves
+    pods (none), and the kind's group version lists `listed`. Returns the pods' WatchedKind."""
+    from extender.state.kube import WatchedKind
+
+    version = kind.versions[0]
+    script.on("GET", "/apis", *apis)
+    script.on("GET", "/api/v1", (200, {"resources": [{"name": "pods"}]}))
+    script.on("GET", f"/apis/{kind.group}/{version}", (200, {"resources": [{"name": kind.plural}]}))
+    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "1"}, "items": []}))
+    script.on(
+        "GET",
+        f"/apis/{kind.group}/{version}/{kind.plural}",
+        (200, {"metadata": {"resourceVersion": "2"}, "items": [listed]}),
+    )
+    return WatchedKind("", ("v1",), "pods", "Pod")
+
+
+async def _run_until_stored(source: Any, store: ClusterStore, kind: Any, name: str) -> asyncio.Task:
+    """Run `source` into `store` until the kind's object ns/`name` is in it; the task, still running."""
+    task = asyncio.ensure_future(source.run(store))
+    for _ in range(500):
+        if store.listed is not None and store.get(kind.group, kind.kind, "ns", name) is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert not task.done(), task
+    return task
+
+
+def _served(group: str, versions: Any) -> tuple[int, dict]:
+    return (200, {"groups": [{"name": group, "versions": versions}]})
+
+
 async def test_a_kind_served_later_is_found_whatever_discovery_answered_meanwhile(
     fake: tuple[Script, str],
 ) -> None:
@@ -921,31 +954,18 @@ async def test_a_kind_served_later_is_found_whatever_discovery_answered_meanwhil
 
     script, kubeconfig = fake
     widgets = WatchedKind("example.com", ("v1",), "widgets", "Widget")
-    pods = WatchedKind("", ("v1",), "pods", "Pod")
-    served = {"groups": [{"name": "example.com", "versions": [{"version": "v1"}]}]}
-    odd = {"groups": [{"name": "example.com", "versions": 1}]}
-    script.on("GET", "/apis", (200, {"groups": []}), (200, odd), BUSY, (200, served))
-    script.on("GET", "/api/v1", (200, {"resources": [{"name": "pods"}]}))
-    script.on("GET", "/apis/example.com/v1", (200, {"resources": [{"name": "widgets"}]}))
-    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "1"}, "items": []}))
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "ns"}}
-    script.on(
-        "GET",
-        "/apis/example.com/v1/widgets",
-        (200, {"metadata": {"resourceVersion": "2"}, "items": [widget]}),
+    none = (200, {"groups": []})
+    odd = _served("example.com", 1)
+    pods = _served_late(script, widgets, widget, none, odd, BUSY, _served("example.com", [{"version": "v1"}]))
+    source = KubeClusterSource(
+        kubeconfig, settings=dataclasses.replace(FAST, rediscovery_s=0.001), kinds=(pods, widgets)
     )
-    settings = dataclasses.replace(FAST, rediscovery_s=0.001)
-    source = KubeClusterSource(kubeconfig, settings=settings, kinds=(pods, widgets))
     store = ClusterStore()
-    task = asyncio.ensure_future(source.run(store))
+    task = await _run_until_stored(source, store, widgets, "w")
     try:
-        for _ in range(500):
-            if store.listed is not None and store.lists("example.com", "Widget"):
-                break
-            await asyncio.sleep(0.01)
-        assert not task.done(), task
         assert store.listed == frozenset({("", "Pod"), ("example.com", "Widget")})
-        assert store.get("example.com", "Widget", "ns", "w") is not None
+        assert store.lists("example.com", "Widget")
         assert script.seen.count(("GET", "/apis")) == 4
     finally:
         task.cancel()
@@ -960,13 +980,14 @@ async def test_an_object_owned_by_a_kind_not_served_asks_discovery_at_once(fake:
     from extender.state.kube import WatchedKind
 
     script, kubeconfig = fake
-    pods = WatchedKind("", ("v1",), "pods", "Pod")
     jobs = WatchedKind("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob")
-    served = {"groups": [{"name": "kubeflow.org", "versions": [{"version": "v1"}]}]}
-    script.on("GET", "/apis", (200, {"groups": []}), (200, served))
-    script.on("GET", "/api/v1", (200, {"resources": [{"name": "pods"}]}))
-    script.on("GET", "/apis/kubeflow.org/v1", (200, {"resources": [{"name": "pytorchjobs"}]}))
-    script.on("GET", "/api/v1/pods", (200, {"metadata": {"resourceVersion": "1"}, "items": []}))
+    pytorchjob = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt", "namespace": "ns"},
+    }
+    served = _served("kubeflow.org", [{"version": "v1"}])
+    pods = _served_late(script, jobs, pytorchjob, (200, {"groups": []}), served)
     owner = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -982,27 +1003,13 @@ async def test_an_object_owned_by_a_kind_not_served_asks_discovery_at_once(fake:
     }
     event = orjson.dumps({"type": "ADDED", "object": pod}) + b"\n"
     script.on("GET", "/api/v1/pods?watch", (200, event), (200, b""))
-    pytorchjob = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "pt", "namespace": "ns"},
-    }
-    script.on(
-        "GET",
-        "/apis/kubeflow.org/v1/pytorchjobs",
-        (200, {"metadata": {"resourceVersion": "2"}, "items": [pytorchjob]}),
+    source = KubeClusterSource(
+        kubeconfig, settings=dataclasses.replace(FAST, rediscovery_s=3600), kinds=(pods, jobs)
     )
-    settings = dataclasses.replace(FAST, rediscovery_s=3600)
-    source = KubeClusterSource(kubeconfig, settings=settings, kinds=(pods, jobs))
     store = ClusterStore()
-    task = asyncio.ensure_future(source.run(store))
+    task = await _run_until_stored(source, store, jobs, "pt")
     try:
-        for _ in range(500):
-            if store.get("kubeflow.org", "PyTorchJob", "ns", "pt") is not None:
-                break
-            await asyncio.sleep(0.01)
-        assert not task.done(), task
-        assert store.lists("kubeflow.org", "PyTorchJob") and store.listed is not None
+        assert store.lists("kubeflow.org", "PyTorchJob")
         assert script.seen.count(("GET", "/apis")) == 2
     finally:
         task.cancel()
