@@ -202,14 +202,16 @@ class Admission:
         """Why the gang (or pod) must wait for its queue (queues.admission), or None to go on."""
         snap = self.queue_snapshot()
         reason = queue = None
-        held = self.ledger.holds.of(call.group.key)
-        if held is not None and held.queue is not None:
-            # the room held for it is charged to its queue already: its own need is not counted twice
-            credit = dict(credit or {})
-            for r, v in held.room.items():
-                credit[r] = credit.get(r, 0) + v
         if snap is not None:
             queue, reason = self.gang_queue(call.group, call.pod, snap)
+            held = self.ledger.holds.of(call.group.key)
+            if held is not None and queue is not None and held.queue == queue:
+                # the room held for it is charged to its queue already: its own need is not counted
+                # twice. A hold made for the queue it named before (its queue edited since) is
+                # charged there, and credits nothing here
+                credit = dict(credit or {})
+                for r, v in held.room.items():
+                    credit[r] = credit.get(r, 0) + v
             if queue is not None:
                 reason = queues.admission(
                     snap, queue, need, call.group.key, what=what, fair_share=fair_share, credit=credit
@@ -232,11 +234,12 @@ class Admission:
             return None
         return queues.admission(snap, queue, room, gang, what="gang", fair_share=False, credit=credit)
 
-    def beyond_hold(self, gang: GroupKey, need: dict[str, int]) -> dict[str, int]:
-        """What of `need` the gang's queue is not charged yet: the room held for it (holds.py) is in
-        its queue's allocated already, so a reclaim or a preemption for it counts only the rest."""
+    def beyond_hold(self, gang: GroupKey, queue: str | None, need: dict[str, int]) -> dict[str, int]:
+        """What of `need` `queue` (the gang's) is not charged yet: the room held for it (holds.py) is
+        in its queue's allocated already, so a reclaim or a preemption for it counts only the rest.
+        A hold charged to another queue (the gang's queue edited since) counts for nothing here."""
         held = self.ledger.holds.of(gang)
-        if held is None:
+        if held is None or held.queue is None or held.queue != queue:
             return dict(need)
         return {r: max(0, v - held.room.get(r, 0)) for r, v in need.items()}
 

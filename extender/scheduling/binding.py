@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from extender.gang.entry import Arrival
-from extender.model.group import GroupSpec, MembershipState
+from extender.model.group import GroupSpec, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
 from extender.scheduling import messages, planning, queues, topology
@@ -96,11 +96,11 @@ class Binding:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {why}; not binding it")
         if (
             group is not None
-            and group.is_gang()
+            and group.source is not Source.SINGLE_POD
             and membership.state is MembershipState.MEMBER
             and not self.view.gated_natively(rec.obj)
         ):
-            if not self.ledger.placed_as_it_comes(
+            if group.is_gang() and not self.ledger.placed_as_it_comes(
                 group, membership.subgroup, self.ledger.bound_counts(group)
             ):
                 # a straggler of a plan that was dropped (timed out, replanned), or a member of a
@@ -111,6 +111,8 @@ class Binding:
                     message=f"gang {group.key} has no plan for {key} (it will be planned again); "
                     "not binding it alone",
                 )
+            # a group of a quorum of one is no gang, but its topology constraint binds its members
+            # alike: two filtered before either bound may each have passed another rack
             outside = self._outside_domain(group, membership.subgroup, key, node)
             if outside:
                 return BindDecision(BindVerdict.REFUSE, gang=group.key, message=outside)
@@ -139,7 +141,9 @@ class Binding:
         """(gang, why) when `key` is planned, its gang's release has not begun, and the gang's queue
         (or an ancestor) is past its limit with the plan's room counted: bound, the gang would grow
         it. Pods bound beside the plan since it was admitted do that (a predecessor's bindings
-        landing within the start-up fence, which no plan saw coming)."""
+        landing within the start-up fence, which no plan saw coming). So does a member's queue
+        label edited since: its members name different queues now, which admission never admits
+        (bound, the moved member would charge a queue that never admitted it)."""
         gang = self.ledger.gang_of(key)
         if gang is None or self.ledger.planned(key) is None or self.ledger.is_releasing(key):
             return None
@@ -147,7 +151,9 @@ class Binding:
         if snap is None:
             return None
         queue, conflict = snap.group_queue(gang)
-        if queue is None or conflict:
+        if conflict:
+            return (gang, f"since it was planned, {conflict}")
+        if queue is None:
             return None
         why = queues.past_limit(snap, queue)
         return (gang, f"{why}: pods were bound in the queue while the gang waited to bind") if why else None
@@ -222,9 +228,10 @@ class Binding:
         self.ledger.bind_done(key, node, error)
 
     def _outside_domain(self, group: GroupSpec, leaf: str | None, key: PodKey, node: str) -> str:
-        """Why a member beyond quorum may not bind on `node`, "" when it may: its filter passed the
-        node inside the domain of the members placed then, but members bound since (a
-        predecessor's release landing late) may have fixed another domain."""
+        """Why a member beyond quorum (or of a group of a quorum of one) may not bind on `node`, ""
+        when it may: its filter passed the node inside the domain of the members placed then, but
+        members bound since (a predecessor's release landing late, a sibling whose bind came first)
+        may have fixed another domain."""
         row = np.array([self.store.node_rows[node]], dtype=np.int32)
         try:
             allowed = planning.domain_mask(self.store, self.ledger, group, leaf, row, exclude=key)

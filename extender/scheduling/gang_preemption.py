@@ -92,7 +92,7 @@ class GangPreemption:
         if not self.admission.look_to_admit(call.group.key):
             return None  # nothing changed since the last look: the answer is the same
 
-        rest = self.admission.beyond_hold(call.group.key, dict(need))  # its hold is charged already
+        rest = self.admission.beyond_hold(call.group.key, queue, dict(need))  # its hold is charged already
 
         def enough(units: Sequence[preemptor.Unit]) -> bool:
             credit = freed(units)
@@ -230,7 +230,7 @@ class GangPreemption:
         group = call.group
         queue = self.admission.queue_name(group, call.pod)
         need = self.admission.gang_need(call, members, leaves, self.ledger.bound_counts(group))
-        need = self.admission.beyond_hold(group.key, need)  # its hold is charged to its queue already
+        need = self.admission.beyond_hold(group.key, queue, need)  # its hold is charged to its queue already
         if not queues.may_reclaim(snap, queue, need):
             return None
 
@@ -343,7 +343,9 @@ class GangPreemption:
             usable = tally.ready_need()  # a leaf short of pods binds nothing: nothing to reclaim for it
             if usable is None or not usable[0]:
                 continue
-            if not queues.may_reclaim(snap, tally.queue, self.admission.beyond_hold(gang, usable[1])):
+            if not queues.may_reclaim(
+                snap, tally.queue, self.admission.beyond_hold(gang, tally.queue, usable[1])
+            ):
                 continue
             # a member of a leaf the book counts the gang's need by: one of a leaf short of pods would
             # only be told to wait, and the gang would never be found to fit nowhere (it would hold

@@ -1030,6 +1030,8 @@ class GangLedger:
                         self._discard_if_moved(e, name, row)
         elif kind in GROUPING_KINDS:
             self._check_plans_regrouped()
+            if self.preemptions:
+                self._forget_left_preemptors()  # a workload's edit may take every member out of a gang
             if event == "DELETED":
                 # A PodGroup deleted before its pods: their deletions then name no group, so
                 # _forget_if_empty cannot find the entry; forget every entry left with no member.
@@ -1096,6 +1098,8 @@ class GangLedger:
         if e is None or pk in e.releasing:
             if gone:
                 self._forget_if_empty(obj)
+            elif self.preemptions and not self.store.is_plain(obj):
+                self._forget_left_preemptors()
             return
         planned = e.plan.get(pk)
         if planned is None:
@@ -1265,6 +1269,17 @@ class GangLedger:
         m = self.store.membership_of(pod)
         if m.group is not None:
             self._forget_if_memberless(m.group.key)
+
+    def _forget_left_preemptors(self) -> None:
+        """A preemptor whose pods all left it (each one's pod-group-name rewritten) holds its victims'
+        room for nobody, as when they are deleted: the room goes back at once, not when the hold runs
+        out, and the gang they joined may not preempt a second set beside it. O(preemptions): the
+        store counts each group's pods."""
+        for gang in [g for g in self.preemptions if self.store.group_size(g) == 0]:
+            if gang in self.gangs:
+                self._forget_if_memberless(gang)
+            elif not any(is_live(rec.obj) for rec in self.store.group_members(gang)):
+                self.end_preemption(gang)
 
     def _forget_if_memberless(self, key: GroupKey) -> None:
         e = self.gangs.get(key)
