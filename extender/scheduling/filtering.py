@@ -384,6 +384,7 @@ class Filtering:
             hash(tuple(m.key for m in members)),
             hash(call.rows.tobytes()),
             ledger.holds.gen,  # a hold moved or ended: what fits around the holds changed
+            self.pools.version() if self.pools is not None else None,  # a pool may take it now
         )
         cached = ledger.cached_no_fit(group.key, signature)
         if cached is not None:

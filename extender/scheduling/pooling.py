@@ -165,6 +165,14 @@ class PoolMap:
             rows[np.asarray(r, dtype=np.int64)] += 1
         self._marks += 1
 
+    def version(self) -> tuple[int, float, int]:
+        """Moves whenever the classes may have: the large rows read again (at most every
+        DERIVE_INTERVAL_S while the cluster changes), or a plan marking rows large. A gang's answer
+        kept while nothing it read changed (a pool wait among them) keys on it: the pools may let
+        it start now though no pod of it, no release and no hold moved."""
+        self._derive_if_due()
+        return (self._derived[0], self._derived[1], self._marks)
+
     # ----------------------------------------------------------------- the cache
     def _derive_if_due(self) -> None:
         gen, when = self._derived

@@ -209,3 +209,30 @@ def test_a_small_gang_kube_scheduler_refused_nodes_holds_where_it_fits_now_and_s
     w.schedule(*small)
     assert w.bound(*small)
     assert {w.pod(n)["spec"]["nodeName"] for n in small} <= set(free)
+
+
+def test_a_gang_its_pool_kept_waiting_starts_once_its_pool_takes_the_rack_no_release_needed() -> None:
+    """A large gang waits for the only rack it fits in, kept for small gangs; then a large gang's pod
+    lands in that rack (bound by another binder: no pod ends, no hold moves), which makes it a large
+    rack once the rows are read again. The waiting gang's filter starts it there: the answer a filter
+    keeps while nothing it read changed keys on the pools too (interleavings kill seed 393: the kept
+    answer said "kept for small gangs" for good, while the holding pass found it fits now and held
+    nothing for it)."""
+    w = HoldWorld([])
+    _big, large_rack = large_in_one_rack(w)  # one 8-cpu node left there
+    small = w.rack_gang("s", 2, "4")
+    w.schedule(*small)
+    assert w.bound(*small) and w.rack_of(small[0]) != large_rack
+    other_rack = w.rack_of(small[0])
+    late = w.rack_gang("late", 2, "8")  # large (16 cpu): fits only in the small gang's rack
+    w.rack_gang("x", 3, "8")
+    first = w.filter(late[0])
+    assert first.verdict is Verdict.NO_FIT and "kept for small gangs" in first.reason, first.reason
+    # a large gang's member bound into that rack by someone else: nothing released, no hold moved
+    busy = {w.pod(n)["spec"]["nodeName"] for n in small}
+    node = next(n for n in sorted(w.store.node_rows) if w.node_rack(n) == other_rack and n not in busy)
+    w.cluster.apply({**w.pod("x-0"), "spec": {**w.pod("x-0")["spec"], "nodeName": node}})
+    w.scheduler.ledger.clock.now += pooling.DERIVE_INTERVAL_S
+    decisions = w.schedule(*late)
+    assert w.bound(*late), {n: (d.verdict, d.reason) for n, d in decisions.items()}
+    assert {w.rack_of(n) for n in late} == {other_rack}
