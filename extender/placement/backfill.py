@@ -264,6 +264,9 @@ class HoldPass:
 
     holds: tuple[Hold, ...]
     none: dict[Hashable, str]
+    starting: dict[Hashable, frozenset[Hashable]] = dataclasses.field(default_factory=dict)
+    """Each gang found to fit now that holds nothing: the owners of the holds kept before it, which
+    it starts around (those after it, of its priority, must not keep it from the room it fits in)."""
 
 
 Refusal = Callable[[Hashable, Hold, Sequence[Hold]], "str | None"]
@@ -300,6 +303,7 @@ def choose_holds(
     before = {h.owner: h for h in previous if h.usable(arrays)}  # a held node gone: choose again
     kept: list[Hold] = []
     none: dict[Hashable, str] = {}
+    starting: dict[Hashable, frozenset[Hashable]] = {}
     held_by_class: dict[Hashable, int] = {}
     for key, request in waiting:
         cls = classes.get(key) if classes is not None else None
@@ -331,6 +335,8 @@ def choose_holds(
                         else "it fits nowhere even on an empty cluster"
                     )
         if own is None:
+            if fits:
+                starting[key] = frozenset(h.owner for h in kept)
             continue  # fits now and held nothing: it starts at its next try
         why = refuse(key, own, kept) if refuse is not None else None
         if why:
@@ -338,7 +344,7 @@ def choose_holds(
             continue
         kept.append(own)
         held_by_class[cls] = held_by_class.get(cls, 0) + 1
-    return HoldPass(tuple(kept), none)
+    return HoldPass(tuple(kept), none, starting)
 
 
 def _narrowed(
@@ -365,18 +371,25 @@ def admit(
 
     1. The holds as the pass would choose them for this queue, from `holds` (the service's ticker
        passes between calls: a gang that holds does so before the next one arrives).
-    2. Each gang, in order, plans around the holds ranked before its own (all of them when it holds
-       none); a gang that fits starts, charged to a working copy.
+    2. Each gang, in order, plans around the holds ranked before its own (those before it in the
+       pass when the pass found it fits now; all of them when it holds none and did not fit); a
+       gang that fits starts, charged to a working copy.
     3. The holds are chosen again over the gangs still waiting.
     `arrays` is not changed.
     """
     work = copy.copy(arrays)
     work.free = arrays.free.copy()
-    current = list(choose_holds(work, queue, holds, depth=depth, order=order).holds)
+    first = choose_holds(work, queue, holds, depth=depth, order=order)
+    current = list(first.holds)
     starts: list[tuple[int, Plan]] = []
     for pos, (key, request) in enumerate(queue):
         ranked = [h.owner for h in current]
-        around = current[: ranked.index(key)] if key in ranked else current
+        if key in ranked:
+            around = current[: ranked.index(key)]
+        elif key in first.starting:  # found to fit now: around the holds ranked before it only
+            around = [h for h in current if h.owner in first.starting[key]]
+        else:
+            around = current
         with withheld(work, around) as view:
             plan = plan_gang(view, request, order=order)
         if plan.outcome is Outcome.PLACED:

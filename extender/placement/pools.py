@@ -38,7 +38,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 
 from extender.placement.api import DomainOrder, GangRequest, Outcome, Plan, plan_gang
-from extender.placement.backfill import Hold, charge, choose_holds, gang_demand, withheld
+from extender.placement.backfill import Hold, HoldPass, charge, choose_holds, gang_demand, withheld
 from extender.placement.layout import ClusterArrays
 
 
@@ -265,8 +265,9 @@ def admit(
     one call, as `backfill.admit` is for holds alone.
 
     1. The holds, as the pass chooses them, each within its gang's `allowed_rows` first.
-    2. Each gang, in order, plans by `plan_in_pools` around the holds ranked before its own (all of
-       them when it holds none) and starts in its pool or in a domain it may open; else, when its
+    2. Each gang, in order, plans by `plan_in_pools` around the holds ranked before its own (those
+       before it in the pass when the pass found it fits now; all of them when it holds none and
+       did not fit) and starts in its pool or in a domain it may open; else, when its
        hold is ready, on its held rows (`plan_on_hold`). A gang that starts is charged to a working
        copy; a large one's rows join the large rows.
     3. The holds are chosen again over the gangs still waiting.
@@ -281,19 +282,25 @@ def admit(
     typical = typical_domain(work, level)
     sizes = {key: size_class(gang_demand(work, req), typical, settings.large_share) for key, req in queue}
 
-    def hold(gangs: Sequence[tuple[Hashable, GangRequest]], previous: Sequence[Hold]) -> tuple[Hold, ...]:
+    def hold(gangs: Sequence[tuple[Hashable, GangRequest]], previous: Sequence[Hold]) -> HoldPass:
         classes = classes_of(work, level, large)
         allowed = {key: allowed_rows(work, level, classes, sizes[key], settings) for key, _ in gangs}
         small = {key: rows for key, rows in allowed.items() if sizes[key] is SizeClass.SMALL}
         return choose_holds(
             work, gangs, previous, depth=depth, order=order, within=allowed, hold_within=small, classes=sizes
-        ).holds
+        )
 
-    current = list(hold(queue, holds))
+    first = hold(queue, holds)
+    current = list(first.holds)
     starts: list[tuple[int, Plan]] = []
     for pos, (key, request) in enumerate(queue):
         ranked = [h.owner for h in current]
-        around = current[: ranked.index(key)] if key in ranked else current
+        if key in ranked:
+            around = current[: ranked.index(key)]
+        elif key in first.starting:  # found to fit now: around the holds ranked before it only
+            around = [h for h in current if h.owner in first.starting[key]]
+        else:
+            around = current
         classes = classes_of(work, level, large)
         with withheld(work, around) as view:
             pooled = plan_in_pools(view, request, level, classes, sizes[key], settings, order=order)
@@ -310,4 +317,4 @@ def admit(
                     large[np.asarray(rows, dtype=np.int64)] = True
     started = {queue[pos][0] for pos, _ in starts}
     left = [(k, r) for k, r in queue if k not in started]
-    return PoolAdmission(tuple(starts), hold(left, current), large)
+    return PoolAdmission(tuple(starts), hold(left, current).holds, large)

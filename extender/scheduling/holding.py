@@ -121,8 +121,8 @@ class Holding:
         due = unfit != self._unfit or now - self._passed_s >= PASS_INTERVAL_S
         if gen != self._seen and due:
             before = {h.gang: h for h in book.all()}
-            held, none = self.decide()
-            self.ledger.set_holds(held, none)
+            held, none, starting = self.decide()
+            self.ledger.set_holds(held, none, starting)
             for gang, old in before.items():
                 if book.of(gang) is None:
                     self.released_s.append(max(0.0, now - old.since_s))
@@ -240,7 +240,7 @@ class Holding:
         arrays = planning.with_slots(self.store, [demand])
         return placement.plan_gang(arrays, demand.request).outcome is placement.Outcome.PLACED
 
-    def decide(self) -> tuple[list[Held], dict[GroupKey, str]]:
+    def decide(self) -> tuple[list[Held], dict[GroupKey, str], dict[GroupKey, frozenset[GroupKey]]]:
         """The holds, from the cluster as it is and the holds of the last pass, by the rule of
         extender.placement.backfill.choose_holds (the bench's quality runs the same), each refused
         when its queue cannot be charged the room."""
@@ -284,7 +284,8 @@ class Holding:
                 hold = dataclasses.replace(hold, amounts=planning.without_slots(self.store, hold.amounts))
                 kept.append(self._held(by_key[str(hold.owner)], hold, since_s=old.since_s if old else None))
         none.update({str(k): f"no hold: {why}" for k, why in chosen.none.items()})
-        return kept, none
+        starting = {str(k): frozenset(str(o) for o in owners) for k, owners in chosen.starting.items()}
+        return kept, none, starting
 
     def _refused_by_queue(
         self, w: Waiting, kept: list[Waiting], previous: dict[GroupKey, Held]

@@ -72,6 +72,7 @@ class HoldBook:
         self.settings = settings
         self._held: dict[GroupKey, Held] = {}  # in rank order: the head first
         self._none: dict[GroupKey, str] = {}  # gangs given no hold, and why
+        self._starting: dict[GroupKey, frozenset[GroupKey]] = {}  # fits now -> the holders before it
         self.gen = 0
         """Bumps whenever what is held changes: a no-fit found around the old holds may fit now."""
         self._overlay: backfill.Overlay | None = None
@@ -98,11 +99,18 @@ class HoldBook:
 
     def before(self, gang: GroupKey | None, priority: int | None = None) -> list[Held]:
         """The holds a plan for `gang` (of `priority`) goes around: those ranked before it when it
-        holds; when it does not, every hold of a gang of at least its priority (a hold never keeps
+        holds, or when the last pass found it fits now; when neither, every hold of a gang of at
+        least its priority (a hold never keeps
         room from work that outranks its holder: a higher-priority gang takes the head at the next
         pass, a higher-priority plain pod never holds and would otherwise wait behind it)."""
         out = []
         holding = gang is not None and gang in self._held
+        ahead = self._starting.get(gang) if gang is not None and not holding else None
+        if ahead is not None:
+            # the pass found it fits now around the holds ranked before it: those alone, or a hold
+            # ranked after it (of its priority) would keep it from the room the pass left it, and
+            # the pass, finding it fits, would never hold for it (interleavings kill seed 2040)
+            return [held for key, held in self._held.items() if key in ahead]
         for key, held in self._held.items():
             if key == gang:
                 break
@@ -155,26 +163,36 @@ class HoldBook:
         return self._overlay.free_before()
 
     # ----------------------------------------------------------------- writes (the ledger's)
-    def replace(self, held: list[Held], none: Mapping[GroupKey, str]) -> None:
-        """The holding pass's decision, whole: `held` in rank order, and the gangs given none, why."""
+    def replace(
+        self,
+        held: list[Held],
+        none: Mapping[GroupKey, str],
+        starting: Mapping[GroupKey, frozenset[GroupKey]] | None = None,
+    ) -> None:
+        """The holding pass's decision, whole: `held` in rank order, the gangs given none, why, and
+        those found to fit now, each with the holders ranked before it (`before`)."""
         same = [(h.gang, h.nodes, h.hold.amounts.tobytes()) for h in held] == [
             (h.gang, h.nodes, h.hold.amounts.tobytes()) for h in self._held.values()
         ]
+        starting = dict(starting or {})
         self._held = {h.gang: h for h in held}
         self._none = dict(none)
-        if not same:
-            self.gen += 1
+        if not same or starting != self._starting:
+            self.gen += 1  # what a plan goes around changed: a kept answer is read again
+        self._starting = starting
 
     def drop(self, gang: GroupKey) -> Held | None:
         """The gang starts (is planned) or leaves: its hold goes at once, not at the next pass."""
         self._none.pop(gang, None)
+        self._starting.pop(gang, None)
         held = self._held.pop(gang, None)
         if held is not None:
             self.gen += 1
         return held
 
     def clear(self) -> None:
-        if self._held:
+        if self._held or self._starting:
             self.gen += 1
         self._held.clear()
         self._none.clear()
+        self._starting.clear()

@@ -408,9 +408,11 @@ class GangLedger:
         return e.excluded if e is not None else {}
 
     # ================================================================= verbs
-    def set_holds(self, held: list[Held], none: dict[GroupKey, str]) -> None:
+    def set_holds(
+        self, held: list[Held], none: dict[GroupKey, str], starting: dict[GroupKey, frozenset[GroupKey]]
+    ) -> None:
         """The holding pass's holds, whole (holding.py); no gang with a plan holds."""
-        self.holds.replace([h for h in held if not self._planned_gang(h.gang)], none)
+        self.holds.replace([h for h in held if not self._planned_gang(h.gang)], none, starting)
 
     def _planned_gang(self, key: GroupKey) -> bool:
         e = self.gangs.get(key)
