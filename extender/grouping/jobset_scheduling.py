@@ -308,6 +308,8 @@ def _items(jobset: dict[str, Any]) -> list[_Item]:
                 raise GroupingError(f"{epath}.targetReplicatedJobs", "must list at least one replicatedJob")
             for t, target in enumerate(targets):
                 tpath = f"{epath}.targetReplicatedJobs[{t}]"
+                if not isinstance(target, str):
+                    raise GroupingError(tpath, f"must be a replicatedJob's name, not {type(target).__name__}")
                 if target not in index_of:
                     raise GroupingError(
                         tpath, f"replicatedJob {target!r} does not exist (known: {', '.join(index_of)})"
@@ -473,6 +475,16 @@ def compile_jobset(jobset: dict, *, api_version: str = SCHEDULING_API_VERSION) -
         raise ValueError(
             f"api_version must be one of {', '.join(SCHEDULING_API_VERSIONS)}, got {api_version!r}"
         )
+    try:
+        return _compile(jobset, api_version)
+    except GroupingError:
+        raise
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        # a shape no check anticipated (a template that is a string, say): named, never a traceback
+        raise GroupingError("spec", f"malformed object: {err!r}") from err
+
+
+def _compile(jobset: dict, api_version: str) -> JobSetCompilation:
     legacy = api_version == LEGACY_SCHEDULING_API_VERSION
     if not _is_dict(jobset.get("spec")):
         raise GroupingError("spec", "a JobSet needs a spec")

@@ -462,13 +462,17 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
     namespace = str(meta(pg).get("namespace") or "default")
     name = str(meta(pg).get("name", ""))
 
-    def topo(raw: Any) -> TopologyConstraint | None:
+    def topo(raw: Any, where: str) -> TopologyConstraint | None:
         if not isinstance(raw, dict):
             return None
         tc = TopologyConstraint(
-            topology=raw.get("topology") or None,
-            required_level=raw.get("requiredTopologyLevel") or None,
-            preferred_level=raw.get("preferredTopologyLevel") or None,
+            topology=_name(raw.get("topology"), f"{where}.topology"),
+            required_level=_name(
+                raw.get("requiredTopologyLevel"), f"{where}.requiredTopologyLevel", LABEL_KEY_MAX
+            ),
+            preferred_level=_name(
+                raw.get("preferredTopologyLevel"), f"{where}.preferredTopologyLevel", LABEL_KEY_MAX
+            ),
         )
         return None if tc.is_empty() else tc
 
@@ -486,17 +490,19 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
     for i, sg in enumerate(raw_subgroups):
         if not isinstance(sg, dict) or not sg.get("name"):
             raise GroupingError(f"spec.subGroups[{i}].name", "every subgroup needs a name")
-        if sg["name"] in names:
-            raise GroupingError(f"spec.subGroups[{i}].name", f"duplicate subgroup {sg['name']!r}")
-        names.add(sg["name"])
         where = f"spec.subGroups[{i}]"
+        sg_name = _name(sg["name"], f"{where}.name")
+        assert sg_name is not None
+        if sg_name in names:
+            raise GroupingError(f"{where}.name", f"duplicate subgroup {sg_name!r}")
+        names.add(sg_name)
         subgroups.append(
             SubGroup(
-                name=str(sg["name"]),
-                parent=sg.get("parent") or None,
+                name=sg_name,
+                parent=_name(sg.get("parent"), f"{where}.parent"),
                 min_member=_optional_int(sg.get("minMember"), f"{where}.minMember"),
                 min_subgroup=_optional_int(sg.get("minSubGroup"), f"{where}.minSubGroup"),
-                topology=topo(sg.get("topologyConstraint")),
+                topology=topo(sg.get("topologyConstraint"), f"{where}.topologyConstraint"),
             )
         )
     depth = _check_tree(subgroups, names)
@@ -512,12 +518,33 @@ def external_group(pg: dict[str, Any]) -> GroupSpec:
         policy=Policy.GANG,
         min_member=_int_field(min_member, "spec.minMember", default=1) if min_member is not None else None,
         min_subgroup=_optional_int(spec.get("minSubGroup"), "spec.minSubGroup"),
-        topology=topo(spec.get("topologyConstraint")),
+        topology=topo(spec.get("topologyConstraint"), "spec.topologyConstraint"),
         subgroups=tuple(subgroups),
-        queue=spec.get("queue") or None,
-        priority_class=spec.get("priorityClassName") or None,
+        queue=_name(spec.get("queue"), "spec.queue"),
+        priority_class=_name(spec.get("priorityClassName"), "spec.priorityClassName"),
         owner=f"PodGroup {namespace}/{name}",
     )
+
+
+NAME_MAX = 253
+"""The longest object name the API server keeps (a DNS subdomain)."""
+LABEL_KEY_MAX = 317
+"""The longest label key: a 253-character prefix, a slash and a 63-character name."""
+
+
+def _name(value: Any, field: str, limit: int = NAME_MAX) -> str | None:
+    """A name or label key a PodGroup gives (a queue, a subgroup, a topology level): a string of one
+    line within the API server's length, or absent (None, as an empty one). Refused naming the field
+    otherwise: a number or a list would reach every comparison of queues or subgroups, a key of
+    kilobytes every reason that names it."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise GroupingError(field, f"must be a string, not {type(value).__name__}")
+    if len(value) > limit or not value.isprintable() or any(c.isspace() for c in value):
+        shown = value[:40].encode("unicode_escape").decode() + ("..." if len(value) > 40 else "")
+        raise GroupingError(field, f"{shown!r} is not a name (one word, at most {limit} characters)")
+    return value
 
 
 def _optional_int(value: Any, field: str) -> int | None:

@@ -510,7 +510,17 @@ def _referenced_template(spec: dict[str, Any], ns: str, lookup: ObjectLookup) ->
 
 
 def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
-    """The groups a workload yields (treated as a top owner). Raises GroupingError when invalid."""
+    """The groups a workload yields (treated as a top owner). Raises GroupingError when invalid, a
+    shape no check anticipated included (as derive_membership, it never raises anything else)."""
+    try:
+        return _groups_for_workload(obj, lookup)
+    except GroupingError:
+        raise
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        raise GroupingError("spec", f"malformed object: {err!r}") from err
+
+
+def _groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
     group_kind = kind_of(obj)
     if group_kind == kai.JOBSET and has_scheduling(obj):
         compilation = compile_jobset(obj)

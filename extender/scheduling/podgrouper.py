@@ -215,7 +215,13 @@ class Podgrouper:
         self._dirty.difference_update(batch)
         effects: list[Effect] = []
         for ref in batch:
-            step = step_for(ref, self._store)
+            try:
+                step = step_for(ref, self._store)
+            except Exception:  # one workload's bug must not cost the rest of the batch their writes
+                log.exception(
+                    "podgrouper: %s %s could not be planned; its PodGroup is left as it is", ref[0][1], ref[1]
+                )
+                continue
             if step.effect is not None:
                 effects.append(step.effect)
             elif step.message:

@@ -526,6 +526,26 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
+def _guarded(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A read-only view (/metrics, /debug) whose reader failed on some object answers 503 with why,
+    logged once per call: never a bare 500, and the scheduling verbs are not its to stop."""
+
+    async def guarded(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            log.exception("%s failed", request.path)
+            return web.Response(
+                status=503,
+                text=f"internal error reading {request.path}: {exc!r} (logged); the scheduling verbs "
+                "are not affected\n",
+            )
+
+    return guarded
+
+
 async def handle_debug_gangs(request: web.Request) -> web.Response:
     return _json(orjson.dumps({"gangs": request.app[SCHEDULER].describe_all()}))
 
@@ -921,10 +941,10 @@ def build_app(settings: Settings, *, source: ClusterSource, clock: Clock = time.
     app.router.add_post("/preempt", handle_preempt)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
-    app.router.add_get("/metrics", handle_metrics)
-    app.router.add_get("/debug/gangs", handle_debug_gangs)
-    app.router.add_get("/debug/gangs/{namespace}/{name}", handle_debug_gang)
-    app.router.add_get("/debug/queues", handle_debug_queues)
+    app.router.add_get("/metrics", _guarded(handle_metrics))
+    app.router.add_get("/debug/gangs", _guarded(handle_debug_gangs))
+    app.router.add_get("/debug/gangs/{namespace}/{name}", _guarded(handle_debug_gang))
+    app.router.add_get("/debug/queues", _guarded(handle_debug_queues))
     attach = getattr(source, "attach", None)
     if attach is not None:
         # an embedded cluster is in the store before the first request, fed once, after every listener

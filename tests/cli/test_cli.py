@@ -406,3 +406,27 @@ def test_the_podgrouper_flag(monkeypatch, argv, env, expected):
     ns = cli.build_parser().parse_args(["serve", *argv])
     settings, errors = cli.settings_from(ns, cli.SERVE_FLAGS)
     assert errors == [] and settings.cluster.podgrouper is expected
+
+
+@pytest.mark.parametrize(
+    ("scheduling", "template", "said"),
+    [
+        pytest.param(
+            "{replicatedJobs: [{targetReplicatedJobs: [[w]]}]}",
+            "{spec: {parallelism: 1, template: {spec: {}}}}",
+            "replicatedJobs[0].targetReplicatedJobs[0]: must be a replicatedJob's name, not list",
+            id="a target that is a list",
+        ),
+        pytest.param("{}", "x", "malformed object", id="a template that is a string"),
+    ],
+)
+def test_podgroups_names_a_malformed_jobsets_field_without_a_traceback(tmp_path, scheduling, template, said):
+    path = tmp_path / "js.yaml"
+    path.write_text(
+        "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: aaa, namespace: default}\n"
+        f"spec:\n  scheduling: {scheduling}\n  replicatedJobs:\n"
+        f"  - {{name: w, replicas: 1, template: {template}}}\n"
+    )
+    res = run("podgroups", "-f", str(path))
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and said in res.stderr, res.stderr

@@ -458,3 +458,39 @@ def test_the_podgroup_kind_served_after_start_up_gets_every_podgroup_written_at_
     assert grouper.plan() == []  # backing off
     store.now_lists(kai.KAI_PODGROUP)
     assert [e.kind for e in grouper.plan()] == ["podgroup-create"]
+
+
+def malformed_jobset() -> dict[str, Any]:
+    """Schema-valid: JobSet's CRD keeps spec.scheduling with x-kubernetes-preserve-unknown-fields."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "aaa", "namespace": "default", "uid": "aaa-uid"},
+        "spec": {
+            "scheduling": {"replicatedJobs": [{"targetReplicatedJobs": [["w"]]}]},
+            "replicatedJobs": [
+                {
+                    "name": "w",
+                    "replicas": 1,
+                    "template": {"spec": {"parallelism": 1, "template": {"spec": {}}}},
+                }
+            ],
+        },
+    }
+
+
+async def test_one_malformed_jobset_costs_no_other_workload_its_podgroup(make_service, caplog) -> None:
+    """A JobSet whose spec.scheduling targets a list, not a name (found by review: a TypeError ended
+    the podgrouper's pass, and the valid Job of the same batch never got its PodGroup)."""
+    good = job("good", parallelism=2)
+    svc = await make_service([make_node("n1"), malformed_jobset(), good])
+    for _ in range(3):
+        await svc.expire(0.1)
+    failed = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "pg-good-uid-good") is not None, failed
+    assert not failed, failed
+    step = step_for((("jobset.x-k8s.io", "JobSet"), "default/aaa"), svc.store)
+    assert step.action is Action.INVALID
+    assert "spec.scheduling.replicatedJobs[0].targetReplicatedJobs[0]: must be a replicatedJob's name" in (
+        step.message
+    )

@@ -1,0 +1,92 @@
+"""Hostile or malformed objects reaching the cache (a CRD without its schema, a `--cluster` file): each
+is refused by its own gang with the field named, and costs nothing to other pods, the read-only views
+or the verbs' latency."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from extender.grouping.base import GroupingError
+from extender.grouping.kai import external_group
+from tests.builders import gang_pod, make_kai_podgroup, make_pod, rack_cluster
+
+
+def kai_queue(name: str, parent: str | None = None) -> dict:
+    spec: dict = {"resources": {"cpu": {"quota": -1, "limit": -1}, "memory": {"quota": -1, "limit": -1}}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+async def test_a_podgroup_with_a_numeric_queue_is_refused_alone(make_service) -> None:
+    """KAI's CRD types spec.queue a string; without the schema a number made every filter in the
+    cluster an internal error and /debug and /metrics answer 500 (found by review)."""
+    pg = make_kai_podgroup("a", min_member=2, queue="leaf")
+    pg["spec"]["queue"] = 5
+    objs = [*rack_cluster(), kai_queue("leaf"), kai_queue("default-queue"), pg]
+    objs += [gang_pod("a-0", "a"), gang_pod("a-1", "a"), make_pod("plain")]
+    svc = await make_service(objs)
+    refused = await svc.filter("a-0")
+    assert "spec.queue: must be a string, not int" in refused["Error"] + str(refused["FailedNodes"]), refused
+    doc = await svc.filter("plain")
+    assert not doc["Error"] and doc["NodeNames"], doc
+    for path in ("/debug/gangs", "/debug/queues", "/metrics"):
+        resp = await svc.client.get(path)
+        assert resp.status == 200, (path, await resp.text())
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "said"),
+    [
+        pytest.param({"queue": ["q"]}, "spec.queue", "must be a string, not list", id="queue a list"),
+        pytest.param(
+            {"priorityClassName": 7}, "spec.priorityClassName", "not int", id="priority class a number"
+        ),
+        pytest.param(
+            {"subGroups": [{"name": {"a": 1}, "minMember": 1}]},
+            "spec.subGroups[0].name",
+            "not dict",
+            id="sub name",
+        ),
+        pytest.param(
+            {"subGroups": [{"name": "a", "parent": ["b"], "minMember": 1}]},
+            "spec.subGroups[0].parent",
+            "not list",
+            id="parent a list",
+        ),
+        pytest.param(
+            {"topologyConstraint": {"topology": "dc", "requiredTopologyLevel": "k" * 10_000}},
+            "spec.topologyConstraint.requiredTopologyLevel",
+            "is not a name (one word, at most 317 characters)",
+            id="a level of 10 KB",
+        ),
+        pytest.param(
+            {"topologyConstraint": {"topology": "dc", "requiredTopologyLevel": "rack\n2026 INFO forged"}},
+            "spec.topologyConstraint.requiredTopologyLevel",
+            "'rack\\\\n2026 INFO forged' is not a name",
+            id="a level of two lines",
+        ),
+    ],
+)
+def test_a_kai_podgroups_names_are_one_line_strings(spec: dict, field: str, said: str) -> None:
+    pg = make_kai_podgroup("a", min_member=1)
+    pg["spec"].update(spec)
+    with pytest.raises(GroupingError) as err:
+        external_group(pg)
+    assert err.value.field == field and said in str(err.value), str(err.value)
+    assert len(str(err.value)) < 200 and "\n" not in str(err.value)
+
+
+async def test_a_read_only_view_that_fails_answers_503_with_why(make_service, monkeypatch) -> None:
+    svc = await make_service([*rack_cluster(), make_pod("plain")])
+
+    def broken() -> list:
+        raise RuntimeError("a reader's bug")
+
+    monkeypatch.setattr(svc.scheduler, "describe_all", broken)
+    resp = await svc.client.get("/debug/gangs")
+    assert resp.status == 503
+    assert 'internal error reading /debug/gangs: RuntimeError("a reader\'s bug")' in await resp.text()
+    doc = await svc.filter("plain")
+    assert doc["NodeNames"] and not doc["Error"], orjson.dumps(doc)
