@@ -345,7 +345,14 @@ class GangDisruption:
                 # still open keeps the gang among those retried
                 self.decisions[key] = "healthy: at its quorum"
                 return self._broken_subgroup(view, evictable, now)
-        whole = key in self._whole or spec.ready_leaves(view.ever_bound) is not None
+        # a member still running with our own condition was judged (by this process or one before
+        # it) bound whole and below its quorum: that eviction is finished, whoever began it (a
+        # restart after the others went loses who was bound: a partial gang kept running for good)
+        whole = (
+            key in self._whole
+            or spec.ready_leaves(view.ever_bound) is not None
+            or any(_ours(r.obj) for r in view.running)
+        )
         candidates = evictable
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
             last = max(reversed(view.signals), key=lambda s: s.at_s)  # a tie: the newest seen
@@ -562,6 +569,12 @@ class GangDisruption:
 
 def _watched(spec: GroupSpec) -> bool:
     return spec.disruption is Disruption.ALL or spec.is_gang()
+
+
+def marked_for_disruption(pod: dict[str, Any]) -> bool:
+    """Whether someone (this service's disruption, a preemption, kube-scheduler) marked the pod to go:
+    a DisruptionTarget condition, True. Its eviction is asked already: nobody asks it again."""
+    return _disruption_condition(pod) is not None
 
 
 def _evictable(rec: PodRecord) -> bool:

@@ -5,7 +5,7 @@ evictions, the ledger holds the room as each victim goes).
 
 The rules:
 - a victim has a strictly lower priority than the preemptor, is bound (or held for a plan) and
-  live, and is not already being evicted for another preemptor;
+  live, and is not already being evicted (for another preemptor, or marked to go by anyone);
 - a member of a gang is evicted with its whole gang, never alone: the gang is one unit, with the
   highest priority among its members, and is a candidate only when every member is lower;
 - a domain is one of the gang's required level (the whole cluster when it has none). In each, the
@@ -27,7 +27,9 @@ import numpy as np
 
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey
+from extender.placement.layout import ClusterArrays
 from extender.scheduling import messages, planning
+from extender.scheduling.disruption import marked_for_disruption
 from extender.scheduling.ledger import GangLedger, Victim
 from extender.state.store import ClusterStore, PodRecord, is_live
 
@@ -118,8 +120,14 @@ def _victim(store: ClusterStore, rec: PodRecord, gang: GroupKey | None) -> tuple
     return Victim(rec.key, rec.uid, node, dict(rec.requests), priority, gang), row
 
 
+def _taken(ledger: GangLedger, rec: PodRecord) -> bool:
+    """Already being evicted: another preemption's victim, or marked to go (a gang's disruption, say,
+    whose eviction a disruption budget refused for now): asked once, never a second time."""
+    return ledger.victim_of(rec.key) is not None or marked_for_disruption(rec.obj)
+
+
 def _pod_unit(store: ClusterStore, ledger: GangLedger, rec: PodRecord, priority: int) -> Unit | None:
-    if store.rank(rec) >= priority or ledger.victim_of(rec.key) is not None:
+    if store.rank(rec) >= priority or _taken(ledger, rec):
         return None
     v, row = _victim(store, rec, None)
     return Unit(rec.key, None, (v,), v.priority, ((row, store.vector(v.requests)),))
@@ -129,7 +137,7 @@ def _gang_unit(store: ClusterStore, ledger: GangLedger, gang: GroupKey, priority
     members = [r for r in store.group_members(gang) if is_live(r.obj)]
     victims, freed = [], []
     for rec in members:
-        if store.rank(rec) >= priority or ledger.victim_of(rec.key) is not None:
+        if store.rank(rec) >= priority or _taken(ledger, rec):
             return None  # one member it may not evict keeps the whole gang
         v, row = _victim(store, rec, gang)
         victims.append(v)
@@ -171,11 +179,17 @@ def plan_preemption(
     else:
         domains = [-1]
 
+    # the room of lower-priority pods already going (Terminating, or marked to go and asked to) is
+    # the preemptor's at no cost: a domain they free enough needs no victim, so no second set is
+    # evicted while the first runs out its grace period (after a restart, say, which lost the record
+    # of whom this gang evicted; kube-scheduler waits for such victims too)
+    base_free = _with_going(store, arrays, priority)
+
     def trial(chosen: Sequence[Unit], domain: int) -> planning.GangPlan | None:
         if enough is not None and not enough(chosen):
             return None
         trial_arrays = copy.copy(arrays)
-        trial_arrays.free = arrays.free.copy()
+        trial_arrays.free = base_free.copy()
         trial_arrays.schedulable = arrays.schedulable.copy()
         for u in chosen:
             for row, vec in u.freed:
@@ -210,7 +224,7 @@ def plan_preemption(
     for d in domains:
         inside = usable & (arrays.domains[level, : arrays.n_rows] == d) if d >= 0 else usable
         name = f"{messages.level_name(store, level)} {arrays.domain_name(level, d)}" if d >= 0 else ""
-        room = arrays.free[: arrays.n_rows][inside].sum(axis=0)
+        room = base_free[: arrays.n_rows][inside].sum(axis=0)
         if not np.any(room < floor):
             fits = trial([], d)
             if fits is not None:
@@ -253,6 +267,20 @@ def plan_preemption(
         if best is None or candidate.cost() < best.cost():
             best = candidate
     return best
+
+
+def _with_going(store: ClusterStore, arrays: ClusterArrays, priority: int) -> np.ndarray:
+    """`arrays.free` with the room of bound pods below `priority` that are already going given back."""
+    free = arrays.free
+    for rec in store.pods.values():
+        if not rec.node_name or rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
+            continue
+        if rec.live and not marked_for_disruption(rec.obj):
+            continue
+        if free is arrays.free:
+            free = arrays.free.copy()
+        free[rec.bound_row] += store.vector(rec.requests)
+    return free
 
 
 def _demand_floor(

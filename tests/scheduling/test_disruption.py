@@ -244,6 +244,41 @@ def test_a_restarted_service_finishes_the_job_from_the_store():
     assert ev.why is Why.DISRUPTION_ALL
 
 
+@pytest.mark.parametrize("evicted_state", ["gone", "terminating"])
+def test_a_restarted_service_finishes_an_eviction_whose_trigger_is_gone(evicted_state: str) -> None:
+    """A KAI gang of 4 bound whole; x-0 vanished (its node lost); the first process wrote its condition
+    on x-1, x-2 and x-3 and evicted them: x-1 and x-2 went (or terminate), a PodDisruptionBudget
+    refused x-3 (retried after RETRY_S). A restarted process knows nothing of who was bound: x-3,
+    carrying our condition, is still evicted, not left running alone for good (found by review)."""
+    w = World(gang_objects("x", kind="kai", size=4, quorum=4))
+    assert w.decide() == []
+    w.clocks.advance(1)
+    w.remove("x-0")
+    found = w.logic.decide()
+    assert sorted(v.pod for ev in found for v in ev.pods) == ["default/x-1", "default/x-2", "default/x-3"]
+    ours = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "GangDisrupted",
+        "lastTransitionTime": stamp(w.clocks.wall),
+    }
+    for name in ("x-1", "x-2", "x-3"):  # the condition first, then the eviction
+        w.change(name, lambda p: p["status"].setdefault("conditions", []).append(dict(ours)))
+    for name in ("x-1", "x-2"):
+        if evicted_state == "gone":
+            w.remove(name)
+        else:
+            w.delete(name)
+    w.logic = w.fresh()  # restarted: nothing in memory
+    again: list = []
+    for _ in range(3):
+        w.clocks.advance(RETRY_S + 1)
+        again = w.decide()
+        if again:
+            break
+    assert sorted(v.pod for ev in again for v in ev.pods) == ["default/x-3"], w.logic.describe("default/x")
+
+
 def test_a_replacement_gang_bound_while_old_members_terminate_is_left_alone():
     w = World(gang_objects("x", kind="all", size=2, quorum=2))
     w.decide()

@@ -557,3 +557,21 @@ def test_a_gang_member_planned_through_the_preempt_verb_goes_only_where_its_sele
     effects = w.scheduler.gang_preemption.preempt_as_gang(w.cluster.get("", "Pod", "default", "g-1"))
     assert effects is not None
     assert w.scheduler.ledger.planned_node("default/g-1", "uid-g-1") == "n1"
+
+
+async def test_a_member_its_gangs_disruption_is_evicting_is_not_asked_again_as_a_victim(make_service):
+    """lo-0 is gone; the disruption evicts lo-1 (its DisruptionTarget written, the eviction refused by
+    a disruption budget or not yet in the watch: lo-1 still runs here). hi, preempting, must not pick
+    lo-1 as a victim and ask for its eviction a second time (found by review)."""
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    ev = Evictions()
+    svc.cluster.evict_pod = ev
+    await svc.expire(0.1)
+    svc.cluster.delete("", "Pod", "default", "lo-0")
+    await svc.expire(0.1)
+    await settle()
+    assert [pk for pk, _, _ in ev.calls] == ["default/lo-1"]
+    await svc.filter("hi-0", ["n000"])
+    await settle()
+    asked = [pk for pk, _, _ in ev.calls]
+    assert len(asked) == len(set(asked)), f"asked to evict twice: {ev.calls}"
