@@ -39,7 +39,7 @@ from extender.model.keys import GroupKey, PodKey, api_group, pod_key
 from extender.model.timestamps import parse_time_s
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.ledger import GangLedger
-from extender.state.store import POD, ClusterStore, PodRecord, is_live, is_terminal
+from extender.state.store import POD, ClusterStore, PodRecord, disruption_condition, is_live, is_terminal
 
 DISRUPTION_TARGET = "DisruptionTarget"
 GANG_DISRUPTED = "GangDisrupted"
@@ -128,15 +128,8 @@ def _deleted_at(meta: dict[str, Any]) -> float | None:
     return at - grace if isinstance(grace, int) and not isinstance(grace, bool) and grace > 0 else at
 
 
-def _disruption_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for c in (pod.get("status") or {}).get("conditions") or ():
-        if isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("status") == "True":
-            return c
-    return None
-
-
 def _how(pod: dict[str, Any]) -> str:
-    cond = _disruption_condition(pod)
+    cond = disruption_condition(pod)
     reason = str((cond or {}).get("reason") or "")
     if "Preemption" in reason:
         return "preempted"
@@ -206,7 +199,7 @@ class GangDisruption:
         self._dirty.add(key)
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         uid = str(meta.get("uid") or "")
-        disrupted = event == "DELETED" or meta.get("deletionTimestamp") or _disruption_condition(obj)
+        disrupted = event == "DELETED" or meta.get("deletionTimestamp") or disruption_condition(obj)
         ours = uid in self._evicting or _ours(obj) or self._preemptor_of(pk) is not None
         if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
             self._signalled.add(uid)
@@ -225,7 +218,7 @@ class GangDisruption:
             if bound and not is_terminal(obj):
                 at = _deleted_at(meta) or self.wall_clock()
                 gone = self._gone.setdefault(key, collections.deque(maxlen=_GONE_PER_GANG))
-                how = _how(obj) if _disruption_condition(obj) else "deleted"
+                how = _how(obj) if disruption_condition(obj) else "deleted"
                 gone.append((_Signal(pk, at, how, own=ours), m.subgroup))
         elif is_terminal(obj) and bound:
             self._terminal.setdefault(key, {})[pk] = obj
@@ -240,7 +233,7 @@ class GangDisruption:
                 if is_terminal(rec.obj) and rec.node_name:
                     self._terminal.setdefault(m.group.key, {})[rec.key] = rec.obj
                 meta = rec.obj.get("metadata") or {}
-                if meta.get("deletionTimestamp") or _disruption_condition(rec.obj):
+                if meta.get("deletionTimestamp") or disruption_condition(rec.obj):
                     # disrupted before this process: its survivors are told by timestamps alone
                     self._signalled.add(rec.uid)
 
@@ -297,7 +290,7 @@ class GangDisruption:
             leaf = self.store.membership(rec).subgroup
             ever[leaf] = ever.get(leaf, 0) + 1
             meta = rec.obj.get("metadata") or {}
-            cond = _disruption_condition(rec.obj)
+            cond = disruption_condition(rec.obj)
             if meta.get("deletionTimestamp") or cond is not None:
                 at = _deleted_at(meta) or parse_time_s((cond or {}).get("lastTransitionTime"))
                 own = rec.uid in self._evicting or _ours(rec.obj) or self._preemptor_of(rec.key) is not None
@@ -571,20 +564,14 @@ def _watched(spec: GroupSpec) -> bool:
     return spec.disruption is Disruption.ALL or spec.is_gang()
 
 
-def marked_for_disruption(pod: dict[str, Any]) -> bool:
-    """Whether someone (this service's disruption, a preemption, kube-scheduler) marked the pod to go:
-    a DisruptionTarget condition, True. Its eviction is asked already: nobody asks it again."""
-    return _disruption_condition(pod) is not None
-
-
 def _evictable(rec: PodRecord) -> bool:
     """Running and not already marked for disruption by someone else (kube-scheduler deletes those)."""
-    cond = _disruption_condition(rec.obj)
+    cond = disruption_condition(rec.obj)
     return cond is None or cond.get("reason") in OUR_REASONS
 
 
 def _ours(pod: dict[str, Any]) -> bool:
-    cond = _disruption_condition(pod)
+    cond = disruption_condition(pod)
     return cond is not None and cond.get("reason") in OUR_REASONS
 
 

@@ -29,9 +29,8 @@ from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey
 from extender.placement.layout import ClusterArrays
 from extender.scheduling import messages, planning
-from extender.scheduling.disruption import marked_for_disruption
 from extender.scheduling.ledger import GangLedger, Victim
-from extender.state.store import ClusterStore, PodRecord, is_live
+from extender.state.store import ClusterStore, PodRecord, disruption_condition, is_live
 
 MAX_UNITS_PER_DOMAIN = 256
 """Candidate units tried in one domain: bounds the work of one plan (each trial is a placement)."""
@@ -123,7 +122,7 @@ def _victim(store: ClusterStore, rec: PodRecord, gang: GroupKey | None) -> tuple
 def _taken(ledger: GangLedger, rec: PodRecord) -> bool:
     """Already being evicted: another preemption's victim, or marked to go (a gang's disruption, say,
     whose eviction a disruption budget refused for now): asked once, never a second time."""
-    return ledger.victim_of(rec.key) is not None or marked_for_disruption(rec.obj)
+    return ledger.victim_of(rec.key) is not None or disruption_condition(rec.obj) is not None
 
 
 def _pod_unit(store: ClusterStore, ledger: GangLedger, rec: PodRecord, priority: int) -> Unit | None:
@@ -275,7 +274,7 @@ def _with_going(store: ClusterStore, arrays: ClusterArrays, priority: int) -> np
     for rec in store.pods.values():
         if not rec.node_name or rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
             continue
-        if rec.live and not marked_for_disruption(rec.obj):
+        if rec.live and not disruption_condition(rec.obj) is not None:
             continue
         if free is arrays.free:
             free = arrays.free.copy()

@@ -98,6 +98,15 @@ def scheduler_name(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME)
 
 
+def disruption_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's DisruptionTarget condition when True: someone (a gang's disruption, a preemption,
+    kube-scheduler) marked it to go and asked for its eviction."""
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return c
+    return None
+
+
 def is_live(pod: dict[str, Any]) -> bool:
     """Counts toward a gang's quorum: not finished, not being deleted, not held by scheduling gates."""
     if is_terminal(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
