@@ -125,6 +125,14 @@ class Binding:
         request, missing = self.store.request_vector(rec.requests)
         if missing:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {messages.unoffered_text(missing)}")
+        admits = self.store.eligible_mask_of(rec)
+        if admits is not None and not bool(admits[self.store.node_rows[node]]):
+            # tainted or relabelled since kube-scheduler's filter (a bind the start-up fence held
+            # back sees the cache as it is now): placed again, on a node that admits it
+            return BindDecision(
+                BindVerdict.REFUSE,
+                message=f"pod {key}: node {node} no longer admits it (its labels or taints changed)",
+            )
         held = self.store.reservations.get(key)
         if held is None or held.node != node:
             row = np.array([self.store.node_rows[node]], dtype=np.int32)

@@ -297,3 +297,22 @@ async def test_a_rack_groups_members_filtered_before_either_bound_never_bind_in_
     assert svc.node_of("a-0") == "n000" and svc.node_of("a-1") is None
     assert await svc.bind("a-1", "n001") == ""
     svc.check_invariants()
+
+
+async def test_a_pod_is_not_bound_to_a_node_tainted_since_its_filter(make_service):
+    """A pod filtered onto a node that is tainted NoSchedule before its bind (a bind the start-up
+    fence held back re-decides on the cache as it is then: interleavings seed 2709, a group whose
+    quorum was lowered to one meanwhile): the bind is refused, saying why, and the pod goes elsewhere."""
+    from tests.builders import make_pod
+
+    svc = await make_service([*rack_cluster(), make_pod("p", cpu="2")])
+    doc = await svc.filter("p")
+    assert "n000" in doc["NodeNames"], doc
+    node = copy.deepcopy(svc.cluster.get("", "Node", None, "n000"))
+    node["spec"]["taints"] = [{"key": "dedicated", "value": "other-team", "effect": "NoSchedule"}]
+    svc.cluster.apply(node)
+    error = await svc.bind("p", "n000")
+    assert error == "pod default/p: node n000 no longer admits it (its labels or taints changed)", error
+    assert svc.node_of("p") is None
+    assert await svc.bind("p", "n001") == ""  # kube-scheduler's next cycle: a node that admits it
+    svc.check_invariants()
