@@ -196,6 +196,11 @@ class QueueTree:
         return not self.children.get(name)
 
 
+MAX_QUEUE_DEPTH = 16
+"""Levels of parent queues a queue may sit under (KAI's hierarchies are two or three deep): every
+admission walks a queue's ancestors, so a chain of thousands would cost every filter as much."""
+
+
 def read_tree(objects: Iterable[Mapping[str, Any]]) -> QueueTree:
     """The queues of Queue objects; a malformed one, or one in a parent cycle, is an error, never raised.
 
@@ -215,21 +220,39 @@ def read_tree(objects: Iterable[Mapping[str, Any]]) -> QueueTree:
         queues[q.name] = q
         if problems:
             errors[q.name] = "; ".join(problems)
+    # each queue has one parent: one walk per queue that stops at the first queue walked before
+    # finds every cycle in O(queues), however long the chains
     in_cycle: set[str] = set()
-    for name in queues:
-        seen = {name}
-        parent = queues[name].parent
-        while parent is not None and parent in queues:
-            if parent in seen:
-                if name in _cycle_from(queues, parent):
-                    in_cycle.add(name)
-                break
-            seen.add(parent)
-            parent = queues[parent].parent
+    walked: dict[str, int] = {}
+    for start, name in enumerate(queues):
+        cur: str | None = name
+        while cur is not None and cur in queues and cur not in walked:
+            walked[cur] = start
+            cur = queues[cur].parent
+        if cur is not None and walked.get(cur) == start:
+            in_cycle |= _cycle_from(queues, cur)
     for name in in_cycle:
         why = f"spec.parentQueue: queue {name} is in a cycle of parent queues"
         errors[name] = f"{errors[name]}; {why}" if name in errors else why
         queues[name] = dataclasses.replace(queues[name], parent=None)
+    # every reader walks a queue's ancestors (its limits are its own and theirs): a chain deeper
+    # than MAX_QUEUE_DEPTH is cut there, the queue at the cut a top-level one with an error
+    depth: dict[str, int] = {}
+    for name in sorted(queues):
+        chain: list[str] = []
+        cur = name
+        while cur is not None and cur in queues and cur not in depth:
+            chain.append(cur)
+            cur = queues[cur].parent
+        level = depth[cur] if cur is not None and cur in depth else 0
+        for q in reversed(chain):
+            level += 1
+            if level > MAX_QUEUE_DEPTH:
+                why = f"spec.parentQueue: queue {q} is more than {MAX_QUEUE_DEPTH} levels below its top queue"
+                errors[q] = f"{errors[q]}; {why}" if q in errors else why
+                queues[q] = dataclasses.replace(queues[q], parent=None)
+                level = 1
+            depth[q] = level
     children: dict[str | None, list[str]] = {}
     for q in sorted(queues.values(), key=lambda q: q.name):
         parent = q.parent if q.parent in queues else None

@@ -90,3 +90,31 @@ async def test_a_read_only_view_that_fails_answers_503_with_why(make_service, mo
     assert 'internal error reading /debug/gangs: RuntimeError("a reader\'s bug")' in await resp.text()
     doc = await svc.filter("plain")
     assert doc["NodeNames"] and not doc["Error"], orjson.dumps(doc)
+
+
+def test_a_chain_of_thousands_of_queues_is_cut_every_max_depth_levels() -> None:
+    """2,000 Queues in one parent chain: every admission walks a queue's ancestors, and the queue book
+    sums each queue's use into every one of them, so each filter after any change cost O(queues x
+    depth), seconds (found by review). The chain is cut every MAX_QUEUE_DEPTH levels, each cut
+    queue a top-level one with an error naming why."""
+    from extender.scheduling.queues import MAX_QUEUE_DEPTH, read_tree
+
+    qs = [kai_queue("q0")] + [kai_queue(f"q{i}", f"q{i - 1}") for i in range(1, 2000)]
+    tree = read_tree(qs)
+    assert max(len(tree.ancestors(q)) for q in tree.queues) == MAX_QUEUE_DEPTH
+    cut = sorted((q for q in tree.errors), key=lambda q: int(q[1:]))
+    assert cut[:2] == [f"q{MAX_QUEUE_DEPTH}", f"q{2 * MAX_QUEUE_DEPTH}"]
+    assert tree.errors[cut[0]] == (
+        f"spec.parentQueue: queue q{MAX_QUEUE_DEPTH} is more than {MAX_QUEUE_DEPTH} levels below its top queue"
+    )
+    assert tree.usable("q1") and not tree.usable(cut[0])
+
+
+def test_a_long_cycle_of_parent_queues_is_found_and_cut() -> None:
+    from extender.scheduling.queues import read_tree
+
+    n = 3000
+    qs = [kai_queue(f"c{i}", f"c{(i + 1) % n}") for i in range(n)] + [kai_queue("leaf", "c0")]
+    tree = read_tree(qs)
+    assert len([q for q, why in tree.errors.items() if "in a cycle of parent queues" in why]) == n
+    assert tree.usable("leaf")
