@@ -147,12 +147,12 @@ def _filter_reply(args: wire.ExtenderArgs, decision: FilterDecision, reason_node
         return wire.filter_result(args=args, passed=decision.passed, failed=None, unresolvable=None)
     if decision.lagging_on:
         # an error names no plugin that rejected the pod: kube-scheduler retries it after its backoff
-        error = lagging.retry_text(decision.reason, decision.lagging_on)
+        error = wire.reply_reason(lagging.retry_text(decision.reason, decision.lagging_on))
         return wire.filter_result(args=args, passed=[], failed=None, unresolvable=None, error=error)
     # A bounded sample carries the reason: kube-scheduler 1.20 reads only FailedNodes, newer ones
     # prefer FailedAndUnresolvableNodes when a node is in both; nodes left out count as unresolvable.
     sample = args.node_names[:reason_nodes]
-    failed = dict.fromkeys(sample, decision.reason)
+    failed = dict.fromkeys(sample, wire.reply_reason(decision.reason))
     unresolvable = failed if decision.unresolvable else None
     return wire.filter_result(args=args, passed=[], failed=failed, unresolvable=unresolvable)
 

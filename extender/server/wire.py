@@ -44,6 +44,18 @@ def _one_line(text: str, limit: int = _REASON_CHARS) -> str:
     return text + "…" if cut else text
 
 
+REPLY_REASON_CHARS = 2048
+"""The longest reason a filter reply carries, per node: reasons are built from the cache too (a
+gang's names, its levels, its queues), whose objects no request bound."""
+
+
+def reply_reason(text: str) -> str:
+    """A decision's reason as a reply carries it: one line, at most about REPLY_REASON_CHARS."""
+    if len(text) <= REPLY_REASON_CHARS and text.isprintable():
+        return text
+    return _one_line(text, REPLY_REASON_CHARS)
+
+
 def quote(value: Any, limit: int = _QUOTED_CHARS) -> str:
     """An input value as a reason may show it: one line, at most about `limit` characters.
 

@@ -104,9 +104,8 @@ def test_a_chain_of_thousands_of_queues_is_cut_every_max_depth_levels() -> None:
     assert max(len(tree.ancestors(q)) for q in tree.queues) == MAX_QUEUE_DEPTH
     cut = sorted((q for q in tree.errors), key=lambda q: int(q[1:]))
     assert cut[:2] == [f"q{MAX_QUEUE_DEPTH}", f"q{2 * MAX_QUEUE_DEPTH}"]
-    assert tree.errors[cut[0]] == (
-        f"spec.parentQueue: queue q{MAX_QUEUE_DEPTH} is more than {MAX_QUEUE_DEPTH} levels below its top queue"
-    )
+    d = MAX_QUEUE_DEPTH
+    assert tree.errors[cut[0]] == f"spec.parentQueue: queue q{d} is more than {d} levels below its top queue"
     assert tree.usable("q1") and not tree.usable(cut[0])
 
 
@@ -118,3 +117,28 @@ def test_a_long_cycle_of_parent_queues_is_found_and_cut() -> None:
     tree = read_tree(qs)
     assert len([q for q, why in tree.errors.items() if "in a cycle of parent queues" in why]) == n
     assert tree.usable("leaf")
+
+
+async def test_a_reason_built_from_a_huge_cached_name_is_one_bounded_line(make_service) -> None:
+    """A 1.37 PodGroup naming a topology key of 10 KB with a newline: whatever reason names it, the
+    reply carries one line of at most REPLY_REASON_CHARS per node (found by review: 10,073
+    characters on each of 16 nodes, a newline starting a second line)."""
+    from extender.server.wire import REPLY_REASON_CHARS
+
+    key = "example.com/" + "k" * 10_000 + "\nforged"
+    pg = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": "default"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": key}]},
+        },
+    }
+    pods = [make_pod(f"g-{i}", scheduling_group="g") for i in range(2)]
+    svc = await make_service([*rack_cluster(), pg, *pods])
+    doc = await svc.filter("g-0")
+    reasons = [*doc["FailedNodes"].values(), *doc["FailedAndUnresolvableNodes"].values(), doc["Error"]]
+    assert any(reasons), doc
+    for reason in reasons:
+        assert len(reason) <= REPLY_REASON_CHARS + 1 and "\n" not in reason, reason[:200]
