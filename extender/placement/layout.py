@@ -47,6 +47,7 @@ class ClusterArrays:
         self.schedulable = np.zeros(capacity, dtype=np.bool_)
         self.domains = np.full((0, capacity), -1, dtype=np.int32)
         self._labels: list[dict[str, str] | None] = []
+        self._key_rows: dict[str, int] = {}  # label key -> rows that have it: `carries`
         self._free_slots: list[int] = []  # a heap, so reuse is deterministic (lowest slot first)
         self._level_keys: list[str] = []
         self._level_index: dict[str, int] = {}
@@ -107,6 +108,7 @@ class ClusterArrays:
         self.free[row] = alloc
         self.schedulable[row] = bool(schedulable)
         self._labels[row] = dict(labels)
+        self._count_keys(labels, +1)
         for level in range(self.n_levels):
             self.domains[level, row] = self._domain_of(level, labels)
         return row
@@ -128,7 +130,9 @@ class ClusterArrays:
             self.free[row] += alloc - self.allocatable[row]
             self.allocatable[row] = alloc
         if labels is not None:
+            self._count_keys(self._labels[row] or {}, -1)
             self._labels[row] = dict(labels)
+            self._count_keys(labels, +1)
             for level in range(self.n_levels):
                 domain = self._domain_of(level, labels)
                 moved = moved or bool(domain != self.domains[level, row])
@@ -143,8 +147,22 @@ class ClusterArrays:
         self.allocatable[row] = 0
         self.schedulable[row] = False
         self.domains[:, row] = -1
+        self._count_keys(self._labels[row] or {}, -1)
         self._labels[row] = None
         heapq.heappush(self._free_slots, row)
+
+    def _count_keys(self, labels: Mapping[str, str], step: int) -> None:
+        counts = self._key_rows
+        for key in labels:
+            left = counts.get(key, 0) + step
+            if left > 0:
+                counts[key] = left
+            else:
+                counts.pop(key, None)
+
+    def carries(self, label_key: str) -> bool:
+        """Whether any node row has the label `label_key` (whatever its value), O(1)."""
+        return label_key in self._key_rows
 
     def sub(self, row: int, request: np.ndarray) -> None:
         """A pod was bound or reserved on `row`: free[row] -= request."""

@@ -36,6 +36,29 @@ def _friendly(key: str) -> str:
 
 
 def resolve(constraint: TopologyConstraint | None, lookup: TopologyLookup) -> LevelKeys:
+    """The constraint's label keys. Over a lookup that knows the nodes (the store's `carries_label`):
+    a required key no node has is an error saying so (no node is in any domain of it: the gang
+    fits nowhere, for want of the label, not of room), and a preferred or fallback one is dropped
+    (soft). Neither is made a level of the cluster's arrays: a hostile group naming thousands of
+    keys would add a level each, walked by every node update for good."""
+    keys = _resolve(constraint, lookup)
+    carries = getattr(lookup, "carries_label", None)
+    if carries is None or not (keys.required or keys.preferred):
+        return keys
+    if keys.required and not carries(keys.required):
+        shown = keys.required if len(keys.required) <= 100 else keys.required[:100] + "..."
+        raise TopologyError(
+            f"no node has the label {shown!r} its required topology level names: it fits nowhere until "
+            "nodes carry it"
+        )
+    preferred = keys.preferred if keys.preferred and carries(keys.preferred) else None
+    fallback = tuple(k for k in keys.fallback if carries(k))
+    if preferred == keys.preferred and fallback == keys.fallback:
+        return keys
+    return dataclasses.replace(keys, preferred=preferred, fallback=fallback)
+
+
+def _resolve(constraint: TopologyConstraint | None, lookup: TopologyLookup) -> LevelKeys:
     if constraint is None or constraint.is_empty():
         return LevelKeys(None, None, {})
     if constraint.topology is None:

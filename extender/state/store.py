@@ -1113,6 +1113,10 @@ class ClusterStore:
         facts = self._spec_facts(rec)
         return facts.cycle if facts is not None else cycle_needed(rec.obj)
 
+    def carries_label(self, key: str) -> bool:
+        """Whether any node has the label `key` (topology.resolve asks before a key becomes a level)."""
+        return self.arrays.carries(key)
+
     def eligible_mask_of(self, rec: PodRecord) -> np.ndarray | None:
         """`eligible_mask` of the pod (the same mask object), its terms read once per shared spec."""
         facts = self._spec_facts(rec)

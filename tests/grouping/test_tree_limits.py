@@ -100,10 +100,11 @@ def test_fair_shares_over_a_deep_queue_chain_use_no_stack():
         }
         for i in range(1200)
     ]
-    tree = queues.read_tree(objects)
+    tree = queues.read_tree(objects)  # cut every MAX_QUEUE_DEPTH levels: 75 chains of 16
     gpu = "nvidia.com/gpu"
     requested = {f"q{i}": {gpu: 8} for i in range(1200)}
-    shares = queues.fair_shares(tree, requested, {gpu: 8})
+    shares = queues.fair_shares(tree, requested, {gpu: 8 * 75})
+    assert len(shares) == 1200
     assert shares["q1199"][gpu] == 8 and shares["q0"][gpu] == 8
 
 

@@ -142,3 +142,52 @@ async def test_a_reason_built_from_a_huge_cached_name_is_one_bounded_line(make_s
     assert any(reasons), doc
     for reason in reasons:
         assert len(reason) <= REPLY_REASON_CHARS + 1 and "\n" not in reason, reason[:200]
+
+
+async def test_a_required_level_no_node_has_says_so_and_adds_no_level(make_service) -> None:
+    """Every node has room, none the label: the reason names the label, not a cpu shortage (found by
+    review), and the key is not made a level of the cluster's arrays (a group naming thousands
+    of keys added a level each, one np.vstack of every row's domains apiece: 32 s for one filter)."""
+    pg = make_kai_podgroup("a", min_member=2, topology={"requiredTopologyLevel": "example.com/none"})
+    svc = await make_service([*rack_cluster(), pg, gang_pod("a-0", "a"), gang_pod("a-1", "a")])
+    levels = svc.store.arrays.n_levels
+    doc = await svc.filter("a-0")
+    reason = next(iter(doc["FailedNodes"].values()))
+    assert "no node has the label 'example.com/none'" in reason and "cpu short" not in reason, reason
+    assert svc.store.arrays.n_levels == levels
+
+
+async def test_thousands_of_subgroup_levels_no_node_has_register_none(make_service) -> None:
+    subs = [
+        {
+            "name": f"s{i}",
+            "minMember": 1,
+            "topologyConstraint": {"requiredTopologyLevel": f"example.com/k{i}"},
+        }
+        for i in range(3000)
+    ]
+    pg = make_kai_podgroup("a", subgroups=subs)
+    pg["spec"]["minSubGroup"] = 1
+    pod = gang_pod("a-0", "a", labels={"kai.scheduler/subgroup-name": "s0"})
+    svc = await make_service([*rack_cluster(), pg, pod])
+    levels = svc.store.arrays.n_levels
+    doc = await svc.filter("a-0")
+    assert not doc["NodeNames"]
+    assert svc.store.arrays.n_levels == levels
+
+
+def test_a_preferred_level_no_node_has_is_dropped_and_a_required_one_refused() -> None:
+    from extender.model.group import TopologyConstraint
+    from extender.scheduling.topology import TopologyError, resolve
+
+    class Nodes:
+        def get(self, *_: object) -> None:
+            return None
+
+        def carries_label(self, key: str) -> bool:
+            return key == "topology.kubernetes.io/rack"
+
+    soft = resolve(TopologyConstraint(None, "topology.kubernetes.io/rack", "example.com/none"), Nodes())
+    assert soft.required == "topology.kubernetes.io/rack" and soft.preferred is None
+    with pytest.raises(TopologyError, match=r"no node has the label 'example\.com/none'"):
+        resolve(TopologyConstraint(None, "example.com/none", None), Nodes())
