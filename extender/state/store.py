@@ -98,6 +98,11 @@ def scheduler_name(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME)
 
 
+MAX_RESOURCE_COLUMNS = 256
+"""Distinct resource names the arrays keep a column for (cpu, memory and pods among them); a node's
+names past it are taken as not offered, with a warning."""
+
+
 def disruption_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's DisruptionTarget condition when True: someone (a gang's disruption, a preemption,
     kube-scheduler) marked it to go and asked for its eviction."""
@@ -707,6 +712,28 @@ class ClusterStore:
             log.warning("node %s: %s; treating it as empty", key_of(node), exc)
             alloc = {}
         alloc.pop(podaffinity.ONE_PER_NODE, None)  # the planner's own column; no node offers it
+        new = [r for r in alloc if self.resources.find(r) is None]
+        room = MAX_RESOURCE_COLUMNS - len(self.resources)
+        if len(new) > room:
+            # every name is a column of every node's row, and a new one walks every pod: a node
+            # offering thousands (a file, a broken device plugin) would grow both for good
+            dropped = sorted(new)[max(room, 0) :]
+            log.warning(
+                "node %s: %d resource names past the %d this service keeps (%s...); taken as not offered",
+                key_of(node),
+                len(dropped),
+                MAX_RESOURCE_COLUMNS,
+                ", ".join(dropped[:3]),
+            )
+            for r in dropped:
+                del alloc[r]
+        negative = sorted(r for r, v in alloc.items() if v < 0)
+        if negative:
+            # the API server refuses these; a file may not: the node offers none of them, and stays
+            # a node every verb knows (skipped, kube-scheduler's list of it made every call a 400)
+            log.warning("node %s: negative allocatable %s; taken as 0", key_of(node), ", ".join(negative))
+            for r in negative:
+                alloc[r] = 0
         self._ensure_columns(alloc)
         return self.vector(alloc)
 

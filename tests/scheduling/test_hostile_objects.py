@@ -191,3 +191,38 @@ def test_a_preferred_level_no_node_has_is_dropped_and_a_required_one_refused() -
     assert soft.required == "topology.kubernetes.io/rack" and soft.preferred is None
     with pytest.raises(TopologyError, match=r"no node has the label 'example\.com/none'"):
         resolve(TopologyConstraint(None, "example.com/none", None), Nodes())
+
+
+async def test_a_node_offering_a_negative_amount_is_a_node_offering_none(make_service) -> None:
+    """A Node (from a file: the API server refuses it) with a negative allocatable was skipped by the
+    store, yet kube-scheduler lists it: every verb for every pod answered 400 "unknown node" (found by
+    review). It is a node offering none of that resource."""
+    from tests.builders import make_node
+
+    bad = make_node("bad")
+    bad["status"]["allocatable"]["example.com/dongle"] = "-1"
+    svc = await make_service([*rack_cluster(), bad, make_pod("plain")])
+    assert svc.cluster.bad_objects == 0
+    resp = await svc.client.post(
+        "/filter", data=orjson.dumps({"Pod": svc.pod("plain"), "Nodes": None, "NodeNames": ["bad", "n000"]})
+    )
+    assert resp.status == 200, await resp.text()
+    assert set((await resp.json())["NodeNames"]) == {"bad", "n000"}
+
+
+async def test_a_node_offering_thousands_of_resource_names_grows_no_column_past_the_cap(make_service) -> None:
+    """One Node offering 4,000 extended resources grew every row by as many columns, for good, each
+    new one walking every pod (found by review: 80 MB at 1,024 rows). Names past the cap are taken
+    as not offered."""
+    from extender.state.store import MAX_RESOURCE_COLUMNS
+    from tests.builders import make_node
+
+    wide = make_node("wide")
+    wide["status"]["allocatable"].update({f"example.com/r{i}": "1" for i in range(4000)})
+    svc = await make_service([*rack_cluster(), wide, make_pod("plain")])
+    assert (
+        len(svc.store.resources) == MAX_RESOURCE_COLUMNS
+        and svc.store.arrays.n_res <= 2 * MAX_RESOURCE_COLUMNS
+    )
+    doc = await svc.filter("plain")
+    assert doc["NodeNames"] and not doc["Error"], doc
