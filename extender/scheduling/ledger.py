@@ -731,13 +731,16 @@ class GangLedger:
         for pk in p.victims:
             self._victim_of[pk] = p.gang
         self._entry(p.gang).last_reason = p.reason
-        self._claim_free_room(p)
         for pk, v in p.victims.items():
             rec = self.store.pods.get(pk)
             if rec is None or (v.uid and rec.uid != v.uid) or is_terminal(rec.obj):
                 # gone already (the cache saw it before the plan was carried out, or a restarted
                 # preemption): the hold keeps its deadline
                 self._hold_freed(p, v, rearm=False)
+        # the claim last: it takes only what is free beyond the victims' room, which is held first
+        # (claimed before, a gone victim's room was claimed and then held again: a node over-held,
+        # interleavings seed 1282, a preemption re-armed after its victims went)
+        self._claim_free_room(p)
 
     def victims_gone(self, gang: GroupKey) -> bool:
         p = self.preemptions.get(gang)

@@ -380,3 +380,20 @@ def test_a_barrier_the_watch_completes_is_named_once_for_release(arrived, bound_
     if completed:
         assert all(ledger.is_releasing(pk) for pk in released)
         assert ledger.release(GANG) == [], "released once"
+
+
+def test_a_preemption_started_after_its_victims_went_claims_only_what_is_free_beyond_their_room():
+    """A preemption (re-armed, or restarted) whose victim went already, whose plan counts on more room
+    than is free now (a Terminating pod's, on its way out): the victim's room is held for the gang
+    first, and the claim takes only what is free beyond it. Claimed first, the claim took the
+    victim's freed room too and holding it again over-held the node (interleavings seed 1282)."""
+    from extender.scheduling.ledger import Preemption, Victim
+
+    store, ledger, clock, _spec = setup(5)  # five 1-cpu members, 4-cpu nodes
+    victim = Victim("default/v", "uv", "n0", {"cpu": 2000}, 0, None)  # gone already: n0 all free
+    where = {f"default/train-{i}": "n0" for i in range(5)}  # 5 cpu: a going pod's room counted on
+    p = Preemption(GANG, "", {"default/v": victim}, (), 100, clock.now + 60, where, "test", hold_s=60.0)
+    ledger.start_preemption(p)
+    row = store.node_rows["n0"]
+    assert p.held == {"default/v"} and p.claimed["n0"]["cpu"] == 2000
+    assert int(store.arrays.free[row][0]) == 0
