@@ -190,11 +190,25 @@ class Filtering:
             return settled
         decision = self._filter_gang(call) if call.group.is_gang() else self._filter_single(call)
         if decision.verdict is Verdict.NO_FIT:
-            coming = (
-                (pod.get("status") or {}).get("nominatedNodeName") if uid in self.view.evictions else None
-            )
+            coming = self._room_coming(pod, uid, call.group)
             decision.lagging_on = self.lagging.retry(key, rows, node_names, requests, coming=coming) or ""
         return decision
+
+    def _room_coming(self, pod: dict[str, Any], uid: str, group: Any) -> str | None:
+        """The node kube-scheduler nominated the pod to while it evicts victims there for it: the
+        preempt verb answered for it (`view.evictions`), or, read again from the API after a restart
+        lost that, a pod of lower priority still Terminating on the nominated node. A refusal of it
+        is a retry, not final: else kube-scheduler, its cache showing the victim gone, preempts a
+        second set elsewhere."""
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if not nominated:
+            return None
+        if uid in self.view.evictions:
+            return str(nominated)
+        priority = member_priority(pod, group)
+        if any(self.store.rank(r) < priority for r in self.store.leaving_on(str(nominated))):
+            return str(nominated)
+        return None
 
     def _settle_stale_plan(self, call: FilterCall) -> FilterDecision | None:
         """A plan held for this name that the answer above could not use: its node is gone or not

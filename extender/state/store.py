@@ -437,6 +437,7 @@ class ClusterStore:
         """The kinds the source lists (set by a live source once it has asked the API server what it
         serves); None: every kind (an embedded cluster holds what it was given, whole)."""
         self._reserved_rows: dict[int, int] = {}  # row -> how many reservations name it
+        self._leaving: dict[int, set[PodKey]] = {}  # row -> its bound pods being deleted (leaving_on)
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
         self.topology_gen = 0  # bumps when a known node moves to another domain of a level in use
@@ -780,6 +781,7 @@ class ClusterStore:
             return
         self.node_gen += 1
         self.tainted_rows.discard(row)
+        self._leaving.pop(row, None)
         self.row_names.pop(row, None)
         self._name_index = None
         for rec in self.pods.values():
@@ -853,12 +855,26 @@ class ClusterStore:
     def _charge(self, rec: PodRecord, row: int) -> None:
         self.arrays.sub(row, self._pod_vector(rec.requests))
         rec.bound_row = row
+        if not rec.live:
+            self._leaving.setdefault(row, set()).add(rec.key)
 
     def _release(self, rec: PodRecord) -> None:
         if rec.bound_row >= 0:
             self.release_gen += 1
             self.arrays.add(rec.bound_row, self._pod_vector(rec.requests))
+            leaving = self._leaving.get(rec.bound_row)
+            if leaving is not None:
+                leaving.discard(rec.key)
+                if not leaving:
+                    del self._leaving[rec.bound_row]
             rec.bound_row = -1
+
+    def leaving_on(self, node: str) -> list[PodRecord]:
+        """The pods bound to `node` that are being deleted (Terminating, in their grace period): their
+        room is on its way back. O(those pods)."""
+        row = self.node_rows.get(node)
+        keys = self._leaving.get(row, ()) if row is not None else ()
+        return [self.pods[k] for k in sorted(keys) if k in self.pods]
 
     def _pod_requests(self, pod: dict[str, Any]) -> dict[str, int]:
         """resources.pod_requests, once per distinct set of the fields it reads (a Deployment's pods

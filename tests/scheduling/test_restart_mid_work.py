@@ -2,9 +2,11 @@
 the middle of multi-step work: a preemption or a reclaim whose victims are still going, a hold for a
 waiting gang. The new process evicts no second set of victims and holds what the first held.
 
+A preempt verb's answer kube-scheduler acts on is read again from the API: a pod nominated to a node
+where a pod of lower priority is still Terminating has room coming there.
+
 Left (not rebuilt from the API): the room of victims already gone, held for their preemptor by the
-first process, is free to anyone after a restart; a preempt verb's answer kube-scheduler acts on
-(`preemption.Evictions`) is forgotten, so the nominated node's refusal is final, not a retry."""
+first process, is free to anyone after a restart."""
 
 from __future__ import annotations
 
@@ -239,3 +241,55 @@ async def test_the_lease_moving_mid_preemption_evicts_no_second_set(make_service
     finally:
         await a.client.close()
         await b.client.close()
+
+
+# ------------------------------------------------------------------ 6: kube-scheduler's preemption in flight
+import orjson  # noqa: E402
+
+from extender.scheduling.lagging import RETRY_TEXT  # noqa: E402
+from tests.builders import make_node, make_pod  # noqa: E402
+
+
+def _gpu_pod(name: str, priority: int, node: str | None = None) -> dict:
+    pod = make_pod(name, cpu="1", gpu="1", node=node)
+    pod["spec"]["priority"] = priority
+    if node:
+        pod["status"] = {"phase": "Running"}
+    return pod
+
+
+async def _preemptor_refused_on_its_node(svc) -> dict:
+    """kube-scheduler's cache saw the victim go (this one has it Terminating): it offers n0 alone."""
+    return await svc.filter("p", ["n0"])
+
+
+async def test_restart_while_kube_schedulers_victim_terminates_keeps_the_retry_answer(make_service):
+    objs = [
+        make_node("n0", gpu="1"),
+        make_node("n1", gpu="1"),
+        _gpu_pod("v", 0, "n0"),
+        _gpu_pod("w", 0, "n1"),
+        _gpu_pod("p", 100),
+    ]
+    first = await make_service(objs)
+    victims = {"n0": {"Pods": [{"UID": first.pod("v")["metadata"]["uid"]}], "NumPDBViolations": 0}}
+    resp = await first.client.post(
+        "/preempt", data=orjson.dumps({"Pod": first.pod("p"), "NodeNameToMetaVictims": victims})
+    )
+    assert (await resp.json())["NodeNameToMetaVictims"] == victims
+    # kube-scheduler evicts v (Terminating, in grace) and nominates p to n0
+    v = first.pod("v")
+    v["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    first.cluster.apply(v)
+    p = first.pod("p")
+    p["status"]["nominatedNodeName"] = "n0"
+    first.cluster.apply(p)
+    doc = await _preemptor_refused_on_its_node(first)
+    assert RETRY_TEXT in doc["Error"], doc  # the first process: a retry, not a final refusal
+
+    second = await restart(make_service, first)
+    doc = await _preemptor_refused_on_its_node(second)
+    assert RETRY_TEXT in doc["Error"], (
+        "after a restart the refusal of p's nominated node is final: kube-scheduler, its cache showing "
+        f"no terminating victim on n0, preempts again (w): {doc}"
+    )
