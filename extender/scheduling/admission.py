@@ -20,13 +20,17 @@ from extender.model.keys import GroupKey, PodKey, single_pod_of
 from extender.model.priority import member_priority
 from extender.model.queue import QUEUE_API_GROUP, QUEUE_KIND
 from extender.placement import api as placement
-from extender.scheduling import messages, planning, preemptor, queues
+from extender.scheduling import messages, planning, preemptor, queues, topology
 from extender.scheduling.decisions import Effect, FilterDecision, Verdict
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import FilterCall, View
 from extender.state.store import PodRecord, is_live
 
 log = logging.getLogger(__name__)
+
+IDLE_SHAPES = 8
+"""Kinds of pending pod (requests, subgroup) a group is looked at for room before it is taken as able
+to use some: a fair-share check must stay cheap whatever the group's size."""
 
 QUEUE_STATUS_INTERVAL_S = 5.0
 """How often Queue status (allocated, requested) is brought up to date: usage moves with every bind,
@@ -125,23 +129,46 @@ class Admission:
         return stuck
 
     def _pod_idle(self, key: GroupKey) -> bool:
-        """Whether the plain pod of group `key`, pending, could use no room as the cluster is now: it
-        asks for a resource no node has, or no schedulable node it may go to has room for it,
-        and kube-scheduler's preemption is not freeing any for it (queues.QueueSnapshot.idle). Its
-        own filters passing no node, kube-scheduler may never ask this service to say so."""
+        """Whether the pending pods of group `key` (a plain pod, or a group of quorum one whose pods
+        are placed one at a time) could use no room as the cluster is now: each asks for a resource
+        no node has, or no schedulable node it may go to (inside the group's domain, where a member
+        placed already pins it) has room for it, and kube-scheduler's preemption is not freeing any
+        for them (queues.QueueSnapshot.idle). Their own filters passing no node, kube-scheduler may
+        never ask this service to say so. Pods alike are looked at once (a few shapes at most)."""
         pending = [r for r in self._group_pods(key) if not r.node_name and is_live(r.obj)]
-        if len(pending) != 1 or self._room_coming(pending[0]):
+        if not pending or any(self._room_coming(r) for r in pending):
             return False
-        request, missing = self.store.request_vector(pending[0].requests)
-        if missing:
-            return True
         arrays = self.store.arrays
-        usable = arrays.schedulable[: arrays.n_rows]
-        admits = self.store.eligible_mask(pending[0].obj)  # its selector, affinity and tolerations
-        if admits is not None:
-            usable = usable & admits[: arrays.n_rows]
-        rows = np.flatnonzero(usable).astype(np.int32)
-        return not (len(rows) and bool(placement.fit_mask(arrays, rows, request).any()))
+        looked: set[tuple[int, str | None]] = set()
+        for rec in pending:
+            membership = self.store.membership(rec)
+            shape = (id(rec.requests), membership.subgroup)
+            if shape in looked:
+                continue
+            looked.add(shape)
+            if len(looked) > IDLE_SHAPES:
+                return False  # too many kinds of pod to tell cheaply: taken as able to use the room
+            request, missing = self.store.request_vector(rec.requests)
+            if missing:
+                continue
+            usable = arrays.schedulable[: arrays.n_rows]
+            admits = self.store.eligible_mask_of(rec)  # its selector, affinity and tolerations
+            if admits is not None:
+                usable = usable & admits[: arrays.n_rows]
+            rows = np.flatnonzero(usable).astype(np.int32)
+            group = membership.group
+            if len(rows) and group is not None and group.source is not Source.SINGLE_POD:
+                try:
+                    allowed = planning.domain_mask(
+                        self.store, self.ledger, group, membership.subgroup, rows, exclude=rec.key
+                    )
+                except topology.TopologyError:
+                    continue  # its filter refuses it: it uses nothing
+                if allowed is not None:
+                    rows = rows[allowed]
+            if len(rows) and bool(placement.fit_mask(arrays, rows, request).any()):
+                return False
+        return True
 
     def _group_pods(self, key: GroupKey) -> list[PodRecord]:
         members = self.store.group_members(key)

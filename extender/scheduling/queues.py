@@ -51,7 +51,8 @@ the room held for a preemptor that it is being planned into):
    with no capacity grown since (`QueueSnapshot.stuck`), holds no one: it could not use the room,
    which would sit idle for nobody. A plain pod is found so by its last filter (no offered node
    fits it, or it asks for a resource no node has), or as the cluster is now (no schedulable node
-   has room for it: kube-scheduler, its own filters passing no node, may never ask), unless
+   has room for it, inside its group's domain for a member of a group of quorum one placed as it
+   comes: kube-scheduler, its own filters passing no node, may never ask), unless
    kube-scheduler's preemption may be freeing room for it (it is nominated, or the preempt verb's
    victims are leaving for it) (`QueueSnapshot.idle`).
 Why the hold cannot starve anyone: a gang that holds others is within its queue's share on every
@@ -339,7 +340,8 @@ class Waiter:
     group: GroupKey
     queue: str
     need: dict[str, int]
-    lone: bool = False  # a plain pod (a group of one), pending: QueueSnapshot.idle may say it holds no one
+    lone: bool = False  # no gang (a plain pod, a group of quorum one): its pods are placed one at a time,
+    # each inside the group's domain; QueueSnapshot.idle may say it holds no one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,7 +392,7 @@ class QueueSnapshot:
                 continue  # planned, stuck, of no usable queue, or of no one queue (not admitted)
             usable = t.ready_need()
             if usable is not None and usable[0] > 0 and usable[1].get(resource, 0) > 0:
-                yield Waiter(key, t.queue, usable[1], lone=usable[0] == 1 and not t.spec.is_gang())
+                yield Waiter(key, t.queue, usable[1], lone=not t.spec.is_gang())
 
 
 def _tracked(requests: Mapping[str, int]) -> dict[str, int]:
@@ -815,7 +817,7 @@ def admission(
             if admission(snap, h.queue, h.need, h.group, fair_share=False) is not None:
                 continue  # an ancestor's limit holds it: it could not use the room
             if h.lone and snap.idle is not None and snap.idle(h.group):
-                continue  # a plain pod with no room anywhere, none being freed for it: it could not use it
+                continue  # no room for its pods where they may go, none being freed: it could not use it
             return (
                 f"queue {queue} is at its fair share of {KAI_NAMES[r]} ({amount_text(r, alloc[r])} in use + "
                 f"{amount_text(r, need[r])} needed > fair share {amount_text(r, fair.get(r, 0))}) while "

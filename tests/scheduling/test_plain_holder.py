@@ -21,6 +21,7 @@ from tests.builders import make_node, make_pod
 from tests.scheduling.test_queues import World, gpu_nodes, kai_queue
 
 QUEUE = "kai.scheduler/queue"
+RACK_KEY = "topology.kubernetes.io/rack"
 
 
 OFFERED = ["node-0", "node-1", "node-2", "node-3"]  # kube-scheduler's filters left node-4 out
@@ -111,3 +112,34 @@ def test_a_plain_pod_found_to_fit_holds_again() -> None:
     assert w.filter("holder").verdict is Verdict.PASS  # offered node-4 now
     decision = w.filter(small[0])
     assert decision.verdict is Verdict.WAITING and "held so that queue team-b" in decision.reason
+
+
+@pytest.mark.parametrize("pending", [1, 2])
+def test_a_group_of_quorum_one_whose_rack_is_full_holds_no_one(pending: int) -> None:
+    """team-b's KAI PodGroup of minMember 1 with a required rack: one member bound in rack rA, which
+    is full, and `pending` more to come, which may go only there. Room on node-4 (rack rB) is of no
+    use to them: they hold no one (interleavings seed 3275: a group whose quorum was lowered to one,
+    its members' own filters passing no node, held team-a's pod for good)."""
+    from tests.builders import gang_pod, make_kai_podgroup
+
+    racks = {"node-0": "rA", "node-1": "rA", "node-2": "rB", "node-3": "rB", "node-4": "rB"}
+    w = World(
+        [
+            *(make_node(n, cpu="64", memory="256Gi", gpu="4", rack=r) for n, r in racks.items()),
+            kai_queue("team-a", gpu={"quota": 8, "limit": -1}),
+            kai_queue("team-b", gpu={"quota": 8, "limit": -1}),
+            make_kai_podgroup(
+                "w", min_member=1, queue="team-b", topology={"requiredTopologyLevel": RACK_KEY}
+            ),
+        ]
+    )
+    for i, (node, gpus) in enumerate((("node-0", "4"), ("node-1", "3"), ("node-2", "4"), ("node-3", "4"))):
+        w.cluster.apply(make_pod(f"a{i}", gpu=gpus, node=node, labels={QUEUE: "team-a"}, uid=f"u-a{i}"))
+    w.cluster.apply(gang_pod("w-0", "w", gpu="1", node="node-1"))
+    for i in range(1, 1 + pending):
+        w.cluster.apply(gang_pod(f"w-{i}", "w", gpu="4"))
+    small = w.gang("small", 2, "team-a")
+    decision = w.filter(small[0])
+    assert decision.verdict is Verdict.PASS, decision.reason
+    w.schedule(*small)
+    assert w.bound(*small)
