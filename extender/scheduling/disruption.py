@@ -39,10 +39,17 @@ from extender.model.keys import GroupKey, PodKey, api_group, pod_key
 from extender.model.timestamps import parse_time_s
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.ledger import GangLedger
-from extender.state.store import POD, ClusterStore, PodRecord, disruption_condition, is_live, is_terminal
+from extender.state.store import (
+    GANG_DISRUPTED,
+    POD,
+    ClusterStore,
+    PodRecord,
+    disruption_condition,
+    is_live,
+    is_terminal,
+)
 
 DISRUPTION_TARGET = "DisruptionTarget"
-GANG_DISRUPTED = "GangDisrupted"
 PREEMPTED_BY_GANG = "PreemptionByGangScheduler"
 OUR_REASONS = frozenset({GANG_DISRUPTED, PREEMPTED_BY_GANG})
 RETRY_S = 10.0

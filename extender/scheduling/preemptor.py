@@ -5,7 +5,7 @@ evictions, the ledger holds the room as each victim goes).
 
 The rules:
 - a victim has a strictly lower priority than the preemptor, is bound (or held for a plan) and
-  live, and is not already being evicted (for another preemptor, or marked to go by anyone);
+  live, and is not already being evicted (for another preemptor, or by this service's whole-gang disruption);
 - a member of a gang is evicted with its whole gang, never alone: the gang is one unit, with the
   highest priority among its members, and is a candidate only when every member is lower;
 - a domain is one of the gang's required level (the whole cluster when it has none). In each, the
@@ -30,7 +30,7 @@ from extender.model.keys import GroupKey, PodKey
 from extender.placement.layout import ClusterArrays
 from extender.scheduling import messages, planning
 from extender.scheduling.ledger import GangLedger, Victim
-from extender.state.store import ClusterStore, PodRecord, disruption_condition, is_live
+from extender.state.store import ClusterStore, PodRecord, disrupted_by_gang, is_live
 
 MAX_UNITS_PER_DOMAIN = 256
 """Candidate units tried in one domain: bounds the work of one plan (each trial is a placement)."""
@@ -120,9 +120,11 @@ def _victim(store: ClusterStore, rec: PodRecord, gang: GroupKey | None) -> tuple
 
 
 def _taken(ledger: GangLedger, rec: PodRecord) -> bool:
-    """Already being evicted: another preemption's victim, or marked to go (a gang's disruption, say,
-    whose eviction a disruption budget refused for now): asked once, never a second time."""
-    return ledger.victim_of(rec.key) is not None or disruption_condition(rec.obj) is not None
+    """Already being evicted: another preemption's victim, or a member this service's whole-gang
+    disruption is evicting (its eviction asked again until it goes, a disruption budget refusing it
+    for now): asked once, never a second time. A mark whose eviction nobody asks again (a preemption
+    since ended) keeps no pod from being a victim."""
+    return ledger.victim_of(rec.key) is not None or disrupted_by_gang(rec.obj)
 
 
 def _pod_unit(store: ClusterStore, ledger: GangLedger, rec: PodRecord, priority: int) -> Unit | None:
@@ -178,10 +180,10 @@ def plan_preemption(
     else:
         domains = [-1]
 
-    # the room of lower-priority pods already going (Terminating, or marked to go and asked to) is
-    # the preemptor's at no cost: a domain they free enough needs no victim, so no second set is
-    # evicted while the first runs out its grace period (after a restart, say, which lost the record
-    # of whom this gang evicted; kube-scheduler waits for such victims too)
+    # the room of lower-priority pods already going (Terminating) is the preemptor's at no cost: a
+    # domain they free enough needs no victim, so no second set is evicted while the first runs out
+    # its grace period (after a restart, say, which lost the record of whom this gang evicted;
+    # kube-scheduler waits for such victims too)
     base_free = _with_going(store, arrays, priority)
 
     def trial(chosen: Sequence[Unit], domain: int) -> planning.GangPlan | None:
@@ -269,12 +271,11 @@ def plan_preemption(
 
 
 def _with_going(store: ClusterStore, arrays: ClusterArrays, priority: int) -> np.ndarray:
-    """`arrays.free` with the room of bound pods below `priority` that are already going given back."""
+    """`arrays.free` with the room of bound pods below `priority` that are being deleted (Terminating,
+    in their grace period) given back: O(those pods), from the store's index."""
     free = arrays.free
-    for rec in store.pods.values():
-        if not rec.node_name or rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
-            continue
-        if rec.live and not disruption_condition(rec.obj) is not None:
+    for rec in store.leaving():
+        if rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
             continue
         if free is arrays.free:
             free = arrays.free.copy()

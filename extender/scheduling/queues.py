@@ -237,23 +237,33 @@ def read_tree(objects: Iterable[Mapping[str, Any]]) -> QueueTree:
         errors[name] = f"{errors[name]}; {why}" if name in errors else why
         queues[name] = dataclasses.replace(queues[name], parent=None)
     # every reader walks a queue's ancestors (its limits are its own and theirs): a chain deeper
-    # than MAX_QUEUE_DEPTH is cut there, the queue at the cut a top-level one with an error
+    # than MAX_QUEUE_DEPTH is cut there, the queue at the cut a top-level one, and it and every
+    # queue below it take no workloads (under the cut they would escape the limits above it)
     depth: dict[str, int] = {}
+    cut_at: dict[str, str | None] = {}  # queue -> the cut queue it is (or sits below), if any
     for name in sorted(queues):
         chain: list[str] = []
         cur = name
         while cur is not None and cur in queues and cur not in depth:
             chain.append(cur)
             cur = queues[cur].parent
-        level = depth[cur] if cur is not None and cur in depth else 0
+        known = cur is not None and cur in depth
+        level = depth[cur] if known else 0
+        cut = cut_at[cur] if known else None
         for q in reversed(chain):
             level += 1
             if level > MAX_QUEUE_DEPTH:
-                why = f"spec.parentQueue: queue {q} is more than {MAX_QUEUE_DEPTH} levels below its top queue"
-                errors[q] = f"{errors[q]}; {why}" if q in errors else why
                 queues[q] = dataclasses.replace(queues[q], parent=None)
-                level = 1
-            depth[q] = level
+                level, cut = 1, q
+            depth[q], cut_at[q] = level, cut
+            if cut is not None:
+                deep = f"more than {MAX_QUEUE_DEPTH} levels below its top queue"
+                why = (
+                    f"spec.parentQueue: queue {q} is {deep}"
+                    if cut == q
+                    else f"spec.parentQueue: queue {q} sits below queue {cut}, {deep}"
+                )
+                errors[q] = f"{errors[q]}; {why}" if q in errors else why
     children: dict[str | None, list[str]] = {}
     for q in sorted(queues.values(), key=lambda q: q.name):
         parent = q.parent if q.parent in queues else None

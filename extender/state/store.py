@@ -103,6 +103,18 @@ MAX_RESOURCE_COLUMNS = 256
 names past it are taken as not offered, with a warning."""
 
 
+GANG_DISRUPTED = "GangDisrupted"
+"""The DisruptionTarget reason this service's whole-gang disruption writes before it evicts (and asks
+again until the pod goes)."""
+
+
+def disrupted_by_gang(pod: dict[str, Any]) -> bool:
+    """Whether this service's whole-gang disruption marked the pod to go: its eviction is asked and
+    asked again until the pod is gone, so nobody else asks it."""
+    cond = disruption_condition(pod)
+    return cond is not None and cond.get("reason") == GANG_DISRUPTED
+
+
 def disruption_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's DisruptionTarget condition when True: someone (a gang's disruption, a preemption,
     kube-scheduler) marked it to go and asked for its eviction."""
@@ -868,6 +880,10 @@ class ClusterStore:
                 if not leaving:
                     del self._leaving[rec.bound_row]
             rec.bound_row = -1
+
+    def leaving(self) -> list[PodRecord]:
+        """Every bound pod being deleted (Terminating), O(those pods)."""
+        return [self.pods[k] for keys in self._leaving.values() for k in sorted(keys) if k in self.pods]
 
     def leaving_on(self, node: str) -> list[PodRecord]:
         """The pods bound to `node` that are being deleted (Terminating, in their grace period): their

@@ -92,21 +92,40 @@ async def test_a_read_only_view_that_fails_answers_503_with_why(make_service, mo
     assert doc["NodeNames"] and not doc["Error"], orjson.dumps(doc)
 
 
-def test_a_chain_of_thousands_of_queues_is_cut_every_max_depth_levels() -> None:
+def test_a_chain_of_thousands_of_queues_is_cut_at_max_depth_and_what_is_below_takes_nothing() -> None:
     """2,000 Queues in one parent chain: every admission walks a queue's ancestors, and the queue book
     sums each queue's use into every one of them, so each filter after any change cost O(queues x
-    depth), seconds (found by review). The chain is cut every MAX_QUEUE_DEPTH levels, each cut
-    queue a top-level one with an error naming why."""
+    depth), seconds (found by review). The chain is cut at MAX_QUEUE_DEPTH levels; the queue at the
+    cut and every queue below it take no workloads, or they would escape the limits above the cut
+    (found by review of the first cut)."""
     from extender.scheduling.queues import MAX_QUEUE_DEPTH, read_tree
 
     qs = [kai_queue("q0")] + [kai_queue(f"q{i}", f"q{i - 1}") for i in range(1, 2000)]
     tree = read_tree(qs)
-    assert max(len(tree.ancestors(q)) for q in tree.queues) == MAX_QUEUE_DEPTH
-    cut = sorted((q for q in tree.errors), key=lambda q: int(q[1:]))
-    assert cut[:2] == [f"q{MAX_QUEUE_DEPTH}", f"q{2 * MAX_QUEUE_DEPTH}"]
     d = MAX_QUEUE_DEPTH
-    assert tree.errors[cut[0]] == f"spec.parentQueue: queue q{d} is more than {d} levels below its top queue"
-    assert tree.usable("q1") and not tree.usable(cut[0])
+    assert max(len(tree.ancestors(q)) for q in tree.queues) == d
+    assert all(tree.usable(f"q{i}") for i in range(d))
+    assert not any(tree.usable(f"q{i}") for i in range(d, 2000))
+    deep = f"more than {d} levels below its top queue"
+    assert tree.errors[f"q{d}"] == f"spec.parentQueue: queue q{d} is {deep}"
+    assert tree.errors[f"q{d + 1}"] == f"spec.parentQueue: queue q{d + 1} sits below queue q{d}, {deep}"
+
+
+def test_a_queue_below_the_cut_cannot_escape_its_top_queues_limit() -> None:
+    """q00 (gpu limit 0) tops a chain of 18 queues: the leaf q17, below the cut, is no queue that
+    takes workloads, not one whose only ancestor is the cut queue (found by review: its gang was
+    admitted past the limit of 0 GPUs its top queue sets)."""
+    from extender.scheduling.decisions import Verdict
+    from tests.scheduling.test_queues import World, gpu_nodes
+    from tests.scheduling.test_queues import kai_queue as queue
+
+    chain = [queue("q00", gpu={"quota": 0, "limit": 0})]
+    chain += [queue(f"q{i:02d}", f"q{i - 1:02d}", gpu={"quota": 0, "limit": -1}) for i in range(1, 18)]
+    w = World([*gpu_nodes(2), *chain])
+    members = w.gang("g", 1, "q17", gpu="8")
+    decision = w.filter(members[0])
+    assert decision.verdict is not Verdict.PASS, decision.reason
+    assert "sits below queue q16" in decision.reason, decision.reason
 
 
 def test_a_long_cycle_of_parent_queues_is_found_and_cut() -> None:

@@ -575,3 +575,29 @@ async def test_a_member_its_gangs_disruption_is_evicting_is_not_asked_again_as_a
     await settle()
     asked = [pk for pk, _, _ in ev.calls]
     assert len(asked) == len(set(asked)), f"asked to evict twice: {ev.calls}"
+
+
+def _marked(pod: dict) -> dict:
+    """Marked by an earlier preemption of ours whose eviction a disruption budget refused: the
+    condition stays, the pod keeps running, and nobody asks again."""
+    pod.setdefault("status", {}).setdefault("conditions", []).append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByGangScheduler", "message": "x"}
+    )
+    return pod
+
+
+async def test_a_pod_marked_by_a_preemption_since_ended_is_a_victim_again(make_service):
+    """r00 runs two pods of priority 10 marked by an earlier preemption whose evictions a disruption
+    budget refused (they run on; that preemption ended); r01 two plain pods of priority 50. A gang of
+    priority 1000 needing a whole rack preempts r00's two again: their room is not taken as coming,
+    nor are they kept from being victims (found by review: it evicted nobody and waited for good)."""
+    work = [
+        [_marked(plain("a", "n000", 10)), _marked(plain("b", "n001", 10))],
+        [plain("x", "n010", 50), plain("y", "n011", 50)],
+    ]
+    svc = await make_service(cluster(*work, preemptor()))
+    evict = Evictions()
+    svc.cluster.evict_pod = evict
+    await svc.filter("hi-0")
+    await settle()
+    assert sorted(pk for pk, _, _ in evict.calls) == ["default/a", "default/b"], evict.calls
