@@ -6,7 +6,8 @@ cluster cache (or, for `podgroups -f FILE`, the other objects in the file) provi
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+import contextlib
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, Protocol
 
 from extender.model.keys import api_group
@@ -39,6 +40,18 @@ class GroupingError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+@contextlib.contextmanager
+def named_when_malformed(field: str = "spec") -> Iterator[None]:
+    """A shape no check anticipated (a template that is a string, say) raised as a GroupingError
+    naming `field`: a clear refusal, never a traceback; a GroupingError passes as it is."""
+    try:
+        yield
+    except GroupingError:
+        raise
+    except (TypeError, AttributeError, KeyError, ValueError) as err:
+        raise GroupingError(field, f"malformed object: {err!r}") from err
 
 
 class ListLookup:

@@ -32,7 +32,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from extender.grouping.base import GroupingError
+from extender.grouping.base import GroupingError, named_when_malformed
 from extender.grouping.kai import replicated_jobs, rj_parallelism, rj_replicas
 from extender.grouping.owners import meta
 from extender.model import labels as keys
@@ -475,13 +475,8 @@ def compile_jobset(jobset: dict, *, api_version: str = SCHEDULING_API_VERSION) -
         raise ValueError(
             f"api_version must be one of {', '.join(SCHEDULING_API_VERSIONS)}, got {api_version!r}"
         )
-    try:
+    with named_when_malformed():
         return _compile(jobset, api_version)
-    except GroupingError:
-        raise
-    except (TypeError, AttributeError, KeyError, ValueError) as err:
-        # a shape no check anticipated (a template that is a string, say): named, never a traceback
-        raise GroupingError("spec", f"malformed object: {err!r}") from err
 
 
 def _compile(jobset: dict, api_version: str) -> JobSetCompilation:

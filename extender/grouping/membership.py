@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from extender.grouping import composite, kai
-from extender.grouping.base import GroupingError, ListLookup, ObjectLookup, version_of
+from extender.grouping.base import GroupingError, ListLookup, ObjectLookup, named_when_malformed, version_of
 from extender.grouping.jobset_scheduling import (
     SCHEDULING_API_VERSION,
     SCHEDULING_API_VERSIONS,
@@ -512,12 +512,8 @@ def _referenced_template(spec: dict[str, Any], ns: str, lookup: ObjectLookup) ->
 def groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:
     """The groups a workload yields (treated as a top owner). Raises GroupingError when invalid, a
     shape no check anticipated included (as derive_membership, it never raises anything else)."""
-    try:
+    with named_when_malformed():
         return _groups_for_workload(obj, lookup)
-    except GroupingError:
-        raise
-    except (TypeError, AttributeError, KeyError, ValueError) as err:
-        raise GroupingError("spec", f"malformed object: {err!r}") from err
 
 
 def _groups_for_workload(obj: dict, lookup: ObjectLookup) -> list[GroupSpec]:

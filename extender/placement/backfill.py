@@ -250,6 +250,17 @@ class Admission:
     holds: tuple[Hold, ...]  # in queue order, one per gang that holds
 
 
+def around(current: Sequence[Hold], key: Hashable, passed: HoldPass) -> list[Hold]:
+    """The holds of `current` a plan for `key` goes around: those ranked before its own; those the
+    pass kept before it when the pass found it fits now; all of them when neither."""
+    ranked = [h.owner for h in current]
+    if key in ranked:
+        return list(current[: ranked.index(key)])
+    if key in passed.starting:
+        return [h for h in current if h.owner in passed.starting[key]]
+    return list(current)
+
+
 def charge(arrays: ClusterArrays, request: GangRequest, plan: Plan) -> None:
     """Take a started gang's plan out of `arrays` (a working copy: the caller's own are not touched)."""
     for leaf, rows in zip(request.leaves, plan.rows, strict=True):
@@ -383,14 +394,7 @@ def admit(
     current = list(first.holds)
     starts: list[tuple[int, Plan]] = []
     for pos, (key, request) in enumerate(queue):
-        ranked = [h.owner for h in current]
-        if key in ranked:
-            around = current[: ranked.index(key)]
-        elif key in first.starting:  # found to fit now: around the holds ranked before it only
-            around = [h for h in current if h.owner in first.starting[key]]
-        else:
-            around = current
-        with withheld(work, around) as view:
+        with withheld(work, around(current, key, first)) as view:
             plan = plan_gang(view, request, order=order)
         if plan.outcome is Outcome.PLACED:
             charge(work, request, plan)

@@ -38,7 +38,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 
 from extender.placement.api import DomainOrder, GangRequest, Outcome, Plan, plan_gang
-from extender.placement.backfill import Hold, HoldPass, charge, choose_holds, gang_demand, withheld
+from extender.placement.backfill import Hold, HoldPass, around, charge, choose_holds, gang_demand, withheld
 from extender.placement.layout import ClusterArrays
 
 
@@ -295,14 +295,8 @@ def admit(
     starts: list[tuple[int, Plan]] = []
     for pos, (key, request) in enumerate(queue):
         ranked = [h.owner for h in current]
-        if key in ranked:
-            around = current[: ranked.index(key)]
-        elif key in first.starting:  # found to fit now: around the holds ranked before it only
-            around = [h for h in current if h.owner in first.starting[key]]
-        else:
-            around = current
         classes = classes_of(work, level, large)
-        with withheld(work, around) as view:
+        with withheld(work, around(current, key, first)) as view:
             pooled = plan_in_pools(view, request, level, classes, sizes[key], settings, order=order)
             plan = pooled.plan if pooled.fit in (PoolFit.IN_POOL, PoolFit.OPENED) else None
             own = current[ranked.index(key)] if key in ranked else None

@@ -200,12 +200,17 @@ async def test_every_members_queue_label_moved_mid_plan_binds_nothing(make_servi
     svc.check_invariants()
 
 
-async def test_subgroup_renamed_mid_plan_binds_nothing(make_service):
+async def two_subgroups(make_service, *, y_min: int):
+    """PodGroup t: subgroup x (minMember 2) with t-0 and t-1, subgroup y (minMember `y_min`) with t-2."""
     leaf = "kai.scheduler/subgroup-name"
-    pg = make_kai_podgroup("t", subgroups=[{"name": "x", "minMember": 2}, {"name": "y", "minMember": 1}])
+    pg = make_kai_podgroup("t", subgroups=[{"name": "x", "minMember": 2}, {"name": "y", "minMember": y_min}])
     objs = [*rack_cluster(), pg]
     objs += [gang_pod(f"t-{i}", "t", cpu="2", labels={leaf: lf}) for i, lf in enumerate("xxy")]
-    svc = await make_service(objs)
+    return await make_service(objs)
+
+
+async def test_subgroup_renamed_mid_plan_binds_nothing(make_service):
+    svc = await two_subgroups(make_service, y_min=1)
     node, reason = await svc.schedule("t-0")
     assert node, reason
     edit_pg(
@@ -218,11 +223,7 @@ async def test_subgroup_renamed_mid_plan_binds_nothing(make_service):
 
 
 async def test_min_sub_group_lowered_mid_plan_replans(make_service):
-    leaf = "kai.scheduler/subgroup-name"
-    pg = make_kai_podgroup("t", subgroups=[{"name": "x", "minMember": 2}, {"name": "y", "minMember": 2}])
-    objs = [*rack_cluster(), pg]
-    objs += [gang_pod(f"t-{i}", "t", cpu="2", labels={leaf: lf}) for i, lf in enumerate("xxy")]
-    svc = await make_service(objs)
+    svc = await two_subgroups(make_service, y_min=2)
     doc = await svc.filter("t-0")
     assert not doc["NodeNames"]  # y short of pods
     edit_pg(svc, "t", lambda s: s.update(minSubGroup=1))
