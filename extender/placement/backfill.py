@@ -52,10 +52,13 @@ class Hold:
     plan: Plan  # PLACED, on these rows: what starts when the hold is ready
 
     def usable(self, arrays: ClusterArrays) -> bool:
-        """Every held row is still a schedulable node: otherwise the hold can never be ready."""
-        return not self.rows.size or (
-            int(self.rows.max()) < arrays.n_rows and bool(arrays.schedulable[self.rows].all())
-        )
+        """Every held row is still a schedulable node whose allocatable takes the held amount (a
+        kubelet may lower it): otherwise the hold can never be ready."""
+        if not self.rows.size:
+            return True
+        if int(self.rows.max()) >= arrays.n_rows or not bool(arrays.schedulable[self.rows].all()):
+            return False
+        return bool((arrays.allocatable[self.rows, : self.amounts.shape[1]] >= self.amounts).all())
 
     def deficit(self, arrays: ClusterArrays) -> float:
         """What must still leave the held rows: summed over them, the dominant share (of the row's

@@ -24,6 +24,7 @@ from extender.scheduling.decisions import ARRIVAL_VERDICT, BindDecision, BindVer
 from extender.scheduling.ledger import Expiry, Release
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import View
+from extender.state.store import PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +126,9 @@ class Binding:
         request, missing = self.store.request_vector(rec.requests)
         if missing:
             return BindDecision(BindVerdict.REFUSE, message=f"pod {key}: {messages.unoffered_text(missing)}")
-        admits = self.store.eligible_mask_of(rec)
-        if admits is not None and not bool(admits[self.store.node_rows[node]]):
-            # tainted or relabelled since kube-scheduler's filter (a bind the start-up fence held
-            # back sees the cache as it is now): placed again, on a node that admits it
-            return BindDecision(
-                BindVerdict.REFUSE,
-                message=f"pod {key}: node {node} no longer admits it (its labels or taints changed)",
-            )
+        unadmitted = self._unadmitted(rec, node)
+        if unadmitted:
+            return BindDecision(BindVerdict.REFUSE, message=unadmitted)
         held = self.store.reservations.get(key)
         if held is None or held.node != node:
             row = np.array([self.store.node_rows[node]], dtype=np.int32)
@@ -144,6 +140,15 @@ class Binding:
         if fence_left_s > 0:  # the hold keeps the room while the POST waits (see fence_over)
             return BindDecision(BindVerdict.NOW, message=self.fence_reason(key), wait_s=fence_left_s)
         return BindDecision(BindVerdict.NOW)
+
+    def _unadmitted(self, rec: PodRecord, node: str) -> str:
+        """Why `node` no longer takes the pod, "" when it does: tainted or relabelled since
+        kube-scheduler's filter (a bind the start-up fence held back sees the cache as it is then);
+        placed again, on a node that admits it."""
+        admits = self.store.eligible_mask_of(rec)
+        if admits is not None and not bool(admits[self.store.node_rows[node]]):
+            return f"pod {rec.key}: node {node} no longer admits it (its labels or taints changed)"
+        return ""
 
     def _plan_past_queue_limit(self, key: PodKey) -> tuple[GroupKey, str] | None:
         """(gang, why) when `key` is planned, its gang's release has not begun, and the gang's queue
@@ -225,15 +230,31 @@ class Binding:
             return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
         if not bool((self.store.arrays.free[row] >= 0).all()):
             return f"pod {key} no longer fits on {node}: pods were bound there while its bind waited"
+        # the node, and the siblings it must share a domain with, may have changed while it waited
+        if not bool(self.store.arrays.schedulable[row]):
+            return f"pod {key}: node {node} was cordoned or went NotReady while its bind waited"
+        unadmitted = self._unadmitted(rec, node)
+        if unadmitted:
+            return unadmitted
+        membership = self.store.membership(rec)
+        group = membership.group
+        if (
+            membership.state is MembershipState.MEMBER
+            and group is not None
+            and group.source is not Source.SINGLE_POD
+        ):
+            outside = self._outside_domain(group, membership.subgroup, key, node)
+            if outside:
+                return outside
         # the same landings may have used the room its queue's limit left (bind checked it before)
-        over = self.admission.limit_at_bind(rec, self.store.membership(rec).group, held=True)
+        over = self.admission.limit_at_bind(rec, group, held=True)
         if over is not None:
             return f"pod {key}: {over}: pods of the queue were bound while its bind waited"
         return ""
 
-    def done(self, key: PodKey, node: str, error: str) -> None:
-        """A single pod's API binding finished ("" = bound)."""
-        self.ledger.bind_done(key, node, error)
+    def done(self, key: PodKey, node: str, error: str, *, unknown: bool = False) -> None:
+        """A single pod's API binding finished ("" = bound; `unknown`: it may have landed)."""
+        self.ledger.bind_done(key, node, error, unknown=unknown)
 
     def _outside_domain(self, group: GroupSpec, leaf: str | None, key: PodKey, node: str) -> str:
         """Why a member beyond quorum (or of a group of a quorum of one) may not bind on `node`, ""

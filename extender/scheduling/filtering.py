@@ -110,7 +110,7 @@ class Filtering:
     def _constrained_rows(self) -> np.ndarray:
         """Rows where this cache may know more than kube-scheduler's: reserved, held for a waiting
         gang, settling (cordoned rows are refused whatever their number)."""
-        held = [res.row for res in self.store.reservations.values()]
+        held = [res.row for res in self.store.reservations.values() if res.row >= 0]
         return np.concatenate(
             [np.asarray(held, dtype=np.int64), self.ledger.holds.rows(), self.settling.rows()]
         )

@@ -20,6 +20,7 @@ from extender.model.priority import member_may_preempt, member_priority
 from extender.scheduling import messages, planning, preemptor, queues, topology
 from extender.scheduling.admission import Admission
 from extender.scheduling.decisions import Effect, FilterDecision, Verdict, pod_ref
+from extender.scheduling.disruption import RETRY_S
 from extender.scheduling.ledger import Preemption, Victim
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import FilterCall, View, marked_unschedulable, pod_identity
@@ -67,6 +68,10 @@ class GangPreemption:
         self.victims: collections.Counter[str] = collections.Counter()
         """Victims evicted by preemptors, by kind (gang, pod), for the server to take."""
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
+        self._asked: dict[str, tuple[float, Effect]] = {}
+        """victim uid -> when its eviction was last asked, and the eviction: asked again after
+        RETRY_S while its preemption runs and it is neither gone nor going (a disruption budget
+        refused it; a victim gang left running in part is worse than one never touched)."""
 
     def note_completed(self) -> None:
         """A preemptor was planned into the room its victims freed."""
@@ -206,6 +211,7 @@ class GangPreemption:
                 text += f"; evicted with its whole gang {v.gang}, never part of it"
             data = {"uid": v.uid, "reason": text, "gang": v.gang or ""}
             effects.append(Effect("evict", *pod_ref(v.pod), data))
+            self._asked[v.uid] = (self.ledger.clock(), effects[-1])
         log.info(
             "%s",
             reason,
@@ -286,7 +292,29 @@ class GangPreemption:
             if not p.nudged and self.ledger.victims_gone(gang):
                 p.nudged = True
                 effects += self.telling.nudge_turned_away(gang, "preempted")
+        if self._asked:
+            effects += self._ask_again()
         return effects
+
+    def _ask_again(self) -> list[Effect]:
+        """The evictions of running preemptions' victims neither gone nor going, asked RETRY_S ago
+        or more: asked again (an eviction a disruption budget refused is refused with 429, and asked
+        again until it is allowed, as kube-scheduler's preemption and the disruption do)."""
+        now = self.ledger.clock()
+        out, live = [], set()
+        for _, p in self.ledger.preemptions_now():
+            for pk, v in p.victims.items():
+                live.add(v.uid)
+                asked = self._asked.get(v.uid)
+                if asked is None or now - asked[0] < RETRY_S or pk in p.held:
+                    continue
+                rec = self.store.pods.get(pk)
+                if rec is None or rec.uid != v.uid or not is_live(rec.obj):
+                    continue  # gone, or going: its deletion is under way
+                self._asked[v.uid] = (now, asked[1])
+                out.append(asked[1])
+        self._asked = {uid: a for uid, a in self._asked.items() if uid in live}
+        return out
 
     def preempt_as_gang(self, pod: dict[str, Any]) -> list[Effect] | None:
         """kube-scheduler found no node for a member of a gang that may preempt (its own filters

@@ -86,6 +86,11 @@ class Victim:
     gang: GroupKey | None
 
 
+UNCONFIRMED_S = 60.0
+"""How long a binding whose answer never came may still land: the API server ends a request it took
+within its request timeout (`--request-timeout`, 60 s unless set)."""
+
+
 @dataclasses.dataclass
 class Preemption:
     """A gang preempting: the victims being evicted for it in one domain, whose capacity is held for
@@ -179,6 +184,10 @@ class GangLedger:
         pod counts as bound and keeps its hold, so its capacity is never free twice."""
         self.binding: set[PodKey] = set()
         """Pods (not planned in a gang) whose own bind call is in flight, holding their capacity."""
+        self.unconfirmed: dict[PodKey, tuple[str, float]] = {}
+        """pod -> (node, until): its own binding got no answer (a cut connection, a timeout, a 5xx),
+        so the API server may have applied it: its hold stays until the watch tells, or until no
+        request the API server took can still land (UNCONFIRMED_S), so its room is never free twice."""
         self.rejected: set[PodKey] = set()
         self.short_of_pods: dict[GroupKey, GroupSpec] = {}
         self.short_of_group: set[PodKey] = set()
@@ -668,6 +677,8 @@ class GangLedger:
         the gang backs off, doubling."""
         now = self.clock()
         out = []
+        if self.unconfirmed:
+            self._expire_unconfirmed(now)
         for e in list(self.gangs.values()):
             if e.releasing:
                 continue
@@ -839,11 +850,19 @@ class GangLedger:
         return out
 
     def _held_on(self, p: Preemption) -> bool:
-        """Past its deadline, but held on: a victim is still terminating, for a preemptor still there
-        (one whose members are all gone needs no room)."""
-        if self.clock() < p.hold_until or not self.terminating(p):
+        """Past its deadline, but held on: a victim is still terminating on a node the preemptor may
+        use (a finalizer slow to clear), for a preemptor still there (one whose members are all gone
+        needs no room). A victim stuck on a node gone NotReady, cordoned or removed holds nothing
+        on: its room is of no use to the preemptor, which looks again (elsewhere, if it fits there)."""
+        if self.clock() < p.hold_until:
+            return False
+        if not any(self._usable(p.victims[pk].node) for pk in self.terminating(p)):
             return False
         return any(is_live(rec.obj) for rec in self.store.group_members(p.gang))
+
+    def _usable(self, node: str | None) -> bool:
+        row = self.store.node_rows.get(node) if node else None
+        return row is not None and bool(self.store.arrays.schedulable[row])
 
     def preemption_hold_keys(self) -> set[PodKey]:
         held = {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}
@@ -861,17 +880,28 @@ class GangLedger:
     # ----------------------------------------------------------------- single pods in bind
     def hold(self, pod: PodKey, node: str, requests: dict[str, int]) -> None:
         """Hold a pod's capacity while its own (non-gang) bind is in flight."""
-        self.store.hold(pod, node, requests)
+        self.store.hold(pod, node, requests)  # replaces an unconfirmed binding's: one hold a pod
+        self.unconfirmed.pop(pod, None)
         self.binding.add(pod)
 
-    def bind_done(self, pod: PodKey, node: str, error: str) -> None:
-        """A single pod's API binding finished: keep its hold until the watch shows it, or give it back."""
+    def bind_done(self, pod: PodKey, node: str, error: str, *, unknown: bool = False) -> None:
+        """A single pod's API binding finished: keep its hold until the watch shows it, or give it
+        back. `unknown`: no answer came, so it may have landed; the hold stays a while (see
+        `unconfirmed`)."""
         self.binding.discard(pod)
         rec = self.store.pods.get(pod)
-        if error or rec is None or rec.node_name:
+        if error and unknown and rec is not None and not rec.node_name and pod in self.store.reservations:
+            self.unconfirmed[pod] = (node, self.clock() + UNCONFIRMED_S)
+        elif error or rec is None or rec.node_name:
             self.store.unhold(pod)
         else:
             self.assumed[pod] = node
+
+    def _expire_unconfirmed(self, now: float) -> None:
+        for pod, (_, until) in list(self.unconfirmed.items()):
+            if now >= until:  # it never landed: nothing it asked can land now
+                del self.unconfirmed[pod]
+                self.store.unhold(pod)
 
     def take_answers(self) -> list[Answer]:
         out, self._answers = self._answers, []
@@ -930,17 +960,21 @@ class GangLedger:
     def _drop_plans_overcommitted_by(self, pk: PodKey) -> None:
         """A pod bound where a plan holds room the node no longer has: someone else's binding landed
         on it (a predecessor's release whose POSTs were still in flight when it died, a pod another
-        scheduler placed). Until the node's room adds up again, in this order: the free room
-        preemptions claimed there shrinks to what is left; every plan holding room there is dropped
-        (releasing it would over-commit the node: its waiting binds answered, kube-scheduler retries,
-        the gang replans; a release already in flight is past recall); a preemption whose victims'
-        room there is short is given up."""
+        scheduler placed)."""
         if not self.store.reservations:  # no plan holds room anywhere (a list of 150,000 bound pods)
             return
         rec = self.store.pods.get(pk)
         if rec is None or rec.bound_row < 0:
             return
-        row = rec.bound_row
+        self._relieve(rec.bound_row, f"pods bound since the plan ({pk} among them)")
+
+    def _relieve(self, row: int, cause: str) -> None:
+        """A node whose room the holds on it no longer add up to (`cause`: pods bound there since, or
+        its allocatable lowered). Until they add up again, in this order: the free room preemptions
+        claimed there shrinks to what is left; every plan holding room there is dropped (releasing
+        it would over-commit the node: its waiting binds answered, kube-scheduler retries, the gang
+        replans; a release already in flight is past recall); a preemption whose victims' room there
+        is short is given up."""
         if not self._over(row):
             return
         node = self.store.row_names.get(row, "?")
@@ -956,7 +990,7 @@ class GangLedger:
         for gang in sorted(holders):
             e = self.gangs.get(gang)
             if e is not None and e.plan and not e.releasing:
-                self._discard(e, f"node {node} was filled by pods bound since the plan ({pk} among them)")
+                self._discard(e, f"node {node} has less room than the plan holds: {cause}")
         if not self._over(row):
             return
         # a victim's own room, taken: the preemption counted on room that is gone; the gang looks
@@ -973,8 +1007,8 @@ class GangLedger:
             ):
                 self.end_preemption(gang)
                 p.given_up = (
-                    f"preemption in {p.domain or 'the cluster'} given up: node {node} was filled by pods "
-                    f"bound since ({pk} among them); looking again"
+                    f"preemption in {p.domain or 'the cluster'} given up: node {node} no longer has "
+                    f"its victims' room: {cause}; looking again"
                 )
                 self._entry(gang).last_reason = p.given_up
                 self._given_up.append(p)
@@ -1026,6 +1060,10 @@ class GangLedger:
                             self.store.unhold(Preemption.hold_key(p.gang, pk))
                     if p.claimed.pop(name, None) is not None:
                         self.store.unhold(Preemption.claim_key(p.gang, name))
+            if event != "DELETED" and row is not None and self.store.reservations and self._over(row):
+                # its allocatable lowered under the holds (a kubelet restarted with more reserved, a
+                # device plugin's GPU gone unhealthy): the plans there would over-commit it
+                self._relieve(row, "its allocatable was lowered since")
             if event != "DELETED" and row is not None and (moved or relabelled):
                 # a cordoned node still runs its members: where it moves, they pin the rest
                 for e in list(self.gangs.values()):
@@ -1082,6 +1120,7 @@ class GangLedger:
         if gone or node:
             # bound: its own charge replaces the hold; gone: there is nothing left to hold for
             self.assumed.pop(pk, None)
+            self.unconfirmed.pop(pk, None)
             self.store.unhold(pk)
         if node and not gone:
             self._drop_plans_overcommitted_by(pk)

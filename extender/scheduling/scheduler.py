@@ -210,9 +210,9 @@ class Scheduler:
     def fence_over(self, key: PodKey, node: str) -> str:
         return self.binding.fence_over(key, node)
 
-    def bind_done(self, key: PodKey, node: str, error: str) -> None:
-        """A single pod's API binding finished ("" = bound)."""
-        self.binding.done(key, node, error)
+    def bind_done(self, key: PodKey, node: str, error: str, *, unknown: bool = False) -> None:
+        """A single pod's API binding finished ("" = bound; `unknown`: it may have landed)."""
+        self.binding.done(key, node, error, unknown=unknown)
 
     def fence_left_s(self) -> float:
         return self.binding.fence_left_s()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import ipaddress
 import logging
@@ -304,19 +305,19 @@ async def _bind(app: web.Application, args: wire.BindingArgs) -> str:
     if verdict is BindVerdict.NOW:
         source: ClusterSource = app[SOURCE]  # type: ignore[assignment]
         try:
-            error = ""
+            error, unknown = "", False
             if decision.wait_s > 0:  # its room is held; only the POST waits for the fence
                 error = await _wait_out_fence(app, key, decision, started) or scheduler.fence_over(
                     key, args.node
                 )
             if not error:
-                error = await _bind_one(
+                error, unknown = await _bind_outcome(
                     source, key, uid=args.pod_uid, node=args.node, budget_s=_bind_budget(app, started)
                 )
         except asyncio.CancelledError:
             scheduler.bind_done(key, args.node, "cancelled")
             raise
-        scheduler.bind_done(key, args.node, error)
+        scheduler.bind_done(key, args.node, error, unknown=unknown)
         return error
     if verdict is BindVerdict.IN_FLIGHT:
         task = barrier.in_flight.get(key)
@@ -379,7 +380,15 @@ def _overdue_message(app: web.Application, key: PodKey) -> str:
 
 
 async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, budget_s: float) -> str:
-    """Bind one pod through the source within the budget; "" on success, else the reason.
+    """Bind one pod through the source within the budget; "" on success, else the reason."""
+    return (await _bind_outcome(source, key, uid=uid, node=node, budget_s=budget_s))[0]
+
+
+async def _bind_outcome(
+    source: ClusterSource, key: PodKey, *, uid: str, node: str, budget_s: float
+) -> tuple[str, bool]:
+    """(reason, unknown): "" on success, else the reason, and whether the binding may have been
+    applied all the same (no answer came).
 
     The bind keeps trying an API server that cannot answer for most of the budget: a POST cut off
     by an API server restart may have landed, and only a later try can tell (its 409 names the
@@ -391,13 +400,13 @@ async def _bind_one(source: ClusterSource, key: PodKey, *, uid: str, node: str, 
     try:
         await asyncio.wait_for(bind, budget_s)
     except BindError as exc:
-        return f"binding {key} to {node}: {exc}"
+        return f"binding {key} to {node}: {exc}", exc.unknown
     except TimeoutError:
-        return f"binding {key} to {node} did not finish within {budget_s:.1f}s"
+        return f"binding {key} to {node} did not finish within {budget_s:.1f}s", True
     except Exception as exc:
         log.exception("binding %s to %s failed", key, node)
-        return f"internal error binding {key} to {node}: {exc}"
-    return ""
+        return f"internal error binding {key} to {node}: {exc}", True
+    return "", False
 
 
 def _release(app: web.Application, gang: GroupKey, members: list[Release]) -> None:
@@ -672,6 +681,7 @@ def _take_preemption_metrics(app: web.Application) -> None:
 
 
 _DECIDED_KEPT = 100_000  # groups whose last status decision is remembered (the least recent go first)
+_STATUS_RETRY_S = 10.0  # a group status the API server did not answer is written again after this
 
 
 async def _write_group_status(app: web.Application, e: Effect) -> None:
@@ -693,6 +703,10 @@ async def _write_group_status(app: web.Application, e: Effect) -> None:
     decided.move_to_end(key)
     while len(decided) > _DECIDED_KEPT:
         decided.popitem(last=False)
+    retry: dict[tuple[str, str, str, str], tuple[float, Effect]] = app[READY].setdefault(
+        "group_status_retry", {}
+    )
+    retry.pop(key, None)  # this decision is the newest: it replaces one waiting to be written again
     writing = key in latest
     latest[key] = e.data["status"]
     if writing:
@@ -702,13 +716,27 @@ async def _write_group_status(app: web.Application, e: Effect) -> None:
             status = latest[key]
             for cond in (*(status.get("conditions") or ()), *(status.get("schedulingConditions") or ())):
                 cond.setdefault("lastTransitionTime", _now_rfc3339())
-            await app[SOURCE].patch_group_status(  # type: ignore[attr-defined]
+            written = await app[SOURCE].patch_group_status(  # type: ignore[attr-defined]
                 group=key[0], kind=key[1], namespace=key[2], name=key[3], status=status
             )
             if latest[key] is status:
+                if written is False:
+                    # the API server did not answer: the status is decided once (a gang's Running
+                    # at its release), so nothing else would write it; the ticker writes it again
+                    data = {**e.data, "status": status}
+                    retry[key] = (app[CLOCK]() + _STATUS_RETRY_S, dataclasses.replace(e, data=data))
                 return
     finally:
         latest.pop(key, None)
+
+
+def _retry_group_statuses(app: web.Application) -> None:
+    """The group statuses whose write the API server did not answer, written again once due."""
+    retry: dict[Any, tuple[float, Effect]] = app[READY].get("group_status_retry") or {}
+    now = app[CLOCK]()
+    due = [key for key, (at, _) in retry.items() if now >= at]
+    if due:
+        _spawn_effects(app, [retry.pop(key)[1] for key in due])
 
 
 async def _evict(app: web.Application, e: Effect) -> None:
@@ -780,6 +808,7 @@ def _tick(app: web.Application) -> None:
     _answer_dropped(app, outcome.answers)
     for gang, members in outcome.releases:
         _release(app, gang, members)
+    _retry_group_statuses(app)
     now = app[CLOCK]()
     for pk in barrier.overdue(now):
         app[METRICS].waiter_deadlines.inc()

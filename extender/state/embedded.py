@@ -422,11 +422,12 @@ class EmbeddedCluster:
 
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
-    ) -> None:
+    ) -> bool:
         obj = self.get(group, kind, namespace, name)
         if obj is not None:
             merge_patch(obj, {"status": status})
             self._touch(obj)
+        return True
 
     async def create_object(self, *, group: str, kind: str, obj: dict[str, Any]) -> bool:
         m = obj.get("metadata") or {}

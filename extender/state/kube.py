@@ -967,9 +967,11 @@ class KubeClusterSource:
                 f"pod {namespace}/{name} is already bound to {current or 'another node'}, not {node}"
             )
         if status == 0:
-            raise BindError(f"could not reach the API server to {what}: {data.decode('utf-8', 'replace')}")
+            raise BindError(
+                f"could not reach the API server to {what}: {data.decode('utf-8', 'replace')}", unknown=True
+            )
         err = _status_message(status, data)
-        raise BindError(f"API server refused to {what}: {err.message or err}")
+        raise BindError(f"API server refused to {what}: {err.message or err}", unknown=status >= 500)
 
     async def _pod_node(self, namespace: str, name: str) -> tuple[str | None, str | None]:
         """(spec.nodeName, metadata.uid) of the pod as the API has it now; Nones when unreadable."""
@@ -1075,8 +1077,10 @@ class KubeClusterSource:
 
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
-    ) -> None:
+    ) -> bool:
         """Merge-patch `status` on the group object's /status subresource, or the object if it has none.
+        True when written or moot (the object gone, the write refused for good); False when the API
+        server did not answer after `_write`'s tries: the caller writes it again later.
 
         Only the fields the served schema keeps are written: a field the answer lacks although the patch
         set it was pruned by the API server (its CRD version does not define it), and is left out of
@@ -1085,13 +1089,13 @@ class KubeClusterSource:
         what = f"status of {kind}.{group} {namespace}/{name}"
         if served is None:
             log.warning("cannot write %s: the API server does not serve that kind", what)
-            return
+            return True
         path = served.object_path(namespace=namespace, name=name)
         since = self._clock() - self._settings.status_field_recheck_s
         dropped = {k for k, seen in self._status_dropped.get((group, kind), {}).items() if seen > since}
         status = {k: v for k, v in status.items() if k not in dropped}
         if not status:
-            return
+            return True
         body = {"status": status}
         code, data = await self._write(
             "PATCH",
@@ -1111,6 +1115,7 @@ class KubeClusterSource:
         if 200 <= code < 300:
             self._learn_dropped_status(group, kind, status, data)
         self._report(code, data, what)
+        return not (code == 0 or _retryable(code))
 
     def _learn_dropped_status(self, group: str, kind: str, written: dict[str, Any], answer: bytes) -> None:
         try:

@@ -22,7 +22,13 @@ class SourceFatalError(Exception):
 
 
 class BindError(Exception):
-    """A binding the API refused; the message is shown to kube-scheduler and the operator."""
+    """A binding the API refused; the message is shown to kube-scheduler and the operator.
+    `unknown`: no answer came (the API server unreachable, a 5xx), so it may have been applied all
+    the same; the watch tells."""
+
+    def __init__(self, message: str, *, unknown: bool = False) -> None:
+        super().__init__(message)
+        self.unknown = unknown
 
 
 def _object_ref(obj: Any, kind: str) -> str:
@@ -102,7 +108,9 @@ class ClusterSource(Protocol):
 
     async def patch_group_status(
         self, *, group: str, kind: str, namespace: str, name: str, status: dict[str, Any]
-    ) -> None: ...
+    ) -> bool:
+        """Write the group object's status; True when written or moot (gone, refused for good),
+        False: the API server did not answer, try again later."""
 
     async def create_object(self, *, group: str, kind: str, obj: dict[str, Any]) -> bool:
         """Create `obj`; True when it exists now (already existing included), False: try again later."""

@@ -394,7 +394,7 @@ class Reservation:
     """Capacity held on one node for a pod, by resource name: a new column never invalidates it."""
 
     node: str
-    row: int
+    row: int  # -1 once the node is removed: it holds room nowhere (its row may serve another node)
     requests: dict[str, int]
 
 
@@ -777,6 +777,7 @@ class ClusterStore:
                 rec = self.pods[key]
                 if rec.bound_row < 0:
                     self._charge(rec, row)
+            self._rehold(name, row)
         else:
             if _labels(old) != _labels(node) or _taints(old) != _taints(node):
                 self.node_terms_gen += 1
@@ -800,8 +801,15 @@ class ClusterStore:
             if rec.bound_row == row:
                 rec.bound_row = -1
                 self._unplaced.setdefault(name, set()).add(rec.key)
-        # holds on the row stay until the ledger drops them; `unhold` then finds the row gone (or
-        # reused by another node) and gives nothing back
+        # holds on the row stay until the ledger drops them, on no row: the row may be reused, by
+        # this very node registered again under its name, whose room they never took (given back on
+        # `unhold`, they would add it). Those still held when it registers again take its room then:
+        # a binding in flight to the name lands on the new node
+        if row in self._reserved_rows:
+            del self._reserved_rows[row]
+            for key, res in list(self.reservations.items()):
+                if res.row == row:
+                    self.reservations[key] = dataclasses.replace(res, row=-1)
         self.arrays.remove_row(row)
 
     def rows_of_names(self, array: bytes) -> np.ndarray | None:
@@ -969,20 +977,29 @@ class ClusterStore:
         self.reservations[key] = Reservation(node=node, row=row, requests=dict(requests))
         self._reserved_rows[row] = self._reserved_rows.get(row, 0) + 1
 
+    def _rehold(self, name: str, row: int) -> None:
+        """A node registered again under `name`: the holds left there when it was removed (bindings
+        in flight to it, which land on this node) take its room."""
+        for key, res in list(self.reservations.items()) if self.reservations else ():
+            if res.row < 0 and res.node == name:
+                self.reservations[key] = dataclasses.replace(res, row=row)
+                self._reserved_rows[row] = self._reserved_rows.get(row, 0) + 1
+                self.arrays.sub(row, self.vector(res.requests))
+
     def unhold(self, key: PodKey) -> None:
         res = self.reservations.pop(key, None)
         if res is not None:
-            left = self._reserved_rows.pop(res.row, 0) - 1
-            if left > 0:
-                self._reserved_rows[res.row] = left
+            if res.row >= 0:
+                left = self._reserved_rows.pop(res.row, 0) - 1
+                if left > 0:
+                    self._reserved_rows[res.row] = left
             self.change_gen += 1
             self.release_gen += 1
             if self.row_names.get(res.row) == res.node:
                 self.arrays.add(res.row, self.vector(res.requests))
 
     def reserved_on(self, row: int) -> bool:
-        """Whether a reservation names the row (a reservation of a node since removed counts on the
-        row until the ledger drops it: the answer errs toward reserved)."""
+        """Whether a reservation holds room on the row (one of a node since removed holds none)."""
         return row in self._reserved_rows
 
     # ----------------------------------------------------------------- grouping

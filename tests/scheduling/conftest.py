@@ -108,7 +108,12 @@ class Service:
                 members = [r for r in self.store.group_members(key) if is_live(r.obj)]
                 assert members, f"gang {key} is remembered with no member left (a leaked entry)"
         planned = {pk for e in ledger.gangs.values() for pk in e.plan}
-        held_by = set(self.app[BARRIER].in_flight) | set(ledger.assumed) | set(ledger.binding)
+        held_by = (
+            set(self.app[BARRIER].in_flight)
+            | set(ledger.assumed)
+            | set(ledger.binding)
+            | set(ledger.unconfirmed)
+        )
         preempted = ledger.preemption_hold_keys()  # room freed by victims or claimed, held for a preemptor
         for pk in self.store.reservations:
             if pk in preempted:

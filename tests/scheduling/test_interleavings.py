@@ -896,6 +896,13 @@ class Driver:
         # gang asks nothing of the scheduler: it is judged by the quorum it was bound under)
         self.quorum_rng = random.Random(seed * 1000003 + 41)
         self.quorum_edits = features and "quorum" not in SKIP and self.quorum_rng.random() < 0.4
+        # a kubelet lowering a node's allocatable (more reserved, a device gone unhealthy) and raising
+        # it again, or re-registering its Node under the same name (its own stream): never below what
+        # is bound there or decided to bind there, so an over-commit is the service's
+        self.node_rng = random.Random(seed * 1000003 + 43)
+        self.node_edits = features and "node-edit" not in SKIP and self.node_rng.random() < 0.4
+        self.shrunk: dict[str, dict] = {}  # node -> its allocatable before it was lowered
+        self.lowered: set[str] = set()  # nodes lowered in this step (a hold is chosen again next)
         self.picky: set[str] = set()
         if features and "picky" not in SKIP and self.picky_rng.random() < 0.4:
             node_objs = [o for o in self.objects if o.get("kind") == "Node"]
@@ -2022,6 +2029,38 @@ class Driver:
                         f"{what} must sit in one rack; its bound members are in {sorted(map(str, racks))}"
                     )
 
+    def node_edit(self) -> None:
+        """A node's allocatable cpu lowered to what is bound or decided to bind there (or restored),
+        or the node deleted and registered again under its name with nothing bound there."""
+        nodes, pods, decided = self.nodes(), self.pods(), self.unlanded()
+        name = self.node_rng.choice(sorted(nodes))
+        node = copy.deepcopy(nodes[name])
+        draw = self.node_rng.random()
+        if name in self.shrunk and draw < 0.5:
+            node["status"]["allocatable"] = self.shrunk.pop(name)
+            self.log(f"node {name}'s allocatable restored to {node['status']['allocatable']['cpu']} cpu")
+            self.apply(node)
+            return
+        there = [n for n, p in pods.items() if p["spec"].get("nodeName") == name and not finished(p)]
+        there += [n for n, to in decided.items() if to == name and n in pods]
+        if draw < 0.8:
+            if None in decided.values():
+                return  # a write whose node is unknown here may land anywhere
+            used = sum(pod_requests(pods[n]).get("cpu", 0) for n in set(there))
+            cpu = allocatable(node).get("cpu", 0)
+            lowered = max(used, cpu - self.node_rng.choice((2000, 4000, 8000)))
+            if lowered >= cpu:
+                return
+            self.shrunk.setdefault(name, copy.deepcopy(node["status"]["allocatable"]))
+            self.lowered.add(name)
+            node["status"]["allocatable"]["cpu"] = f"{lowered}m"
+            self.log(f"node {name}'s allocatable lowered to {lowered}m cpu ({used}m bound or binding there)")
+            self.apply(node)
+        elif not there and None not in decided.values():
+            self.log(f"node {name} deleted and registered again under its name")
+            self.delete("Node", None, name)
+            self.apply(node)
+
     def unlanded(self) -> dict[str, str | None]:
         """The pods whose binding is decided and not landed, each with the node it goes to (None: not
         known here, a dead process's write): written by the API server, released by the service, or
@@ -2333,6 +2372,7 @@ class Driver:
         self.debug = (await resp.json())["gangs"]
         planned = {pk for g in self.debug for pk in (g.get("plan") or {})}
         busy = {f"default/{n}" for n in self.in_flight() | set(self.api.inflight)}
+        busy |= set(svc.scheduler.ledger.unconfirmed)  # its binding unanswered: it may yet land
         # a preemptor's victims' room, held for it as each goes, and the free room its plan counts on
         held = {
             f"{v['pod']}#held-for:{g['gang']}"  # the ledger's key for a victim's room, held for its gang
@@ -2352,6 +2392,7 @@ class Driver:
                 where = "planned, but nothing is left to bind it" if pk in planned else "not planned"
                 self.fail(f"reservation for {pk} left behind ({where}, no bind in flight)")
         self.check_holds()
+        self.lowered.clear()
         for b in self.binds:
             if b.task.done() and not b.task.cancelled():
                 result = b.task.result() if b.task.exception() is None else repr(b.task.exception())
@@ -2381,8 +2422,8 @@ class Driver:
             if g.get("plan"):
                 self.fail(f"gang {gang} has a plan and still holds {hold['nodes']}")
             for node, amounts in hold["amounts"].items():
-                if node not in nodes:
-                    continue  # deleted since the last pass: the next one chooses again
+                if node not in nodes or node in self.lowered:
+                    continue  # deleted since the last pass, or lowered in this step: the next chooses again
                 alloc = allocatable(nodes[node])
                 over = {r: v for r, v in amounts.items() if r in ("cpu",) and v > alloc.get(r, 0)}
                 if over:
@@ -2671,6 +2712,8 @@ class Driver:
                 self.relabel()
             if self.quorum_edits and self.quorum_rng.random() < 0.05:
                 self.quorum_edit()
+            if self.node_edits and self.node_rng.random() < 0.05:
+                self.node_edit()
             self.owner_move()
             if self.faults.outage and self.step >= self.faults.outage_until:
                 self.faults.outage = False

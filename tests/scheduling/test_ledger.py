@@ -350,7 +350,10 @@ def test_a_plan_on_a_node_someone_else_filled_is_dropped_before_it_can_overcommi
     if dropped:
         (answer,) = ledger.take_answers()
         assert answer.pods == ("default/train-0",)
-        assert "node n0 was filled by pods bound since the plan (default/landed among them)" in answer.message
+        assert (
+            "node n0 has less room than the plan holds: pods bound since the plan (default/landed among them)"
+            in answer.message
+        )
         assert store.reservations == {}
         assert (store.arrays.free[store.node_rows["n0"]] >= 0).all()
 

@@ -430,11 +430,11 @@ async def test_a_pod_bound_elsewhere_onto_room_a_preemption_holds_takes_it(
         assert held == {f"{node}#claimed-for:default/hi": room for node, room in claimed.items()}
     else:
         reason = svc.scheduler.describe("default/hi")["lastReason"]
-        assert "given up: node n000 was filled by pods bound since" in reason
+        assert "given up: node n000 no longer has its victims' room: pods bound since" in reason
         assert held == {}
         await svc.expire(0)  # the next pass tells its members why they wait
         said = [c for c in svc.pod("hi-0")["status"].get("conditions", ()) if c["type"] == "PodScheduled"]
-        assert said and "given up: node n000 was filled" in said[0]["message"], said
+        assert said and "given up: node n000 no longer has" in said[0]["message"], said
     svc.check_invariants()
 
 

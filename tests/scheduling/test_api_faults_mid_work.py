@@ -1,0 +1,148 @@
+"""API calls failing mid-work, where features meet: a single pod's binding whose answer was lost, a
+preemption victim's eviction a disruption budget refused, a gang's status the API server did not
+take."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from extender.scheduling.ledger import UNCONFIRMED_S
+from extender.state.source import BindError
+from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
+from tests.scheduling.test_preemptor import settle
+
+
+def bound_copy(pod: dict, node: str) -> dict:
+    """The pod as the watch shows it once its binding landed on `node`."""
+    return {**pod, "spec": {**pod["spec"], "nodeName": node}}
+
+
+# ------------------------------------------------------------------ 1: a single pod's lost reply
+@pytest.mark.parametrize("lands", [True, False], ids=["landed", "never-landed"])
+async def test_a_single_pods_binding_whose_answer_was_lost_keeps_its_room_until_the_watch_tells(
+    make_service, monkeypatch, lands
+):
+    """p1's binding POST gets no answer (the connection cut, every retry unanswered): the bind is
+    answered with the error, but the API server may have applied it. Until the watch shows p1 bound,
+    its room on n0 is not free (a second pod bound there meanwhile would over-commit n0 once p1's
+    binding shows); a binding that never lands gives it back once no request can land any more."""
+    svc = await make_service([make_node("n0", cpu="8"), make_pod("p1", cpu="6"), make_pod("p2", cpu="6")])
+    landed: list[dict] = []
+
+    async def lost_reply(*, namespace, name, uid, node, persist_s=0.0):
+        if lands:
+            landed.append(bound_copy(svc.pod(name, namespace), node))  # applied at the API server...
+        raise BindError(
+            f"could not reach the API server to bind {namespace}/{name} to {node}: reset", unknown=True
+        )
+
+    monkeypatch.setattr(svc.cluster, "bind_pod", lost_reply)
+    assert (await svc.filter("p1", ["n0"]))["NodeNames"] == ["n0"]
+    error = await svc.bind("p1", "n0")
+    assert "could not reach the API server" in error
+    monkeypatch.undo()
+    # kube-scheduler forgets p1 and offers n0 to p2: the service keeps p1's room
+    await svc.expire(10.0)
+    doc = await svc.filter("p2", ["n0"])
+    assert doc["NodeNames"] == [], doc
+    svc.check_invariants()
+    if lands:
+        svc.cluster.apply(landed[0])  # ...and the watch shows p1's binding at last
+        await settle()
+        assert svc.scheduler.ledger.unconfirmed == {} and svc.store.reservations == {}
+    else:
+        await svc.expire(UNCONFIRMED_S)  # no request the API server took can land now
+        assert svc.store.reservations == {}
+        assert (await svc.filter("p2", ["n0"]))["NodeNames"] == ["n0"]
+    svc.check_invariants()
+
+
+# ------------------------------------------------------------------ 2: a preemption's refused eviction
+class RefusedOnce:
+    """The Eviction API with a PodDisruptionBudget that refuses `refuse`'s first eviction (429: a
+    sibling it covers was unhealthy for a moment) and allows every later one; an allowed eviction
+    deletes the pod at once."""
+
+    def __init__(self, cluster, refuse: str) -> None:
+        self.cluster, self.refuse = cluster, refuse
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        pod = self.cluster.get("", "Pod", namespace, name)
+        if pod is None or (uid and pod["metadata"].get("uid") != uid):
+            return True
+        if name == self.refuse and self.calls.count(name) == 1:
+            return False  # 429: "Cannot evict pod as it would violate the pod's disruption budget"
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+async def test_a_preemption_victim_whose_eviction_a_budget_refused_once_is_asked_again(make_service):
+    """hi (priority 1000, two whole nodes in one rack) preempts gang lo (priority 10) in rack r00;
+    rack r01 runs x and y (priority 50). lo-0 goes; lo-1's eviction is refused once by its
+    PodDisruptionBudget, which allows it a moment later. Asked again, lo-1 goes, and hi is planned
+    into r00. Never asked again (as before), gang lo ran partial for the whole hold, then n000's
+    room, freed for hi, was everyone's, and hi evicted a second set, x and y, in the other rack."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evictions = RefusedOnce(svc.cluster, refuse="lo-1")
+    svc.cluster.evict_pod = evictions
+    await svc.filter("hi-0")
+    await settle()
+    assert svc.scheduler.ledger.preemption("default/hi").domain == "rack r00"
+    assert svc.pod("lo-0") is None and svc.pod("lo-1") is not None  # refused: lo runs partial for now
+    for _ in range(3):  # the service's ticks, 5 s apart
+        await svc.expire(5.0)
+        await settle()
+    assert evictions.calls == ["lo-0", "lo-1", "lo-1"], evictions.calls  # asked again once, after RETRY_S
+    assert svc.pod("lo-1") is None
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
+    assert evictions.calls == ["lo-0", "lo-1", "lo-1"], "a second set of victims"
+    svc.check_invariants()
+
+
+# ------------------------------------------------------------------ 3: a PodGroup status write lost
+async def test_a_gangs_running_status_whose_write_failed_is_written_again(make_service, monkeypatch):
+    """A gang waits for its third pod (its PodGroup is written Pending with the reason), then binds
+    whole; the PodGroup's Running write meets an API server answering 500 on every try. It is written
+    again once the API server is well (never written again, as before, the PodGroup said Pending,
+    Unschedulable, for a gang that runs)."""
+    objs = [*rack_cluster(), make_kai_podgroup("train", min_member=3)]
+    objs += [gang_pod(f"train-{i}", "train") for i in range(2)]
+    svc = await make_service(objs)
+    assert (await svc.filter("train-0"))["NodeNames"] == []  # 2 of 3 exist
+    await svc.expire(1.0)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    pg = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train")
+    assert (pg.get("status") or {}).get("phase") == "Pending", pg.get("status")
+    real = svc.cluster.patch_group_status
+    failing = {"on": True}
+
+    async def busy(**kw):
+        if failing["on"]:
+            return False  # 500 "etcdserver: request timed out" after every try: write it again later
+        await real(**kw)
+
+    monkeypatch.setattr(svc.cluster, "patch_group_status", busy)
+    svc.cluster.apply(gang_pod("train-2", "train"))
+    nodes = {}
+    for name in ("train-0", "train-1", "train-2"):
+        node, why = await svc.schedule(name)
+        assert node, why
+        nodes[name] = node
+    assert await asyncio.gather(*(svc.bind(n, nodes[n]) for n in nodes)) == ["", "", ""]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    failing["on"] = False  # the API server is well again
+    for _ in range(6):
+        await svc.expire(10.0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+    status = svc.cluster.get("scheduling.run.ai", "PodGroup", "default", "train").get("status") or {}
+    assert status.get("phase") == "Running", status
