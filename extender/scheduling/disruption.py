@@ -175,6 +175,7 @@ class GangDisruption:
         exactly the survivors (its replacements cannot be bound yet). Timestamps, whole seconds, cannot
         tell a survivor from a replacement created in the same second; they serve after a restart."""
         self._signalled: set[str] = set()  # uids whose disruption was seen (the survivors noted once)
+        self._bound_since: set[GroupKey] = set()  # gangs with a member bound since their survivors' walk
         self._evicting: set[str] = set()
         """uids this process asked to evict, until seen deleted: their going is this incident's end, not
         a new one (on 1.26+ the Eviction API replaces our DisruptionTarget reason with its own)."""
@@ -210,14 +211,20 @@ class GangDisruption:
         ours = uid in self._evicting or _ours(obj) or self._preemptor_of(pk) is not None
         if bound and not is_terminal(obj) and disrupted and uid not in self._signalled:
             self._signalled.add(uid)
-            if not ours and self._scanned:  # in the initial list, replacements may be in the store already
-                # a member whose binding is on its way lands a survivor: a release in flight when a
-                # preemption took the others would leave it bound alone
+            if not ours and self._scanned and (key not in self._survivors or key in self._bound_since):
+                # in the initial list, replacements may be in the store already. Walked at a signal
+                # only when a member was bound since the last walk: a gang's members deleted one by
+                # one (its owner's deletion) cost one walk, not one each. A member whose binding is
+                # on its way lands a survivor: a release in flight when a preemption took the others
+                # would leave it bound alone
+                self._bound_since.discard(key)
                 self._survivors.setdefault(key, set()).update(
                     r.uid
                     for r in self.store.group_members(key)
                     if r.uid != uid and is_live(r.obj) and (r.node_name or self._on_its_way(r.key))
                 )
+        elif bound and not disrupted and key in self._survivors and uid not in self._survivors[key]:
+            self._bound_since.add(key)  # a member bound since the survivors were noted
         if event == "DELETED":
             self._signalled.discard(uid)
             self._evicting.discard(uid)
@@ -551,6 +558,7 @@ class GangDisruption:
         self._counted.pop(key, None)
         self._gone.pop(key, None)
         self._survivors.pop(key, None)
+        self._bound_since.discard(key)
         self._below_since.pop(key, None)
         self.decisions.pop(key, None)
         if not self.store.group_members(key):

@@ -155,7 +155,8 @@ class Filtering:
         key, uid = pod_identity(pod)
         planned = self.planned_node_for(pod)
         if planned is not None and self.node_usable(planned) and planned in node_names:
-            return FilterDecision(Verdict.PASS, [planned])  # the plan decides; no need to map names
+            self.view.rows_of(node_names)  # the plan decides; a name the cache never saw is still a 400
+            return FilterDecision(Verdict.PASS, [planned])
         bound = self._bound_node(key, uid)
         if bound is not None:
             # bound by a release kube-scheduler's watch has not shown it yet: its node, where offered
@@ -284,9 +285,42 @@ class Filtering:
         return f" ({said})"
 
     # ----------------------------------------------------------------- gangs
+    def _short_of_pods(self, call: FilterCall) -> FilterDecision | None:
+        """The answer while a gang's pods are still being created, from the store's counts: a gang
+        without subgroups whose live pods fall short of its quorum, none finished, with no plan, no
+        backoff and no eviction under way (so none of the walk's earlier answers applies, and none
+        of its members can be bound). Without it, each member's filter walks the others: a 4,096-pod
+        gang's assembly would cost the event loop a quadratic walk. None: the full path decides."""
+        group = call.group
+        if group.subgroups:
+            return None
+        live = self.store.group_live(group.key, besides=call.key)
+        if live >= group.leaf_quorum(None) or self.store.may_have_finished(group):
+            return None
+        entry = self.ledger.entry(group.key)
+        if entry is not None and (entry.plan or entry.releasing or self.ledger.backoff_left(group.key) > 0):
+            return None
+        if self.evicting(group.key) is not None:
+            return None
+        return self._waiting_for_pods(call, live, 0)
+
+    def _waiting_for_pods(self, call: FilterCall, live: int, finished: int) -> FilterDecision:
+        group, key, ledger = call.group, call.key, self.ledger
+        need = group.quorum_upper_bound()
+        have = f"{live} exist" + (f" and {finished} finished" if finished else "")
+        reason = f"gang {group.key} waiting for pods: {have}, {need} needed for quorum"
+        ledger.set_reason(group.key, reason)
+        self.telling.told.counting(group.key, reason)
+        ledger.await_pods(group)
+        waiting = self.telling.story(group, key, "GangWaiting", reason)
+        return FilterDecision(Verdict.WAITING, [], reason, effects=waiting)
+
     def _filter_gang(self, call: FilterCall) -> FilterDecision:
         key, group, leaf = call.key, call.group, call.membership.subgroup
         ledger = self.ledger
+        short = self._short_of_pods(call)
+        if short is not None:
+            return short
         members = [
             planning.Member(rec, self.store.membership(rec).subgroup)
             for rec in self.store.group_members(group.key)
@@ -348,14 +382,7 @@ class Filtering:
         else:
             ready = group.ready_leaves(counts)
             if ready is None:
-                need = group.quorum_upper_bound()
-                have = f"{len(members)} exist" + (f" and {finished} finished" if finished else "")
-                reason = f"gang {group.key} waiting for pods: {have}, {need} needed for quorum"
-                ledger.set_reason(group.key, reason)
-                self.telling.told.counting(group.key, reason)
-                ledger.await_pods(group)
-                waiting = self.telling.story(group, key, "GangWaiting", reason)
-                return FilterDecision(Verdict.WAITING, [], reason, effects=waiting)
+                return self._waiting_for_pods(call, len(members), finished)
             if leaf not in ready:
                 reason = (
                     f"gang {group.key} subgroup {leaf} is not ready: {counts.get(leaf, 0)} pods exist, "

@@ -161,6 +161,13 @@ class Scheduler:
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         return self.filtering.planned_node_for(pod)
 
+    def names_known(self, array: bytes) -> bool:
+        """Whether a NodeNames array, as the request's raw bytes, is a list of names the cache holds
+        (read at compiled speed, kept for the same list); False sends the request the full way,
+        which says what is wrong with it."""
+        rows = self.store.rows_of_names(array)
+        return rows is not None and bool((rows >= 0).all())
+
     def filter(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         self.repair.saw_filter(pod)
         return self.filtering.filter(pod, node_names)

@@ -49,6 +49,9 @@ class Telling:
         self.ledger = view.ledger
         self.told = ReasonsTold()
         self._arrivals_seen = (-1, -1)  # (pods_added, grouping_gen) at the last quorum_arrived look
+        self._short_looked: dict[GroupKey, tuple[int, int]] = {}
+        """gang short of pods -> (its members' index stamp, grouping_gen) when quorum_arrived last
+        walked it: a pod of another gang (most of a busy cluster's) walks none of it again."""
         self._regroups_seen = -1  # grouping_gen at the last look for regrouped gangs that did not fit
 
     def tell_gang(self, gang: GroupKey, *, skip: Sequence[PodKey] = ()) -> list[Effect]:
@@ -176,7 +179,12 @@ class Telling:
             elif self.store.membership(rec).state is not MembershipState.GROUP_MISSING:
                 self.ledger.group_arrived(pk)
                 effects.append(Effect("nudge", *pod_ref(pk), {"value": "group-arrived"}))
+        looked, self._short_looked = self._short_looked, {}
         for key, held in self.ledger.short_of_pods_gangs():
+            seen = (self.store.group_gen(key), self.store.grouping_gen)
+            self._short_looked[key] = seen
+            if looked.get(key) == seen:
+                continue  # none of its members came, changed or went, nor its definition: still short
             # judged by the gang's definition now: a quorum lowered in place (an edited minMember, a
             # Job seen after its pods) may be met by the members already there, with no pod to come
             spec = self.view.spec_of(key, self.store.group_members(key)) or held

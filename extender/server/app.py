@@ -197,7 +197,13 @@ async def handle_filter(request: web.Request) -> web.Response:
         pod = wire.peek_pod(body)
         if pod is not None:
             planned = scheduler.planned_node_for(pod)
-            if planned is not None and wire.names_contain(body, planned) and scheduler.node_usable(planned):
+            array = wire.names_array(body) if planned is not None else None
+            if (
+                array is not None
+                and wire.names_contain(body, planned)
+                and scheduler.names_known(array)  # a list that is no list of known names: 400
+                and scheduler.node_usable(planned)
+            ):
                 app[METRICS].fast_path.inc()
                 return _json(
                     orjson.dumps(

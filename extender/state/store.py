@@ -472,6 +472,10 @@ class ClusterStore:
         self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
+        self._live_indexed: set[PodKey] = set()  # indexed members that are live (`group_live`)
+        self._group_live: dict[GroupKey, int] = {}
+        self._group_gen: dict[GroupKey, int] = {}  # group -> the index's stamp at its last change
+        self._index_stamp = 0
         self._finished_index: dict[GroupKey, set[PodKey]] = {}  # Succeeded members, by group
         self._pod_finished: dict[PodKey, GroupKey] = {}
         self._grouped: set[PodKey] = set()  # pods not surely plain (is_single_pod False), terminal or not
@@ -1107,6 +1111,22 @@ class ClusterStore:
         """How many non-terminal pods the index holds for `group` (groups of more than one pod), O(1)."""
         return len(self._group_index.get(group, ()))
 
+    def group_live(self, group: GroupKey, *, besides: PodKey | None = None) -> int:
+        """How many live pods (`is_live`) the index holds for `group`, O(1); `besides`: one more
+        unless it is among them (a pod kube-scheduler sent before this cache had it)."""
+        n = self._group_live.get(group, 0)
+        if besides is not None and not (
+            besides in self._live_indexed and self._pod_group.get(besides) == group
+        ):
+            n += 1
+        return n
+
+    def group_gen(self, group: GroupKey) -> int:
+        """Changes whenever a member of `group` is indexed or leaves the index (it arrived, changed or
+        went): a reader that looked at the group at one value need not walk it again at the same
+        one. A stamp of the whole index, never reused (0 once the group has no member)."""
+        return self._group_gen.get(group, 0)
+
     def grouped_pods(self) -> list[PodRecord]:
         """Every pod, terminal or not, that is not surely a group of one (`is_plain`): the pods a scan
         for gangs need look at, without deriving anything for the plain rest of a cluster."""
@@ -1284,9 +1304,23 @@ class ClusterStore:
         if group is not None and group.source is not Source.SINGLE_POD:  # groups of one: _single_member
             self._group_index.setdefault(group.key, set()).add(rec.key)
             self._pod_group[rec.key] = group.key
+            self._index_stamp += 1
+            self._group_gen[group.key] = self._index_stamp
+            if rec.live:
+                self._live_indexed.add(rec.key)
+                self._group_live[group.key] = self._group_live.get(group.key, 0) + 1
 
     def _unindex_pod(self, key: PodKey) -> None:
         self._grouped.discard(key)
+        group = self._pod_group.get(key)
+        if group is not None:
+            self._index_stamp += 1
+            self._group_gen[group] = self._index_stamp
+            if key in self._live_indexed:
+                self._live_indexed.discard(key)
+                left = self._group_live.pop(group, 0) - 1
+                if left > 0:
+                    self._group_live[group] = left
         for pod_group, index in (
             (self._pod_group, self._group_index),
             (self._pod_finished, self._finished_index),
@@ -1298,3 +1332,5 @@ class ClusterStore:
                     members.discard(key)
                     if not members:
                         del index[group]
+                        if index is self._group_index:
+                            self._group_gen.pop(group, None)  # a stamp is never reused: 0 differs

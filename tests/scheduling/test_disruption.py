@@ -156,6 +156,17 @@ def _replacement(w: World) -> None:
     w.cluster.apply(running("x-3b", group="x", kind="all", node="n5", created=w.clocks.wall))
 
 
+def _second_loss(w: World) -> None:
+    """An elastic gang loses a member and stays at its quorum; the member's replacement is bound;
+    then two more go: the replacement is one of the survivors the eviction takes."""
+    w.remove("x-0")
+    w.clocks.advance(2)
+    w.cluster.apply(running("x-0b", group="x", kind="kai", node="n5", created=w.clocks.wall))
+    w.clocks.advance(2)
+    w.remove("x-1")
+    w.remove("x-2")
+
+
 # (name, gang kind, size, quorum, what happens, evicted, why, words in the reason)
 CASES = [
     ("all: a member deleted", "all", 4, 4, lambda w: w.delete("x-3"), ["x-0", "x-1", "x-2"],
@@ -179,6 +190,8 @@ CASES = [
     ("kai elastic: one member lost, still at quorum", "kai", 4, 2, lambda w: w.remove("x-0"), [], None, ""),
     ("kai elastic: taken below its quorum", "kai", 4, 3,
      lambda w: (w.remove("x-0"), w.preempt("x-1")), ["x-2", "x-3"], Why.BELOW_QUORUM, "x-1 was preempted"),
+    ("kai elastic: a member bound since the first loss is a survivor of the next", "kai", 4, 3,
+     _second_loss, ["x-0b", "x-3"], Why.BELOW_QUORUM, "leaving 2 of the 3 pods"),
     ("kai: a failed member waits for the stale grace", "kai", 4, 4, lambda w: w.finish("x-0", "Failed"),
      [], None, ""),
     ("kai: finished members count (a completed Job is healthy)", "kai", 4, 4,
