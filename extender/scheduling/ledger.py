@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from extender.gang.entry import Arrival, GangEntry, Phase, PlannedPod, backoff_delay_s
 from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
@@ -1060,6 +1062,12 @@ class GangLedger:
                             self.store.unhold(Preemption.hold_key(p.gang, pk))
                     if p.claimed.pop(name, None) is not None:
                         self.store.unhold(Preemption.claim_key(p.gang, name))
+            if event != "DELETED" and row is not None and len(self.holds):
+                # a hold there this node can no longer take (cordoned, NotReady, its allocatable
+                # lowered below it) can never be ready: it goes now, the next pass chooses again
+                for h in self.holds.holders_on(np.array([row])):
+                    if not h.hold.usable(self.store.arrays):
+                        self.holds.drop(h.gang)
             if event != "DELETED" and row is not None and self.store.reservations and self._over(row):
                 # its allocatable lowered under the holds (a kubelet restarted with more reserved, a
                 # device plugin's GPU gone unhealthy): the plans there would over-commit it

@@ -113,6 +113,7 @@ import copy
 import dataclasses
 import datetime
 import gc
+import logging
 import os
 import random
 import re
@@ -175,6 +176,24 @@ SEEDS = (
 STEPS = int(os.environ.get("INTERLEAVING_STEPS", "60"))
 SETTLE_ROUNDS = 12
 SKIP = set(filter(None, os.environ.get("INTERLEAVING_SKIP", "").split(",")))
+
+
+class _ErrorsLogged(logging.Handler):
+    """The service's records at ERROR and above (an exception it caught and logged): each fails the
+    check after the step it happened in."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        self.records.append(record)
+
+
+ERRORS_LOGGED = _ErrorsLogged()
+logging.getLogger("extender").addHandler(ERRORS_LOGGED)
 
 
 class Violation(AssertionError):
@@ -776,6 +795,7 @@ class Driver:
         fence_s: float = BIND_FENCE_S,
         features: bool = True,
     ) -> None:
+        ERRORS_LOGGED.records.clear()  # a run before this one's are its own
         self.seed = seed
         self.rng = random.Random(seed)
         self.clients = clients
@@ -2254,6 +2274,11 @@ class Driver:
 
     async def check(self, *, final: bool = False) -> None:
         svc, store = self.svc, self.svc.store
+        if ERRORS_LOGGED.records:
+            # a bug the service caught and logged (a store listener's, a tick's) is a bug all the same
+            first = ERRORS_LOGGED.records[0]
+            ERRORS_LOGGED.records.clear()
+            self.fail(f"the service logged an error: {first.getMessage()}\n{first.exc_text or ''}")
         binding = self.binding_gangs()
         for item in self.evicted:
             if item[1] is not None and item[1] in binding:
