@@ -922,7 +922,6 @@ class Driver:
         self.node_rng = random.Random(seed * 1000003 + 43)
         self.node_edits = features and "node-edit" not in SKIP and self.node_rng.random() < 0.4
         self.shrunk: dict[str, dict] = {}  # node -> its allocatable before it was lowered
-        self.lowered: set[str] = set()  # nodes lowered in this step (a hold is chosen again next)
         self.picky: set[str] = set()
         if features and "picky" not in SKIP and self.picky_rng.random() < 0.4:
             node_objs = [o for o in self.objects if o.get("kind") == "Node"]
@@ -2072,7 +2071,6 @@ class Driver:
             if lowered >= cpu:
                 return
             self.shrunk.setdefault(name, copy.deepcopy(node["status"]["allocatable"]))
-            self.lowered.add(name)
             node["status"]["allocatable"]["cpu"] = f"{lowered}m"
             self.log(f"node {name}'s allocatable lowered to {lowered}m cpu ({used}m bound or binding there)")
             self.apply(node)
@@ -2417,7 +2415,6 @@ class Driver:
                 where = "planned, but nothing is left to bind it" if pk in planned else "not planned"
                 self.fail(f"reservation for {pk} left behind ({where}, no bind in flight)")
         self.check_holds()
-        self.lowered.clear()
         for b in self.binds:
             if b.task.done() and not b.task.cancelled():
                 result = b.task.result() if b.task.exception() is None else repr(b.task.exception())
@@ -2447,8 +2444,8 @@ class Driver:
             if g.get("plan"):
                 self.fail(f"gang {gang} has a plan and still holds {hold['nodes']}")
             for node, amounts in hold["amounts"].items():
-                if node not in nodes or node in self.lowered:
-                    continue  # deleted since the last pass, or lowered in this step: the next chooses again
+                if node not in nodes:
+                    continue  # deleted since the last pass: the next one chooses again
                 alloc = allocatable(nodes[node])
                 over = {r: v for r, v in amounts.items() if r in ("cpu",) and v > alloc.get(r, 0)}
                 if over:
