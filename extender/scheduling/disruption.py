@@ -330,8 +330,8 @@ class GangDisruption:
     def _decide_one(self, key: GroupKey, now: float) -> GangEviction | None:
         view = self._view(key)
         if view is None or not view.running:
-            if view is None or not self._releasing(key):
-                self._forget(key)  # a release still in flight lands survivors of the incident
+            if view is None or not self._landing(key):
+                self._forget(key)  # a binding still in flight lands a survivor of the incident
             return None
         spec = view.spec
         # a preemption's or a reclaim's victims are that eviction's: their gang goes whole with it, and
@@ -507,6 +507,11 @@ class GangDisruption:
 
     def _releasing(self, key: GroupKey) -> bool:
         return self.ledger is not None and self.ledger.releasing_any(key)
+
+    def _landing(self, key: GroupKey) -> bool:
+        """A binding of the gang on its way: its release's, or a member's own (one beyond its quorum,
+        or held back by the start-up fence)."""
+        return self._releasing(key) or any(self._on_its_way(r.key) for r in self.store.group_members(key))
 
     def _evict(
         self,
