@@ -223,6 +223,9 @@ class GangDisruption:
                     for r in self.store.group_members(key)
                     if r.uid != uid and is_live(r.obj) and (r.node_name or self._on_its_way(r.key))
                 )
+            elif not ours and key in self._survivors:
+                # no member bound since: those whose binding set out since land survivors all the same
+                self._survivors[key].update(self._setting_out(key) - {uid})
         elif bound and not disrupted and key in self._survivors and uid not in self._survivors[key]:
             self._bound_since.add(key)  # a member bound since the survivors were noted
         if event == "DELETED":
@@ -507,6 +510,21 @@ class GangDisruption:
 
     def _releasing(self, key: GroupKey) -> bool:
         return self.ledger is not None and self.ledger.releasing_any(key)
+
+    def _setting_out(self, key: GroupKey) -> set[str]:
+        """uids of the gang's members whose binding is on its way, from the ledger's own (few) sets:
+        single binds in flight, the gang's release, bindings confirmed and not yet seen."""
+        if self.ledger is None:
+            return set()
+        out = set()
+        for pk in self.ledger.on_their_way(key):
+            rec = self.store.pods.get(pk)
+            if rec is None or not is_live(rec.obj):
+                continue
+            m = self.store.membership(rec)
+            if m.state is MembershipState.MEMBER and m.group is not None and m.group.key == key:
+                out.add(rec.uid)
+        return out
 
     def _landing(self, key: GroupKey) -> bool:
         """A binding of the gang on its way: its release's, or a member's own (one beyond its quorum,

@@ -87,6 +87,8 @@ class Filtering:
         ledger = self.ledger
         if ledger.planned(key) is not None or ledger.gang_of(key) is not None or uid in self.view.evictions:
             return None
+        if ledger.is_unconfirmed(key):
+            return None  # its own hold stands on a node: the general path gives it back to it
         if queues.in_use(self.store):
             return None  # queues in use: a plain pod counts against its queue's limits (_filter_single)
         request, missing = self.store.request_vector(self.view.requests_of(pod, key, uid))
@@ -255,6 +257,13 @@ class Filtering:
         priority = member_priority(call.pod, group)
         with self.ledger.holds.withheld(arrays, for_gang=group.key, priority=priority) as seen:
             fits = placement.fit_mask(seen, rows, request) & usable if len(rows) else usable
+            own = self.store.reservations.get(key) if self.ledger.is_unconfirmed(key) else None
+            if own is not None and own.row >= 0 and len(rows):
+                # its binding went unanswered and its room stays held: that room is its own
+                at = (rows == own.row) & usable & ~fits
+                if at.any():
+                    room = seen.free[own.row] + self.store.vector(own.requests)
+                    fits[at] = bool((room[: len(request)] >= request).all())
         try:
             allowed = planning.domain_mask(
                 self.store, self.ledger, group, call.membership.subgroup, rows, exclude=key

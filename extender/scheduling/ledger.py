@@ -301,6 +301,16 @@ class GangLedger:
         its binding confirmed, part of a release in flight, or its own bind in flight."""
         return pod in self.assumed or pod in self.binding or self.is_releasing(pod)
 
+    def is_unconfirmed(self, pod: PodKey) -> bool:
+        """Whether the pod's own binding went unanswered and its hold stands (`unconfirmed`)."""
+        return pod in self.unconfirmed
+
+    def on_their_way(self, key: GroupKey) -> list[PodKey]:
+        """Pods whose binding is on its way though the cache shows no node: the gang's release in
+        flight, and every single bind in flight or confirmed (of any gang: the caller sorts them)."""
+        e = self.gangs.get(key)
+        return [*(e.releasing if e is not None else ()), *self.binding, *self.assumed]
+
     def releasing_any(self, key: GroupKey) -> bool:
         """Whether some of the gang's release binds are still in flight."""
         e = self.gangs.get(key)
@@ -903,7 +913,8 @@ class GangLedger:
         for pod, (_, until) in list(self.unconfirmed.items()):
             if now >= until:  # it never landed: nothing it asked can land now
                 del self.unconfirmed[pod]
-                self.store.unhold(pod)
+                if self.planned(pod) is None and not self.being_bound(pod):
+                    self.store.unhold(pod)  # else its hold is a plan's or a bind's since: theirs
 
     def take_answers(self) -> list[Answer]:
         out, self._answers = self._answers, []

@@ -729,7 +729,8 @@ async def _write_group_status(app: web.Application, e: Effect) -> None:
                 if written is False:
                     # the API server did not answer: the status is decided once (a gang's Running
                     # at its release), so nothing else would write it; the ticker writes it again
-                    data = {**e.data, "status": status}
+                    # the newest decision taken (maybe not `e`'s, taken over while a PATCH was out)
+                    data = {**e.data, "status": status, "decided": decided.get(key, order)}
                     retry[key] = (app[CLOCK]() + _STATUS_RETRY_S, dataclasses.replace(e, data=data))
                 return
     finally:
