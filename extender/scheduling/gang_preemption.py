@@ -70,8 +70,10 @@ class GangPreemption:
         self._reclaim_looked: dict[GroupKey, float] = {}  # gang -> when reclaims_tick last took it
         self._asked: dict[str, tuple[float, Effect]] = {}
         """victim uid -> when its eviction was last asked, and the eviction: asked again after
-        RETRY_S while its preemption runs and it is neither gone nor going (a disruption budget
-        refused it; a victim gang left running in part is worse than one never touched)."""
+        RETRY_S while its preemption runs, when the API refused it (a disruption budget) and it is
+        neither gone nor going (a victim gang left running in part is worse than one never touched).
+        An eviction the API accepted is never asked again, however late the watch shows it."""
+        self._refused: set[str] = set()  # victims' uids whose last eviction the API refused
 
     def note_completed(self) -> None:
         """A preemptor was planned into the room its victims freed."""
@@ -296,6 +298,10 @@ class GangPreemption:
             effects += self._ask_again()
         return effects
 
+    def note_refused(self, uid: str) -> None:
+        if uid in self._asked:  # a preemption's victim (the disruption asks its own again)
+            self._refused.add(uid)
+
     def _ask_again(self) -> list[Effect]:
         """The evictions of running preemptions' victims neither gone nor going, asked RETRY_S ago
         or more: asked again (an eviction a disruption budget refused is refused with 429, and asked
@@ -306,14 +312,16 @@ class GangPreemption:
             for pk, v in p.victims.items():
                 live.add(v.uid)
                 asked = self._asked.get(v.uid)
-                if asked is None or now - asked[0] < RETRY_S or pk in p.held:
+                if asked is None or v.uid not in self._refused or now - asked[0] < RETRY_S or pk in p.held:
                     continue
                 rec = self.store.pods.get(pk)
                 if rec is None or rec.uid != v.uid or not is_live(rec.obj):
                     continue  # gone, or going: its deletion is under way
                 self._asked[v.uid] = (now, asked[1])
+                self._refused.discard(v.uid)
                 out.append(asked[1])
         self._asked = {uid: a for uid, a in self._asked.items() if uid in live}
+        self._refused &= live
         return out
 
     def preempt_as_gang(self, pod: dict[str, Any]) -> list[Effect] | None:

@@ -161,6 +161,10 @@ class Scheduler:
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         return self.filtering.planned_node_for(pod)
 
+    def eviction_refused(self, uid: str) -> None:
+        """The API refused an eviction this service asked for (for now: a disruption budget)."""
+        self.gang_preemption.note_refused(uid)
+
     def names_known(self, array: bytes) -> bool:
         """Whether a NodeNames array, as the request's raw bytes, is a list of names the cache holds
         (read at compiled speed, kept for the same list); False sends the request the full way,

@@ -774,6 +774,8 @@ async def _evict(app: web.Application, e: Effect) -> None:
         return
     if await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason):  # type: ignore[attr-defined]
         app[METRICS].evicted_pods.inc()
+    else:  # refused for now (a disruption budget): a preemption's victim is asked again later
+        app[SCHEDULER].eviction_refused(uid)
 
 
 def _now_rfc3339() -> str:
