@@ -91,6 +91,9 @@ class Victim:
 UNCONFIRMED_S = 60.0
 """How long a binding whose answer never came may still land: the API server ends a request it took
 within its request timeout (`--request-timeout`, 60 s unless set)."""
+EVICTED_UNSEEN_S = 600.0
+"""How long an eviction the API server accepted may go unseen by the watch: a watch ends within its
+timeout (5 to 10 minutes) and the relist after it shows the pod going or gone."""
 
 
 @dataclasses.dataclass
@@ -186,10 +189,16 @@ class GangLedger:
         pod counts as bound and keeps its hold, so its capacity is never free twice."""
         self.binding: set[PodKey] = set()
         """Pods (not planned in a gang) whose own bind call is in flight, holding their capacity."""
-        self.unconfirmed: dict[PodKey, tuple[str, float]] = {}
-        """pod -> (node, until): its own binding got no answer (a cut connection, a timeout, a 5xx),
-        so the API server may have applied it: its hold stays until the watch tells, or until no
-        request the API server took can still land (UNCONFIRMED_S), so its room is never free twice."""
+        self.unconfirmed: dict[PodKey, float] = {}
+        """pod -> until: its own binding got no answer (a cut connection, a timeout, a 5xx), so the
+        API server may have applied it: its hold (the reservation, which says where) stays until the
+        watch tells, or until no request the API server took can still land (UNCONFIRMED_S), so its
+        room is never free twice."""
+        self._evicted: dict[PodKey, tuple[str, float]] = {}
+        """pod -> (uid, until): an eviction the API server accepted that the watch has not shown yet
+        (the cache holds the pod live): it is going, so no preemption takes it as a victim again and
+        its room counts as coming, as a Terminating pod's does. Forgotten when the watch shows it
+        going, or after EVICTED_UNSEEN_S (bounded memory)."""
         self.rejected: set[PodKey] = set()
         self.short_of_pods: dict[GroupKey, GroupSpec] = {}
         self.short_of_group: set[PodKey] = set()
@@ -304,6 +313,16 @@ class GangLedger:
     def is_unconfirmed(self, pod: PodKey) -> bool:
         """Whether the pod's own binding went unanswered and its hold stands (`unconfirmed`)."""
         return pod in self.unconfirmed
+
+    def eviction_under_way(self, pod: PodKey, uid: str) -> bool:
+        """Whether the API server accepted the eviction of `pod` (of `uid`) and the watch has not
+        shown it going yet (`_evicted`)."""
+        seen = self._evicted.get(pod)
+        return seen is not None and seen[0] == uid
+
+    def evictions_under_way(self) -> list[PodKey]:
+        """The pods of `eviction_under_way`."""
+        return list(self._evicted)
 
     def on_their_way(self, key: GroupKey) -> list[PodKey]:
         """Pods whose binding is on its way though the cache shows no node: the gang's release in
@@ -689,7 +708,7 @@ class GangLedger:
         the gang backs off, doubling."""
         now = self.clock()
         out = []
-        if self.unconfirmed:
+        if self.unconfirmed or self._evicted:
             self._expire_unconfirmed(now)
         for e in list(self.gangs.values()):
             if e.releasing:
@@ -738,8 +757,10 @@ class GangLedger:
         return self._victim_of.get(pod)
 
     def victims_in_flight(self) -> list[PodKey]:
-        """Every pod being evicted for a preemption (or reclaim) under way: leaving its queue."""
-        return list(self._victim_of)
+        """Every pod being evicted for a preemption (or reclaim) under way, and every pod whose
+        accepted eviction the watch has not shown (`_evicted`, its preemption ended, say): leaving
+        its queue, so no reclaim takes its queue's room a second time."""
+        return [*self._victim_of, *(pk for pk in self._evicted if pk not in self._victim_of)]
 
     def incoming(self) -> list[PodKey]:
         """The members each preemption (or reclaim) under way makes room for: arriving in their queue."""
@@ -850,14 +871,17 @@ class GangLedger:
         return out
 
     def terminating(self, p: Preemption) -> list[PodKey]:
-        """The victims of `p` still terminating: evicted (a deletion under way), not gone yet."""
+        """The victims of `p` still terminating: evicted (a deletion under way, or an eviction the API
+        server accepted that the watch has not shown yet), not gone yet."""
         out = []
         for pk, v in p.victims.items():
             if pk in p.held:
                 continue
             rec = self.store.pods.get(pk)
             if rec is not None and (not v.uid or rec.uid == v.uid) and not is_terminal(rec.obj):
-                if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
+                if (rec.obj.get("metadata") or {}).get("deletionTimestamp") or self.eviction_under_way(
+                    pk, rec.uid
+                ):
                     out.append(pk)
         return out
 
@@ -903,14 +927,25 @@ class GangLedger:
         self.binding.discard(pod)
         rec = self.store.pods.get(pod)
         if error and unknown and rec is not None and not rec.node_name and pod in self.store.reservations:
-            self.unconfirmed[pod] = (node, self.clock() + UNCONFIRMED_S)
+            self.unconfirmed[pod] = self.clock() + UNCONFIRMED_S
         elif error or rec is None or rec.node_name:
             self.store.unhold(pod)
         else:
             self.assumed[pod] = node
 
+    def note_evicted(self, pod: PodKey, uid: str) -> None:
+        """The API server accepted the eviction of `pod` (of `uid`): see `_evicted`."""
+        rec = self.store.pods.get(pod)
+        if rec is not None and rec.uid == uid and is_live(rec.obj):
+            self._evicted[pod] = (uid, self.clock() + EVICTED_UNSEEN_S)
+            self.gen += 1
+
     def _expire_unconfirmed(self, now: float) -> None:
-        for pod, (_, until) in list(self.unconfirmed.items()):
+        for pod, (_, until) in list(self._evicted.items()):
+            if now >= until:
+                del self._evicted[pod]
+                self.gen += 1
+        for pod, until in list(self.unconfirmed.items()):
             if now >= until:  # it never landed: nothing it asked can land now
                 del self.unconfirmed[pod]
                 if self.planned(pod) is None and not self.being_bound(pod):
@@ -1125,6 +1160,12 @@ class GangLedger:
 
     def _on_pod(self, event: str, pk: PodKey, obj: dict[str, Any]) -> None:
         gone = event == "DELETED" or is_terminal(obj)
+        if pk in self._evicted and (
+            gone
+            or not is_live(obj)
+            or str((obj.get("metadata") or {}).get("uid", "")) != self._evicted[pk][0]
+        ):
+            del self._evicted[pk]  # the watch shows it going (or gone): the store counts it from here
         node = (obj.get("spec") or {}).get("nodeName")
         preemptor = self._victim_of.get(pk)
         if preemptor is not None:

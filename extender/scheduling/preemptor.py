@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -122,9 +123,14 @@ def _victim(store: ClusterStore, rec: PodRecord, gang: GroupKey | None) -> tuple
 def _taken(ledger: GangLedger, rec: PodRecord) -> bool:
     """Already being evicted: another preemption's victim, or a member this service's whole-gang
     disruption is evicting (its eviction asked again until it goes, a disruption budget refusing it
-    for now): asked once, never a second time. A mark whose eviction nobody asks again (a preemption
-    since ended) keeps no pod from being a victim."""
-    return ledger.victim_of(rec.key) is not None or disrupted_by_gang(rec.obj)
+    for now), or one whose eviction the API server accepted though the watch shows it live yet (its
+    preemption since ended): asked once, never a second time. A mark whose eviction nobody asks
+    again (a preemption since ended, its eviction refused) keeps no pod from being a victim."""
+    return (
+        ledger.victim_of(rec.key) is not None
+        or ledger.eviction_under_way(rec.key, rec.uid)
+        or disrupted_by_gang(rec.obj)
+    )
 
 
 def _pod_unit(store: ClusterStore, ledger: GangLedger, rec: PodRecord, priority: int) -> Unit | None:
@@ -184,7 +190,7 @@ def plan_preemption(
     # domain they free enough needs no victim, so no second set is evicted while the first runs out
     # its grace period (after a restart, say, which lost the record of whom this gang evicted;
     # kube-scheduler waits for such victims too)
-    base_free = _with_going(store, arrays, priority)
+    base_free = _with_going(store, ledger, arrays, priority)
 
     def trial(chosen: Sequence[Unit], domain: int) -> planning.GangPlan | None:
         if enough is not None and not enough(chosen):
@@ -270,11 +276,16 @@ def plan_preemption(
     return best
 
 
-def _with_going(store: ClusterStore, arrays: ClusterArrays, priority: int) -> np.ndarray:
+def _with_going(store: ClusterStore, ledger: GangLedger, arrays: ClusterArrays, priority: int) -> np.ndarray:
     """`arrays.free` with the room of bound pods below `priority` that are being deleted (Terminating,
-    in their grace period) given back: O(those pods), from the store's index."""
+    in their grace period, or evicted though the watch has not shown it yet) given back: O(those
+    pods), from the store's index and the ledger's accepted evictions."""
     free = arrays.free
-    for rec in store.leaving():
+    evicted = (store.pods.get(pk) for pk in ledger.evictions_under_way())
+    unseen = [
+        r for r in evicted if r is not None and is_live(r.obj) and ledger.eviction_under_way(r.key, r.uid)
+    ]
+    for rec in itertools.chain(store.leaving(), unseen):
         if rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
             continue
         if free is arrays.free:

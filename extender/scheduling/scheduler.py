@@ -165,6 +165,11 @@ class Scheduler:
         """The API refused an eviction this service asked for (for now: a disruption budget)."""
         self.gang_preemption.note_refused(uid)
 
+    def eviction_accepted(self, pod: PodKey, uid: str) -> None:
+        """The API accepted an eviction this service asked for: the pod is going, whatever the watch
+        shows yet (no preemption takes it again; its room is coming)."""
+        self.ledger.note_evicted(pod, uid)
+
     def names_known(self, array: bytes) -> bool:
         """Whether a NodeNames array, as the request's raw bytes, is a list of names the cache holds
         (read at compiled speed, kept for the same list); False sends the request the full way,

@@ -774,6 +774,7 @@ async def _evict(app: web.Application, e: Effect) -> None:
         return
     if await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason):  # type: ignore[attr-defined]
         app[METRICS].evicted_pods.inc()
+        app[SCHEDULER].eviction_accepted(pod_key(e.namespace, e.name), uid)
     else:  # refused for now (a disruption budget): a preemption's victim is asked again later
         app[SCHEDULER].eviction_refused(uid)
 

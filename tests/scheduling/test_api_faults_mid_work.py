@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from extender.scheduling.ledger import UNCONFIRMED_S
+from extender.scheduling.ledger import EVICTED_UNSEEN_S, UNCONFIRMED_S
 from extender.state.source import BindError
 from tests.builders import gang_pod, make_kai_podgroup, make_node, make_pod, rack_cluster
 from tests.scheduling.test_preemptor import settle
@@ -104,6 +104,86 @@ async def test_a_preemption_victim_whose_eviction_a_budget_refused_once_is_asked
     assert node in ("n000", "n001"), reason
     assert evictions.calls == ["lo-0", "lo-1", "lo-1"], "a second set of victims"
     svc.check_invariants()
+
+
+class AcceptedSeenLate:
+    """The Eviction API accepting every eviction, and the watch showing the deletions only when
+    `show` is called (a watch that lags the API server's answer)."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.calls: list[str] = []
+        self._unseen: list[tuple[str, str]] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        self._unseen.append((namespace, name))
+        return True
+
+    def show(self) -> None:
+        for namespace, name in self._unseen:
+            self.cluster.delete("", "Pod", namespace, name)
+        self._unseen.clear()
+
+
+async def test_a_victim_whose_accepted_eviction_the_watch_shows_late_is_not_a_victim_twice(make_service):
+    """hi preempts gang lo in rack r00; the API server accepts both evictions but the watch shows
+    them late. Past its hold the preemption holds on (its victims are going, as Terminating ones
+    are). Then hi's Job replaces its pods, which ends the preemption: the new hi-0's filter must not
+    pick lo again (asking its evictions a second time) nor evict x and y in r01 for room already on
+    its way: lo's room counts as coming and hi waits for it; the queue book counts lo as leaving
+    meanwhile. Seed 2853 of the interleavings under hash seed 9 (a preemption ended by a node's
+    change)."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evictions = AcceptedSeenLate(svc.cluster)
+    svc.cluster.evict_pod = evictions
+    await svc.filter("hi-0")
+    await settle()
+    assert sorted(evictions.calls) == ["lo-0", "lo-1"]
+    ledger = svc.scheduler.ledger
+    await svc.expire(ledger.preemption("default/hi").hold_s + 1)
+    await settle()
+    assert ledger.preemption("default/hi") is not None  # past its hold, its victims going: held on
+    pods = [svc.pod(name) for name in ("hi-0", "hi-1")]
+    for pod in pods:  # its Job replaces its pods: the preemption is forgotten
+        svc.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+    await settle()
+    assert ledger.preemption("default/hi") is None
+    for pod in pods:
+        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "uid": pod["metadata"]["name"] + "-again"}})
+    await settle()
+    assert sorted(ledger.victims_in_flight()) == ["default/lo-0", "default/lo-1"]  # leaving their queue
+    doc = await svc.filter("hi-0")
+    await settle()
+    assert doc["NodeNames"] == [], doc
+    assert sorted(evictions.calls) == ["lo-0", "lo-1"], "a victim asked twice, or a second set evicted"
+    evictions.show()
+    await settle()
+    assert ledger.evictions_under_way() == []
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
+    svc.check_invariants()
+
+
+async def test_an_accepted_eviction_the_watch_never_shows_is_forgotten(make_service):
+    """The memory of an accepted eviction is bounded: past EVICTED_UNSEEN_S without the watch showing
+    it (a pod the API server kept after all), the pod is an ordinary pod again."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    svc.cluster.evict_pod = AcceptedSeenLate(svc.cluster)
+    await svc.filter("hi-0")
+    await settle()
+    ledger = svc.scheduler.ledger
+    rec = svc.store.pods["default/lo-0"]
+    assert ledger.eviction_under_way(rec.key, rec.uid)
+    assert not ledger.eviction_under_way(rec.key, "another-uid")  # a pod of the name created since
+    await svc.expire(EVICTED_UNSEEN_S - 1)
+    assert ledger.evictions_under_way() != []
+    await svc.expire(1)
+    assert ledger.evictions_under_way() == []
 
 
 # ------------------------------------------------------------------ 3: a PodGroup status write lost
