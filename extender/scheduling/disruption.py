@@ -528,8 +528,8 @@ class GangDisruption:
 
     def _landing(self, key: GroupKey) -> bool:
         """A binding of the gang on its way: its release's, or a member's own (one beyond its quorum,
-        or held back by the start-up fence)."""
-        return self._releasing(key) or any(self._on_its_way(r.key) for r in self.store.group_members(key))
+        or held back by the start-up fence). O(bindings on their way), never a walk of the gang."""
+        return self._releasing(key) or bool(self._setting_out(key))
 
     def _evict(
         self,

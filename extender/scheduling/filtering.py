@@ -87,8 +87,8 @@ class Filtering:
         ledger = self.ledger
         if ledger.planned(key) is not None or ledger.gang_of(key) is not None or uid in self.view.evictions:
             return None
-        if ledger.is_unconfirmed(key):
-            return None  # its own hold stands on a node: the general path gives it back to it
+        if self.store.reservations.get(key) is not None:
+            return None  # its own bind's hold stands on a node: the general path gives it back to it
         if queues.in_use(self.store):
             return None  # queues in use: a plain pod counts against its queue's limits (_filter_single)
         request, missing = self.store.request_vector(self.view.requests_of(pod, key, uid))
@@ -116,10 +116,6 @@ class Filtering:
         return np.concatenate(
             [np.asarray(held, dtype=np.int64), self.ledger.holds.rows(), self.settling.rows()]
         )
-
-    def node_usable(self, node: str) -> bool:
-        row = self.store.node_rows.get(node)
-        return row is not None and bool(self.store.arrays.schedulable[row])
 
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         """The node the plan holds for this very pod (same uid as the plan and the cache)."""
@@ -156,7 +152,7 @@ class Filtering:
     def _decide(self, pod: dict[str, Any], node_names: Sequence[str]) -> FilterDecision:
         key, uid = pod_identity(pod)
         planned = self.planned_node_for(pod)
-        if planned is not None and self.node_usable(planned) and planned in node_names:
+        if planned is not None and self.store.node_usable(planned) and planned in node_names:
             self.view.rows_of(node_names)  # the plan decides; a name the cache never saw is still a 400
             return FilterDecision(Verdict.PASS, [planned])
         bound = self._bound_node(key, uid)
@@ -257,9 +253,10 @@ class Filtering:
         priority = member_priority(call.pod, group)
         with self.ledger.holds.withheld(arrays, for_gang=group.key, priority=priority) as seen:
             fits = placement.fit_mask(seen, rows, request) & usable if len(rows) else usable
-            own = self.store.reservations.get(key) if self.ledger.is_unconfirmed(key) else None
+            own = self.store.reservations.get(key)
             if own is not None and own.row >= 0 and len(rows):
-                # its binding went unanswered and its room stays held: that room is its own
+                # the room its own bind holds (in flight, held by the start-up fence, or unanswered
+                # and maybe landed) is its own: kube-scheduler asks again once its bind call timed out
                 at = (rows == own.row) & usable & ~fits
                 if at.any():
                     room = seen.free[own.row] + self.store.vector(own.requests)

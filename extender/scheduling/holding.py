@@ -119,9 +119,6 @@ class Holding:
         # (every pod that ends changes the cluster) at most every PASS_INTERVAL_S: a pass plans each
         # holder a few times over the whole cluster, which a busy cluster would pay on every tick
         due = unfit != self._unfit or now - self._passed_s >= PASS_INTERVAL_S
-        if not due and gen != self._seen:
-            # a held node cordoned, gone or lowered below the hold: that hold can never be ready
-            due = any(not h.hold.usable(self.store.arrays) for h in book.all())
         if gen != self._seen and due:
             before = {h.gang: h for h in book.all()}
             held, none, starting = self.decide()

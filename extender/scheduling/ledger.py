@@ -310,10 +310,6 @@ class GangLedger:
         its binding confirmed, part of a release in flight, or its own bind in flight."""
         return pod in self.assumed or pod in self.binding or self.is_releasing(pod)
 
-    def is_unconfirmed(self, pod: PodKey) -> bool:
-        """Whether the pod's own binding went unanswered and its hold stands (`unconfirmed`)."""
-        return pod in self.unconfirmed
-
     def eviction_under_way(self, pod: PodKey, uid: str) -> bool:
         """Whether the API server accepted the eviction of `pod` (of `uid`) and the watch has not
         shown it going yet (`_evicted`)."""
@@ -892,13 +888,9 @@ class GangLedger:
         on: its room is of no use to the preemptor, which looks again (elsewhere, if it fits there)."""
         if self.clock() < p.hold_until:
             return False
-        if not any(self._usable(p.victims[pk].node) for pk in self.terminating(p)):
+        if not any(self.store.node_usable(p.victims[pk].node) for pk in self.terminating(p)):
             return False
         return any(is_live(rec.obj) for rec in self.store.group_members(p.gang))
-
-    def _usable(self, node: str | None) -> bool:
-        row = self.store.node_rows.get(node) if node else None
-        return row is not None and bool(self.store.arrays.schedulable[row])
 
     def preemption_hold_keys(self) -> set[PodKey]:
         held = {Preemption.hold_key(g, pk) for g, p in self.preemptions.items() for pk in p.held}
@@ -1108,10 +1100,13 @@ class GangLedger:
                             self.store.unhold(Preemption.hold_key(p.gang, pk))
                     if p.claimed.pop(name, None) is not None:
                         self.store.unhold(Preemption.claim_key(p.gang, name))
-            if event != "DELETED" and row is not None and len(self.holds):
+            if len(self.holds):
                 # a hold there this node can no longer take (cordoned, NotReady, its allocatable
-                # lowered below it) can never be ready: it goes now, the next pass chooses again
-                for h in self.holds.holders_on(np.array([row])):
+                # lowered below it, the node gone) can never be ready: it goes now, the next pass
+                # chooses again. A deleted node's row is free (not yet reused): every hold is
+                # looked at, few as they are
+                held = self.holds.holders_on(np.array([row])) if row is not None else self.holds.all()
+                for h in held:
                     if not h.hold.usable(self.store.arrays):
                         self.holds.drop(h.gang)
             if event != "DELETED" and row is not None and self.store.reservations and self._over(row):

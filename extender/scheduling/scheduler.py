@@ -156,7 +156,7 @@ class Scheduler:
         self.filtering.plain_passed(pod)
 
     def node_usable(self, node: str) -> bool:
-        return self.filtering.node_usable(node)
+        return self.store.node_usable(node)
 
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         return self.filtering.planned_node_for(pod)

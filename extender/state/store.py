@@ -893,6 +893,12 @@ class ClusterStore:
                     del self._leaving[rec.bound_row]
             rec.bound_row = -1
 
+    def node_usable(self, node: str | None) -> bool:
+        """Whether `node` is in the cache and takes pods now: not cordoned, Ready, not being deleted
+        (the arrays' schedulable row)."""
+        row = self.node_rows.get(node) if node else None
+        return row is not None and bool(self.arrays.schedulable[row])
+
     def leaving(self) -> list[PodRecord]:
         """Every bound pod being deleted (Terminating), O(those pods)."""
         return [self.pods[k] for keys in self._leaving.values() for k in sorted(keys) if k in self.pods]

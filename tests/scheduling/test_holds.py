@@ -391,3 +391,45 @@ def test_an_older_gang_the_pass_finds_fits_now_starts_in_a_younger_gangs_held_ra
     decisions = w.schedule("old-0", "old-1")
     assert w.bound("old-0", "old-1"), {n: (d.verdict, d.reason) for n, d in decisions.items()}
     assert {w.rack_of("old-0"), w.rack_of("old-1")} == {w.rack_of(a[0])}
+
+
+def _cordon(node: dict[str, Any]) -> dict[str, Any]:
+    return {**node, "spec": {**node.get("spec", {}), "unschedulable": True}}
+
+
+def _not_ready(node: dict[str, Any]) -> dict[str, Any]:
+    return {**node, "status": {**node["status"], "conditions": [{"type": "Ready", "status": "False"}]}}
+
+
+def _lowered(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **node,
+        "status": {**node["status"], "allocatable": {**node["status"]["allocatable"], "cpu": "4"}},
+    }
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [_cordon, _not_ready, _lowered, None],
+    ids=["cordoned", "not-ready", "allocatable-lowered", "deleted"],
+)
+def test_a_hold_a_node_can_no_longer_take_goes_at_the_nodes_event(edit: Any) -> None:
+    """A rack held for a large gang loses a node's worth of room (cordoned, NotReady, its
+    allocatable lowered below the hold, deleted): the hold can never be ready, and goes at the
+    node's event, not at the next pass. A deleted node's row is free at once and may be taken by
+    any node registered next: a hold left on it would keep that node's room from everyone."""
+    w = HoldWorld([])
+    a, _ = fill(w)
+    big = w.rack_gang("big", 4, "8")
+    assert w.filter(big[0]).verdict is Verdict.NO_FIT
+    w.tick()
+    hold = w.hold("big")
+    assert hold is not None
+    held_node = w.pod(a[0])["spec"]["nodeName"]
+    node = w.cluster.get("", "Node", None, held_node)
+    if edit is None:
+        w.cluster.delete("", "Node", None, held_node)
+    else:
+        w.cluster.apply(edit(node))
+    assert w.hold("big") is None
+    assert w.scheduler.ledger.holds.all() == []

@@ -98,6 +98,25 @@ async def test_a_single_pods_held_room_on_a_node_registered_again_is_not_given_t
     svc.check_invariants()
 
 
+async def test_a_single_pod_asked_again_while_its_own_bind_waits_is_offered_its_own_room(make_service):
+    """A plain pod's bind holds 6 cpu of 8-cpu n000 while its POST waits out the start-up fence;
+    kube-scheduler's bind call timed out meanwhile, and it filters the pod again. n000 passes: the
+    room held there is the pod's own (as for a binding whose answer was lost). Answered "no node
+    has room", kube-scheduler would park a pod whose bind then lands."""
+    objs = [make_node("n000", cpu="8"), make_pod("p", cpu="6")]
+    svc = await make_service(objs, source_bind_fence_s=5.0)
+    assert (await svc.filter("p"))["NodeNames"] == ["n000"]
+    bind = asyncio.create_task(svc.bind("p", "n000"))
+    await settle()
+    assert not bind.done() and "default/p" in svc.store.reservations
+    doc = await svc.filter("p", ["n000"])
+    assert doc["NodeNames"] == ["n000"], doc
+    await svc.expire(5.5)
+    assert await asyncio.wait_for(bind, 2) == ""
+    assert svc.node_of("p") == "n000"
+    svc.check_invariants()
+
+
 async def test_a_release_in_flight_on_a_node_registered_again_leaves_its_room_counted(make_service):
     """The same through a gang's release: both members' POSTs are in flight (a slow API server) when
     their node is deleted and registers again under its name. Bound there, their holds are given back
