@@ -293,16 +293,25 @@ class Filtering:
     # ----------------------------------------------------------------- gangs
     def _short_of_pods(self, call: FilterCall) -> FilterDecision | None:
         """The answer while a gang's pods are still being created, from the store's counts: a gang
-        without subgroups whose live pods fall short of its quorum, none finished, with no plan, no
-        backoff and no eviction under way (so none of the walk's earlier answers applies, and none
-        of its members can be bound). Without it, each member's filter walks the others: a 4,096-pod
-        gang's assembly would cost the event loop a quadratic walk. None: the full path decides."""
+        whose live pods (by subgroup) do not make it ready, none finished, with no plan, no backoff
+        and no eviction under way (so none of the walk's earlier answers applies, and none of its
+        members can be bound: the bound are among the live). Without it, each member's filter walks
+        the others: a 4,096-pod gang's (or a JobSet's) assembly would cost the event loop a
+        quadratic walk. None: the full path decides."""
         group = call.group
+        if self.store.may_have_finished(group):
+            return None
         if group.subgroups:
-            return None
-        live = self.store.group_live(group.key, besides=call.key)
-        if live >= group.leaf_quorum(None) or self.store.may_have_finished(group):
-            return None
+            counts = self.store.group_live_by_subgroup(
+                group.key, besides=(call.key, call.membership.subgroup)
+            )
+            if group.ready_leaves(counts) is not None:
+                return None
+            live = sum(counts.values())
+        else:
+            live = self.store.group_live(group.key, besides=call.key)
+            if live >= group.leaf_quorum(None):
+                return None
         entry = self.ledger.entry(group.key)
         if entry is not None and (entry.plan or entry.releasing or self.ledger.backoff_left(group.key) > 0):
             return None

@@ -214,6 +214,7 @@ class GangPreemption:
             data = {"uid": v.uid, "reason": text, "gang": v.gang or ""}
             effects.append(Effect("evict", *pod_ref(v.pod), data))
             self._asked[v.uid] = (self.ledger.clock(), effects[-1])
+            self.ledger.note_evicted(v.pod, v.uid)  # going from now: see the ledger's `_evicted`
         log.info(
             "%s",
             reason,
@@ -319,6 +320,7 @@ class GangPreemption:
                     continue  # gone, or going: its deletion is under way
                 self._asked[v.uid] = (now, asked[1])
                 self._refused.discard(v.uid)
+                self.ledger.note_evicted(pk, v.uid)
                 out.append(asked[1])
         self._asked = {uid: a for uid, a in self._asked.items() if uid in live}
         self._refused &= live

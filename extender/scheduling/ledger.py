@@ -195,10 +195,12 @@ class GangLedger:
         watch tells, or until no request the API server took can still land (UNCONFIRMED_S), so its
         room is never free twice."""
         self._evicted: dict[PodKey, tuple[str, float]] = {}
-        """pod -> (uid, until): an eviction the API server accepted that the watch has not shown yet
-        (the cache holds the pod live): it is going, so no preemption takes it as a victim again and
-        its room counts as coming, as a Terminating pod's does. Forgotten when the watch shows it
-        going, or after EVICTED_UNSEEN_S (bounded memory)."""
+        """pod -> (uid, until): an eviction a preemption asked (from the decision on: its call may be
+        queued or unanswered yet), or one the API server accepted, that the watch has not shown (the
+        cache holds the pod live): it is going, so no preemption takes it as a victim again, even
+        once the one that asked it ended, and its room counts as coming, as a Terminating pod's
+        does. Forgotten when the watch shows it going, when the eviction is refused or fails
+        (`forget_evicted`), or after EVICTED_UNSEEN_S (bounded memory)."""
         self.rejected: set[PodKey] = set()
         self.short_of_pods: dict[GroupKey, GroupSpec] = {}
         self.short_of_group: set[PodKey] = set()
@@ -925,8 +927,15 @@ class GangLedger:
         else:
             self.assumed[pod] = node
 
+    def forget_evicted(self, pod: PodKey, uid: str) -> None:
+        """The eviction of `pod` (of `uid`) asked did not happen (refused, failed): it is not going."""
+        if self.eviction_under_way(pod, uid):
+            del self._evicted[pod]
+            self.gen += 1
+
     def note_evicted(self, pod: PodKey, uid: str) -> None:
-        """The API server accepted the eviction of `pod` (of `uid`): see `_evicted`."""
+        """The eviction of `pod` (of `uid`) is asked by a preemption, or the API server accepted it:
+        see `_evicted`."""
         rec = self.store.pods.get(pod)
         if rec is not None and rec.uid == uid and is_live(rec.obj):
             self._evicted[pod] = (uid, self.clock() + EVICTED_UNSEEN_S)

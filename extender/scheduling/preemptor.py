@@ -277,15 +277,18 @@ def plan_preemption(
 
 
 def _with_going(store: ClusterStore, ledger: GangLedger, arrays: ClusterArrays, priority: int) -> np.ndarray:
-    """`arrays.free` with the room of bound pods below `priority` that are being deleted (Terminating,
-    in their grace period, or evicted though the watch has not shown it yet) given back: O(those
-    pods), from the store's index and the ledger's accepted evictions."""
+    """`arrays.free` with the room of bound pods below `priority` that are going given back: being
+    deleted (Terminating, in their grace period), their eviction asked or accepted though the watch
+    has not shown it yet, or marked by the whole-gang disruption, which asks their eviction until
+    they go (a budget refusing it for now; after a restart too: the mark is on the pod). O(those
+    pods), from the store's indexes and the ledger's evictions."""
     free = arrays.free
     evicted = (store.pods.get(pk) for pk in ledger.evictions_under_way())
     unseen = [
         r for r in evicted if r is not None and is_live(r.obj) and ledger.eviction_under_way(r.key, r.uid)
     ]
-    for rec in itertools.chain(store.leaving(), unseen):
+    marked = [r for r in store.marked_to_go() if not ledger.eviction_under_way(r.key, r.uid)]
+    for rec in itertools.chain(store.leaving(), unseen, marked):
         if rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
             continue
         if free is arrays.free:

@@ -161,8 +161,10 @@ class Scheduler:
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         return self.filtering.planned_node_for(pod)
 
-    def eviction_refused(self, uid: str) -> None:
-        """The API refused an eviction this service asked for (for now: a disruption budget)."""
+    def eviction_refused(self, pod: PodKey, uid: str) -> None:
+        """An eviction this service asked for did not happen (the API refused it for now: a
+        disruption budget; or it failed): the pod is not going."""
+        self.ledger.forget_evicted(pod, uid)
         self.gang_preemption.note_refused(uid)
 
     def eviction_accepted(self, pod: PodKey, uid: str) -> None:

@@ -748,35 +748,42 @@ def _retry_group_statuses(app: web.Application) -> None:
 
 async def _evict(app: web.Application, e: Effect) -> None:
     """Say why on the pod (a DisruptionTarget condition and an Event), then evict it. The condition comes
-    first: it is what a restarted service reads to know the eviction is under way."""
+    first: it is what a restarted service reads to know the eviction is under way. Whatever does not
+    end in an accepted eviction (refused, failed, the Lease moved) is told as refused: a preemption's
+    victim is asked again later, and is no longer counted as going meanwhile."""
     source = app[SOURCE]
     reason = str(e.data.get("reason", ""))
     uid = str(e.data.get("uid", ""))
+    key = pod_key(e.namespace, e.name)
     condition = {
         "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": e.data.get("conditionReason") or PREEMPTED_BY_GANG,
         "message": reason,
     }
-    await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=condition)  # type: ignore[attr-defined]
-    if not _acting(app):
-        return  # the Lease moved meanwhile: the new leader, reading the condition, finishes it
-    await source.emit_event(  # type: ignore[attr-defined]
-        namespace=e.namespace,
-        name=e.name,
-        uid=uid,
-        kind="Pod",
-        reason=str(condition["reason"]),
-        message=reason,
-        event_type="Warning",
-    )
-    if not _acting(app):
-        return
-    if await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason):  # type: ignore[attr-defined]
-        app[METRICS].evicted_pods.inc()
-        app[SCHEDULER].eviction_accepted(pod_key(e.namespace, e.name), uid)
-    else:  # refused for now (a disruption budget): a preemption's victim is asked again later
-        app[SCHEDULER].eviction_refused(uid)
+    accepted = False
+    try:
+        await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=condition)  # type: ignore[attr-defined]
+        if not _acting(app):
+            return  # the Lease moved meanwhile: the new leader, reading the condition, finishes it
+        await source.emit_event(  # type: ignore[attr-defined]
+            namespace=e.namespace,
+            name=e.name,
+            uid=uid,
+            kind="Pod",
+            reason=str(condition["reason"]),
+            message=reason,
+            event_type="Warning",
+        )
+        if not _acting(app):
+            return
+        accepted = await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason)  # type: ignore[attr-defined]
+    finally:
+        if accepted:
+            app[METRICS].evicted_pods.inc()
+            app[SCHEDULER].eviction_accepted(key, uid)
+        else:  # refused for now (a disruption budget), failed, or not asked
+            app[SCHEDULER].eviction_refused(key, uid)
 
 
 def _now_rfc3339() -> str:

@@ -450,6 +450,7 @@ class ClusterStore:
         serves); None: every kind (an embedded cluster holds what it was given, whole)."""
         self._reserved_rows: dict[int, int] = {}  # row -> how many reservations name it
         self._leaving: dict[int, set[PodKey]] = {}  # row -> its bound pods being deleted (leaving_on)
+        self._marked: dict[int, set[PodKey]] = {}  # row -> its live bound pods marked to go (marked_to_go)
         self.grouping_gen = 0
         self.node_gen = 0  # bumps when any node's labels, taints or schedulability may have changed
         self.topology_gen = 0  # bumps when a known node moves to another domain of a level in use
@@ -472,8 +473,9 @@ class ClusterStore:
         self._plain_seen: tuple[dict[str, Any], int, bool] | None = None  # is_plain's last answer
         self._group_index: dict[GroupKey, set[PodKey]] = {}
         self._pod_group: dict[PodKey, GroupKey] = {}
-        self._live_indexed: set[PodKey] = set()  # indexed members that are live (`group_live`)
+        self._live_indexed: dict[PodKey, str | None] = {}  # indexed live members -> their subgroup
         self._group_live: dict[GroupKey, int] = {}
+        self._leaf_live: dict[GroupKey, dict[str | None, int]] = {}  # group -> subgroup -> live members
         self._group_gen: dict[GroupKey, int] = {}  # group -> the index's stamp at its last change
         self._index_stamp = 0
         self._finished_index: dict[GroupKey, set[PodKey]] = {}  # Succeeded members, by group
@@ -799,6 +801,7 @@ class ClusterStore:
         self.node_gen += 1
         self.tainted_rows.discard(row)
         self._leaving.pop(row, None)
+        self._marked.pop(row, None)
         self.row_names.pop(row, None)
         self._name_index = None
         for rec in self.pods.values():
@@ -881,16 +884,19 @@ class ClusterStore:
         rec.bound_row = row
         if not rec.live:
             self._leaving.setdefault(row, set()).add(rec.key)
+        elif disrupted_by_gang(rec.obj):
+            self._marked.setdefault(row, set()).add(rec.key)
 
     def _release(self, rec: PodRecord) -> None:
         if rec.bound_row >= 0:
             self.release_gen += 1
             self.arrays.add(rec.bound_row, self._pod_vector(rec.requests))
-            leaving = self._leaving.get(rec.bound_row)
-            if leaving is not None:
-                leaving.discard(rec.key)
-                if not leaving:
-                    del self._leaving[rec.bound_row]
+            for index in (self._leaving, self._marked):
+                keys = index.get(rec.bound_row)
+                if keys is not None:
+                    keys.discard(rec.key)
+                    if not keys:
+                        del index[rec.bound_row]
             rec.bound_row = -1
 
     def node_usable(self, node: str | None) -> bool:
@@ -902,6 +908,13 @@ class ClusterStore:
     def leaving(self) -> list[PodRecord]:
         """Every bound pod being deleted (Terminating), O(those pods)."""
         return [self.pods[k] for keys in self._leaving.values() for k in sorted(keys) if k in self.pods]
+
+    def marked_to_go(self) -> list[PodRecord]:
+        """Every live bound pod this service's whole-gang disruption marked to go (`disrupted_by_gang`):
+        its eviction is asked again until it goes, so its room is on its way, however long a
+        disruption budget refuses it. Read from the pods' own condition, so a restarted process
+        knows it too. O(those pods)."""
+        return [self.pods[k] for keys in self._marked.values() for k in sorted(keys) if k in self.pods]
 
     def leaving_on(self, node: str) -> list[PodRecord]:
         """The pods bound to `node` that are being deleted (Terminating, in their grace period): their
@@ -1127,6 +1140,18 @@ class ClusterStore:
             n += 1
         return n
 
+    def group_live_by_subgroup(
+        self, group: GroupKey, *, besides: tuple[PodKey, str | None] | None = None
+    ) -> dict[str | None, int]:
+        """`group_live` by subgroup (None: a gang without subgroups), O(subgroups); `besides`: a pod
+        and its subgroup, one more there unless it is among them."""
+        out = dict(self._leaf_live.get(group, {}))
+        if besides is not None:
+            pod, leaf = besides
+            if not (pod in self._live_indexed and self._pod_group.get(pod) == group):
+                out[leaf] = out.get(leaf, 0) + 1
+        return out
+
     def group_gen(self, group: GroupKey) -> int:
         """Changes whenever a member of `group` is indexed or leaves the index (it arrived, changed or
         went): a reader that looked at the group at one value need not walk it again at the same
@@ -1313,8 +1338,10 @@ class ClusterStore:
             self._index_stamp += 1
             self._group_gen[group.key] = self._index_stamp
             if rec.live:
-                self._live_indexed.add(rec.key)
+                self._live_indexed[rec.key] = m.subgroup
                 self._group_live[group.key] = self._group_live.get(group.key, 0) + 1
+                leaves = self._leaf_live.setdefault(group.key, {})
+                leaves[m.subgroup] = leaves.get(m.subgroup, 0) + 1
 
     def _unindex_pod(self, key: PodKey) -> None:
         self._grouped.discard(key)
@@ -1323,10 +1350,16 @@ class ClusterStore:
             self._index_stamp += 1
             self._group_gen[group] = self._index_stamp
             if key in self._live_indexed:
-                self._live_indexed.discard(key)
+                leaf = self._live_indexed.pop(key)
                 left = self._group_live.pop(group, 0) - 1
                 if left > 0:
                     self._group_live[group] = left
+                leaves = self._leaf_live.get(group, {})
+                left = leaves.pop(leaf, 0) - 1
+                if left > 0:
+                    leaves[leaf] = left
+                elif not leaves:
+                    self._leaf_live.pop(group, None)
         for pod_group, index in (
             (self._pod_group, self._group_index),
             (self._pod_finished, self._finished_index),

@@ -167,6 +167,82 @@ async def test_a_victim_whose_accepted_eviction_the_watch_shows_late_is_not_a_vi
     svc.check_invariants()
 
 
+class SlowAccepted:
+    """The Eviction API answering only when `answer()` is called (a slow API server), then accepting;
+    the watch shows the deletions only when `show()` is called."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.calls: list[str] = []
+        self.gate = asyncio.Event()
+        self._unseen: list[tuple[str, str]] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        await self.gate.wait()
+        self._unseen.append((namespace, name))
+        return True
+
+    def answer(self) -> None:
+        self.gate.set()
+
+    def show(self) -> None:
+        for namespace, name in self._unseen:
+            self.cluster.delete("", "Pod", namespace, name)
+        self._unseen.clear()
+
+
+async def test_an_eviction_still_unanswered_when_its_preemption_ends_is_not_asked_again(make_service):
+    """hi preempts gang lo in r00; the Eviction API is slow to answer. hi's Job replaces its pods
+    while the evictions are still out, which ends the preemption. The new hi-0's filter must not
+    take lo as victims again: their evictions are already asked (only the answer is late)."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evictions = SlowAccepted(svc.cluster)
+    svc.cluster.evict_pod = evictions
+    await svc.filter("hi-0")
+    await settle()
+    assert evictions.calls == ["lo-0"]  # asked, not answered yet (the next waits its turn)
+    ledger = svc.scheduler.ledger
+    pods = [svc.pod(name) for name in ("hi-0", "hi-1")]
+    for pod in pods:
+        svc.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+    await settle()
+    assert ledger.preemption("default/hi") is None
+    for pod in pods:
+        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "uid": pod["metadata"]["name"] + "-again"}})
+    await settle()
+    await svc.filter("hi-0")
+    await settle()
+    evictions.answer()
+    await settle()
+    await settle()
+    assert sorted(evictions.calls) == ["lo-0", "lo-1"], f"a victim asked twice: {evictions.calls}"
+    assert svc.pod("lo-0") is not None  # accepted, and the watch has not shown it: still going
+    evictions.show()
+    await settle()
+    node, reason = await svc.schedule("hi-0")
+    assert node in ("n000", "n001"), reason
+    svc.check_invariants()
+
+
+async def test_a_refused_eviction_is_no_longer_counted_as_going(make_service):
+    """A victim's eviction a budget refuses (429) is not going: a preemption ending meanwhile leaves
+    it an ordinary pod, which a later preemption may take (its eviction asked again then)."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    evictions = RefusedOnce(svc.cluster, refuse="lo-1")
+    svc.cluster.evict_pod = evictions
+    await svc.filter("hi-0")
+    await settle()
+    ledger = svc.scheduler.ledger
+    rec = svc.store.pods["default/lo-1"]
+    assert not ledger.eviction_under_way(rec.key, rec.uid)
+    assert svc.store.pods.get("default/lo-0") is None
+
+
 async def test_an_accepted_eviction_the_watch_never_shows_is_forgotten(make_service):
     """The memory of an accepted eviction is bounded: past EVICTED_UNSEEN_S without the watch showing
     it (a pod the API server kept after all), the pod is an ordinary pod again."""

@@ -196,10 +196,12 @@ _OPS = st.lists(
                 "pg_del",
                 "job_add",
                 "job_del",
+                "resub",
             ]
         ),
         st.sampled_from(_PODS),
         st.sampled_from(["a", "b", "job"]),
+        st.sampled_from(["s1", "s2", None]),
     ),
     max_size=30,
 )
@@ -209,12 +211,24 @@ def _recount(store: ClusterStore, group: str) -> int:
     return sum(1 for rec in store.group_members(group) if rec.live)
 
 
+def _recount_by_subgroup(store: ClusterStore, group: str) -> dict:
+    out: dict = {}
+    for rec in store.group_members(group):
+        if rec.live:
+            leaf = store.membership(rec).subgroup
+            out[leaf] = out.get(leaf, 0) + 1
+    return out
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_OPS)
 def test_group_live_equals_a_recount_after_any_pod_events(ops):
+    """Also by subgroup: gang a has two, and a pod's subgroup label may change or go."""
+    from extender.model.labels import SUBGROUP_NAME
     from tests.builders import make_job
 
-    cluster = EmbeddedCluster([make_node("n0", cpu="64"), make_kai_podgroup("a", min_member=3)])
+    subgroups = [{"name": "s1", "minMember": 2}, {"name": "s2", "minMember": 1}]
+    cluster = EmbeddedCluster([make_node("n0", cpu="64"), make_kai_podgroup("a", subgroups=subgroups)])
     store = ClusterStore()
     cluster.attach(store)
     job = make_job("job", parallelism=5, min_member=3)
@@ -228,7 +242,7 @@ def test_group_live_equals_a_recount_after_any_pod_events(ops):
             p = gang_pod(name, group, uid=f"{name}-{uids[name]}")
         return p
 
-    for op, name, group in ops:
+    for op, name, group, leaf in ops:
         cur = cluster.get("", "Pod", "default", name)
         if op == "add" and cur is None:
             cluster.apply(pod(name, group))
@@ -259,6 +273,12 @@ def test_group_live_equals_a_recount_after_any_pod_events(ops):
                 else:
                     p["metadata"].pop("ownerReferences", None)
                     p["metadata"]["annotations"] = {"pod-group-name": group}
+            elif op == "resub":
+                labels = p["metadata"].setdefault("labels", {})
+                if leaf is None:
+                    labels.pop(SUBGROUP_NAME, None)
+                else:
+                    labels[SUBGROUP_NAME] = leaf
             elif op == "delete_ts":
                 p["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
             elif op == "gate":
@@ -279,6 +299,7 @@ def test_group_live_equals_a_recount_after_any_pod_events(ops):
         keys = set(store._group_live) | set(store._group_index)
         for key in keys:
             assert store.group_live(key) == _recount(store, key), (key, ops)
+            assert store.group_live_by_subgroup(key) == _recount_by_subgroup(store, key), (key, ops)
         assert set(store._live_indexed) <= set(store._pod_group), ops
         assert set(store._group_gen) <= set(store._group_index), (
             "a stamp left for a group with no member",

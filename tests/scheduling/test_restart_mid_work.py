@@ -73,6 +73,56 @@ async def test_restart_mid_preemption_evicts_no_second_set_of_victims(make_servi
     assert ev.calls == [], f"a restarted process evicted a second set of victims: {ev.calls}"
 
 
+class BudgetEvictions:
+    """lo-0 goes into its grace period (Terminating); a PodDisruptionBudget refuses the others (429)."""
+
+    def __init__(self, cluster, refuse: set[str]) -> None:
+        self.cluster = cluster
+        self.refuse = refuse
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(f"{namespace}/{name}")
+        if name in self.refuse:
+            return False
+        pod = self.cluster.get("", "Pod", namespace, name)
+        if pod is not None:
+            pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+            pod["metadata"]["deletionGracePeriodSeconds"] = 30
+            self.cluster.apply(pod)
+        return True
+
+
+async def test_restart_mid_preemption_with_a_budget_refused_victim_evicts_no_second_set(make_service):
+    """hi preempts lo in r00: lo-0 Terminating, lo-1's eviction refused for now by a budget (it
+    carries our DisruptionTarget condition, written first). The first process waits and asks lo-1
+    again. The restarted one knows nothing of the preemption: its whole-gang disruption takes lo-1
+    as its own (lo is below its quorum) and asks it until it goes. hi must not take x and y in r01
+    as well: lo-1's room is on its way, read from the mark on the pod (found by a review: the
+    restarted process counted neither lo-1 as a victim nor its room as coming)."""
+    first = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    first.cluster.evict_pod = BudgetEvictions(first.cluster, {"lo-1"})
+    await first.filter("hi-0")
+    await settle()
+    assert first.scheduler.ledger.preemption("default/hi") is not None
+    cond = [c for c in first.pod("lo-1")["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert cond and first.pod("lo-0")["metadata"].get("deletionTimestamp")
+    doc = await first.filter("hi-0")
+    assert not doc["NodeNames"] and first.pod("x") is not None
+
+    second = await restart(make_service, first)
+    ev = BudgetEvictions(second.cluster, {"lo-1"})
+    second.cluster.evict_pod = ev
+    await second.expire(0.1)  # the new process's first ticks (whole-gang disruption looks at lo)
+    await settle()
+    for name in ("hi-0", "hi-1"):
+        await second.filter(name)
+    await settle()
+    others = [c for c in ev.calls if c not in ("default/lo-0", "default/lo-1")]
+    assert others == [], f"a restarted process evicted a second set of victims for hi: {ev.calls}"
+    assert second.pod("x") is not None and second.pod("y") is not None
+
+
 # ------------------------------------------------------------------ 3: reclaim mid-way
 from tests.scheduling.test_queues import World, gpu_nodes, kai_queue  # noqa: E402
 

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from extender.model.labels import SUBGROUP_NAME
 from extender.scheduling.disruption import GangDisruption
 from extender.scheduling.ledger import GangLedger
 from extender.scheduling.scheduler import Scheduler
@@ -123,9 +124,19 @@ def test_deleting_a_bound_gang_costs_work_linear_in_its_size(monkeypatch):
     assert big <= 12 * max(small, 100), f"100 pods: {small} member records walked; 800 pods: {big}"
 
 
-def _waiting_member_filter_walks(n: int, monkeypatch: pytest.MonkeyPatch) -> int:
-    objs = [*_nodes(10), make_kai_podgroup("g", min_member=n + 1)]  # one pod short of its quorum
-    objs += [gang_pod(f"g{i}", "g", cpu="100m", memory="64Mi") for i in range(n)]
+def _waiting_member_filter_walks(n: int, monkeypatch: pytest.MonkeyPatch, *, subgroups: bool) -> int:
+    if subgroups:  # two subgroups (a JobSet's leader and workers, say); the workers one pod short
+        sgs = [{"name": "leader", "minMember": 1}, {"name": "workers", "minMember": n}]
+        objs = [*_nodes(10), make_kai_podgroup("g", subgroups=sgs)]
+        objs += [
+            gang_pod(
+                f"g{i}", "g", cpu="100m", memory="64Mi", labels={SUBGROUP_NAME: "workers" if i else "leader"}
+            )
+            for i in range(n)
+        ]
+    else:
+        objs = [*_nodes(10), make_kai_podgroup("g", min_member=n + 1)]  # one pod short of its quorum
+        objs += [gang_pod(f"g{i}", "g", cpu="100m", memory="64Mi") for i in range(n)]
     w = _World(objs)
     names = [f"n{i}" for i in range(10)]
     w.scheduler.filter(w.cluster.get("", "Pod", "default", "g0"), names)  # the gang is known now
@@ -135,13 +146,15 @@ def _waiting_member_filter_walks(n: int, monkeypatch: pytest.MonkeyPatch) -> int
     return walks.take()
 
 
-def test_a_waiting_members_filter_does_not_walk_the_whole_gang(monkeypatch):
+@pytest.mark.parametrize("subgroups", [False, True], ids=["one-leaf", "subgroups"])
+def test_a_waiting_members_filter_does_not_walk_the_whole_gang(monkeypatch, subgroups):
     """A verb must not do work proportional to a workload. While a gang waits for its pods, every
     member's filter walked every member (filtering.py `_filter_gang`: the member list, then
     bound_counts), only to answer "N exist, M needed": 20-25 ms a call at 10,000 members, so the
-    gang's assembly cost the event loop O(N^2) (each of its pods filtered at least once)."""
-    small = _waiting_member_filter_walks(100, monkeypatch)
-    big = _waiting_member_filter_walks(1000, monkeypatch)
+    gang's assembly cost the event loop O(N^2) (each of its pods filtered at least once). A gang
+    with subgroups (a JobSet's) answers from the store's counts by subgroup."""
+    small = _waiting_member_filter_walks(100, monkeypatch, subgroups=subgroups)
+    big = _waiting_member_filter_walks(1000, monkeypatch, subgroups=subgroups)
     assert big <= 2 * max(small, 50), f"100 members: {small} records walked per filter; 1000: {big}"
 
 
