@@ -441,6 +441,9 @@ class Filtering:
             hash(call.rows.tobytes()),
             ledger.holds.gen,  # a hold moved or ended: what fits around the holds changed
             self.pools.version() if self.pools is not None else None,  # a pool may take it now
+            # the room of pods a disruption is evicting stops counting as coming after a while
+            self.gang_preemption.counts_marked_room(group.key),
+            self.gang_preemption.spared_gen,  # a victim a budget protected may be taken again
         )
         cached = ledger.cached_no_fit(group.key, signature)
         if cached is not None:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from extender.model.group import GroupSpec
 from extender.model.keys import GroupKey
 from extender.model.priority import member_may_preempt, member_priority
 from extender.scheduling import messages, planning, preemptor, queues, topology
@@ -24,7 +25,7 @@ from extender.scheduling.disruption import RETRY_S
 from extender.scheduling.ledger import Preemption, Victim
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import FilterCall, View, marked_unschedulable, pod_identity
-from extender.state.store import is_live
+from extender.state.store import PodRecord, disrupted_by_gang, is_live
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class GangPreemption:
         filter_pod: Callable[[dict[str, Any], Sequence[str]], FilterDecision],
         *,
         hold_s: float,
+        pursued: Callable[[PodRecord], bool] | None = None,
     ) -> None:
         self.view = view
         self.store = view.store
@@ -74,6 +76,16 @@ class GangPreemption:
         neither gone nor going (a victim gang left running in part is worse than one never touched).
         An eviction the API accepted is never asked again, however late the watch shows it."""
         self._refused: set[str] = set()  # victims' uids whose last eviction the API refused
+        self._pursued = pursued  # whether the whole-gang disruption is evicting a pod's gang
+        self._protected: dict[str, float] = {}
+        """victim uid -> until when no new preemption takes it: a disruption budget refused its
+        eviction (for hold_s from the last refusal: kube-scheduler passes over victims a budget
+        protects; a preemption asking it already asks again)."""
+        self.spared_gen = 0  # bumps when `_protected` changes: a no-fit found before may not hold
+        self._marked_since: dict[GroupKey, float] = {}
+        """preemptor -> when it first looked while pods the disruption marks were going: their room
+        counts as coming for one hold_s, no longer (a budget may refuse them for good: it then
+        preempts elsewhere, as kube-scheduler passes over victims a budget protects)."""
 
     def note_completed(self) -> None:
         """A preemptor was planned into the room its victims freed."""
@@ -140,17 +152,7 @@ class GangPreemption:
                 return self.admission.queue_of_unit(u) == queue
 
         try:
-            plan = preemptor.plan_preemption(
-                self.store,
-                self.ledger,
-                group,
-                members,
-                leaves,
-                me=me,
-                priority=priority,
-                admit=admit,
-                enough=enough,
-            )
+            plan = self._plan(group, members, leaves, me, priority, admit, enough)
         except topology.TopologyError:
             return None, no_fit
         if plan is not None and not plan.units:
@@ -172,6 +174,32 @@ class GangPreemption:
             return f"preempted by gang {group.key} (priority {priority}) to make room{where}"
 
         return self._evict_for(call, plan, priority, reason, why, "planned"), reason
+
+    def _plan(
+        self,
+        group: GroupSpec,
+        members: Sequence[planning.Member],
+        leaves: Sequence[str | None],
+        me: planning.Member,
+        priority: int,
+        admit: Callable[[preemptor.Unit], bool] | None,
+        enough: Callable[[Sequence[preemptor.Unit]], bool] | None = None,
+    ) -> preemptor.PreemptionPlan | None:
+        """preemptor.plan_preemption, sparing the pods this module spares and counting the marked room
+        it counts now."""
+        return preemptor.plan_preemption(
+            self.store,
+            self.ledger,
+            group,
+            members,
+            leaves,
+            me=me,
+            priority=priority,
+            admit=admit,
+            enough=enough,
+            spared=self._spared,
+            coming=self._coming(group.key),
+        )
 
     def _evict_for(
         self,
@@ -203,6 +231,7 @@ class GangPreemption:
             hold_s=self.hold_s,
         )
         self.ledger.start_preemption(record)
+        self._marked_since.pop(group.key, None)
         self.outcomes[outcome] += 1
         self.victims["gang"] += len(plan.gangs)
         self.victims["pod"] += len(plan.plain_pods)
@@ -247,9 +276,7 @@ class GangPreemption:
             return queues.reclaimable(snap, queue, need, {self.admission.queue_of_unit(u): freed([u])})
 
         try:
-            plan = preemptor.plan_preemption(
-                self.store, self.ledger, group, members, leaves, me=me, priority=RECLAIM_ABOVE, admit=admit
-            )
+            plan = self._plan(group, members, leaves, me, RECLAIM_ABOVE, admit)
         except topology.TopologyError:
             return None
         if plan is None or not plan.units:
@@ -277,10 +304,38 @@ class GangPreemption:
         priority = min(member_priority(m.rec.obj if m.key != call.key else call.pod, group) for m in members)
         return self._evict_for(call, plan, priority, reason, why, "reclaim")
 
-    def tick(self) -> list[Effect]:
+    def _spared(self, rec: PodRecord) -> bool:
+        """No victim of a new preemption now: the whole-gang disruption marked it and evicts it, or a
+        budget refused its eviction a moment ago."""
+        if rec.uid in self._protected and self.ledger.clock() < self._protected[rec.uid]:
+            return True
+        return self._pursued is not None and disrupted_by_gang(rec.obj) and self._pursued(rec)
+
+    def _coming(self, gang: GroupKey) -> Callable[[PodRecord], bool] | None:
+        """Which marked pods' room counts as coming for `gang` now (None: none; see `_marked_since`)."""
+        return self._pursued if self.counts_marked_room(gang) else None
+
+    def counts_marked_room(self, gang: GroupKey) -> bool:
+        """Whether the room of pods the disruption is evicting counts as coming for `gang` now (see
+        `_marked_since`)."""
+        if self._pursued is None or not self.store.marked_to_go():
+            return True
+        now = self.ledger.clock()
+        return now - self._marked_since.setdefault(gang, now) < self.hold_s
+
+    def tick(self, *, acting: bool = True) -> list[Effect]:
         """Give up preemptions whose hold ended, and bring back the members of a preemptor whose
-        victims are all gone (kube-scheduler does not retry a pod because others were deleted)."""
+        victims are all gone (kube-scheduler does not retry a pod because others were deleted).
+        Refused evictions are asked again only `acting` (a follower's writes are dropped)."""
         effects: list[Effect] = []
+        for gang in [g for g in self._marked_since if not self.store.group_size(g)]:
+            del self._marked_since[gang]  # bounded memory
+        if self._protected:
+            now = self.ledger.clock()
+            left = {uid: t for uid, t in self._protected.items() if t > now}
+            if len(left) < len(self._protected):
+                self._protected = left
+                self.spared_gen += 1
         for p in self.ledger.expire_preemptions():
             if p.given_up:
                 self.outcomes["given-up"] += 1
@@ -295,11 +350,16 @@ class GangPreemption:
             if not p.nudged and self.ledger.victims_gone(gang):
                 p.nudged = True
                 effects += self.telling.nudge_turned_away(gang, "preempted")
-        if self._asked:
+        if self._asked and acting:
             effects += self._ask_again()
         return effects
 
-    def note_refused(self, uid: str) -> None:
+    def note_refused(self, uid: str, *, by_api: bool = False) -> None:
+        """An eviction asked did not happen; `by_api`: the API server answered no (a disruption
+        budget's 429), so no new preemption takes the pod for a while."""
+        if by_api and uid:
+            self._protected[uid] = self.ledger.clock() + self.hold_s
+            self.spared_gen += 1
         if uid in self._asked:  # a preemption's victim (the disruption asks its own again)
             self._refused.add(uid)
 

@@ -933,12 +933,13 @@ class GangLedger:
             del self._evicted[pod]
             self.gen += 1
 
-    def note_evicted(self, pod: PodKey, uid: str) -> None:
-        """The eviction of `pod` (of `uid`) is asked by a preemption, or the API server accepted it:
+    def note_evicted(self, pod: PodKey, uid: str, *, for_s: float = EVICTED_UNSEEN_S) -> None:
+        """The eviction of `pod` (of `uid`) is asked by a preemption, or the API server accepted it,
+        or its answer was lost (`for_s`: UNCONFIRMED_S, as long as a request taken may still land):
         see `_evicted`."""
         rec = self.store.pods.get(pod)
         if rec is not None and rec.uid == uid and is_live(rec.obj):
-            self._evicted[pod] = (uid, self.clock() + EVICTED_UNSEEN_S)
+            self._evicted[pod] = (uid, self.clock() + for_s)
             self.gen += 1
 
     def _expire_unconfirmed(self, now: float) -> None:

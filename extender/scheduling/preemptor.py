@@ -31,7 +31,7 @@ from extender.model.keys import GroupKey, PodKey
 from extender.placement.layout import ClusterArrays
 from extender.scheduling import messages, planning
 from extender.scheduling.ledger import GangLedger, Victim
-from extender.state.store import ClusterStore, PodRecord, disrupted_by_gang, is_live
+from extender.state.store import ClusterStore, PodRecord, is_live
 
 MAX_UNITS_PER_DOMAIN = 256
 """Candidate units tried in one domain: bounds the work of one plan (each trial is a placement)."""
@@ -90,9 +90,10 @@ def candidate_units(
     preemptor: GroupKey,
     priority: int,
     admit: Callable[[Unit], bool] | None = None,
+    spared: Callable[[PodRecord], bool] | None = None,
 ) -> list[Unit]:
     """Every unit the preemptor may evict: whole gangs and plain pods, all strictly lower, and each one
-    `admit` accepts when it is given (a reclaim's queue rules)."""
+    `admit` accepts when it is given (a reclaim's queue rules). `spared`: see plan_preemption."""
     units: list[Unit] = []
     seen_gangs: set[GroupKey] = set()
     for rec in store.pods.values():
@@ -106,9 +107,9 @@ def candidate_units(
             if group.key in seen_gangs:
                 continue
             seen_gangs.add(group.key)
-            unit = _gang_unit(store, ledger, group.key, priority)
+            unit = _gang_unit(store, ledger, group.key, priority, spared)
         else:
-            unit = _pod_unit(store, ledger, rec, priority)
+            unit = _pod_unit(store, ledger, rec, priority, spared)
         if unit is not None and (admit is None or admit(unit)):
             units.append(unit)
     return units
@@ -120,31 +121,43 @@ def _victim(store: ClusterStore, rec: PodRecord, gang: GroupKey | None) -> tuple
     return Victim(rec.key, rec.uid, node, dict(rec.requests), priority, gang), row
 
 
-def _taken(ledger: GangLedger, rec: PodRecord) -> bool:
-    """Already being evicted: another preemption's victim, or a member this service's whole-gang
-    disruption is evicting (its eviction asked again until it goes, a disruption budget refusing it
-    for now), or one whose eviction the API server accepted though the watch shows it live yet (its
-    preemption since ended): asked once, never a second time. A mark whose eviction nobody asks
-    again (a preemption since ended, its eviction refused) keeps no pod from being a victim."""
+def _taken(ledger: GangLedger, rec: PodRecord, spared: Callable[[PodRecord], bool] | None) -> bool:
+    """Already being evicted, or spared for now: another preemption's victim, or one whose eviction a
+    preemption asked or the API server accepted though the watch shows it live yet (its preemption
+    since ended): asked once, never a second time; or one the caller spares (`spared`: a member the
+    whole-gang disruption marked and is evicting, asked again until it goes; a victim a disruption
+    budget refused a moment ago)."""
     return (
         ledger.victim_of(rec.key) is not None
         or ledger.eviction_under_way(rec.key, rec.uid)
-        or disrupted_by_gang(rec.obj)
+        or (spared is not None and spared(rec))
     )
 
 
-def _pod_unit(store: ClusterStore, ledger: GangLedger, rec: PodRecord, priority: int) -> Unit | None:
-    if store.rank(rec) >= priority or _taken(ledger, rec):
+def _pod_unit(
+    store: ClusterStore,
+    ledger: GangLedger,
+    rec: PodRecord,
+    priority: int,
+    spared: Callable[[PodRecord], bool] | None,
+) -> Unit | None:
+    if store.rank(rec) >= priority or _taken(ledger, rec, spared):
         return None
     v, row = _victim(store, rec, None)
     return Unit(rec.key, None, (v,), v.priority, ((row, store.vector(v.requests)),))
 
 
-def _gang_unit(store: ClusterStore, ledger: GangLedger, gang: GroupKey, priority: int) -> Unit | None:
+def _gang_unit(
+    store: ClusterStore,
+    ledger: GangLedger,
+    gang: GroupKey,
+    priority: int,
+    spared: Callable[[PodRecord], bool] | None,
+) -> Unit | None:
     members = [r for r in store.group_members(gang) if is_live(r.obj)]
     victims, freed = [], []
     for rec in members:
-        if store.rank(rec) >= priority or _taken(ledger, rec):
+        if store.rank(rec) >= priority or _taken(ledger, rec, spared):
             return None  # one member it may not evict keeps the whole gang
         v, row = _victim(store, rec, gang)
         victims.append(v)
@@ -166,18 +179,22 @@ def plan_preemption(
     priority: int,
     admit: Callable[[Unit], bool] | None = None,
     enough: Callable[[Sequence[Unit]], bool] | None = None,
+    spared: Callable[[PodRecord], bool] | None = None,
+    coming: Callable[[PodRecord], bool] | None = None,
 ) -> PreemptionPlan | None:
     """The cheapest preemption that lets the gang's quorum fit in one domain, or None. A plan with no
     victims means the gang fits somewhere as things are: there is nothing to preempt. `admit`: only
     units it accepts are victims (see candidate_units). `enough`: the victims chosen must also
-    satisfy it (its queue admits the gang once they are gone), besides letting the quorum fit."""
+    satisfy it (its queue admits the gang once they are gone), besides letting the quorum fit.
+    `spared`: pods that are no victims now (see _taken); `coming`: which pods the whole-gang
+    disruption marked have their room coming (it asks their eviction until they go)."""
     arrays = store.arrays
     levels = planning.constraint_levels(store, group, None)
     level = levels[0] if levels else -1
     rows_in_use = np.array(sorted(store.row_names), dtype=np.int32)
     eligible = store.eligible_mask(me.rec.obj)
     offered = rows_in_use if eligible is None else rows_in_use[eligible[rows_in_use]]
-    units = candidate_units(store, ledger, group.key, priority, admit)
+    units = candidate_units(store, ledger, group.key, priority, admit, spared)
     if not len(offered):
         return None
     if level >= 0:
@@ -190,7 +207,7 @@ def plan_preemption(
     # domain they free enough needs no victim, so no second set is evicted while the first runs out
     # its grace period (after a restart, say, which lost the record of whom this gang evicted;
     # kube-scheduler waits for such victims too)
-    base_free = _with_going(store, ledger, arrays, priority)
+    base_free = _with_going(store, ledger, arrays, priority, coming)
 
     def trial(chosen: Sequence[Unit], domain: int) -> planning.GangPlan | None:
         if enough is not None and not enough(chosen):
@@ -276,18 +293,28 @@ def plan_preemption(
     return best
 
 
-def _with_going(store: ClusterStore, ledger: GangLedger, arrays: ClusterArrays, priority: int) -> np.ndarray:
+def _with_going(
+    store: ClusterStore,
+    ledger: GangLedger,
+    arrays: ClusterArrays,
+    priority: int,
+    coming: Callable[[PodRecord], bool] | None,
+) -> np.ndarray:
     """`arrays.free` with the room of bound pods below `priority` that are going given back: being
     deleted (Terminating, in their grace period), their eviction asked or accepted though the watch
-    has not shown it yet, or marked by the whole-gang disruption, which asks their eviction until
-    they go (a budget refusing it for now; after a restart too: the mark is on the pod). O(those
-    pods), from the store's indexes and the ledger's evictions."""
+    has not shown it yet, or marked by the whole-gang disruption while it evicts them (`coming`),
+    asking until they go (a budget refusing it for now; after a restart too: the mark is on the
+    pod). O(those pods), from the store's indexes and the ledger's evictions."""
     free = arrays.free
     evicted = (store.pods.get(pk) for pk in ledger.evictions_under_way())
     unseen = [
         r for r in evicted if r is not None and is_live(r.obj) and ledger.eviction_under_way(r.key, r.uid)
     ]
-    marked = [r for r in store.marked_to_go() if not ledger.eviction_under_way(r.key, r.uid)]
+    marked = (
+        [r for r in store.marked_to_go() if coming(r) and not ledger.eviction_under_way(r.key, r.uid)]
+        if coming is not None
+        else []
+    )
     for rec in itertools.chain(store.leaving(), unseen, marked):
         if rec.bound_row < 0 or rec.terminal or store.rank(rec) >= priority:
             continue

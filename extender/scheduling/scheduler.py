@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from extender.scheduling.disruption import GangDisruption, GangEviction
 from extender.scheduling.filtering import Filtering
 from extender.scheduling.gang_preemption import GangPreemption
 from extender.scheduling.holding import Holding
-from extender.scheduling.ledger import Answer, Expiry, GangLedger, Release
+from extender.scheduling.ledger import UNCONFIRMED_S, Answer, Expiry, GangLedger, Release
 from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.pooling import PoolMap
 from extender.scheduling.reasons import ReasonsTold
@@ -58,7 +58,7 @@ from extender.scheduling.repair import ConditionRepair
 from extender.scheduling.status import status_now
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import View, pod_identity
-from extender.state.store import NODE, POD, ClusterStore, is_terminal
+from extender.state.store import NODE, POD, ClusterStore, PodRecord, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ class Scheduler:
             self.admission,
             lambda pod, names: self.filtering.filter(pod, names),
             hold_s=preemption_hold_s,
+            pursued=self._pursued,
         )
         self.pools = PoolMap(store, ledger)
         self.holding = Holding(
@@ -161,11 +162,32 @@ class Scheduler:
     def planned_node_for(self, pod: dict[str, Any]) -> str | None:
         return self.filtering.planned_node_for(pod)
 
-    def eviction_refused(self, pod: PodKey, uid: str) -> None:
-        """An eviction this service asked for did not happen (the API refused it for now: a
-        disruption budget; or it failed): the pod is not going."""
-        self.ledger.forget_evicted(pod, uid)
+    def _pursued(self, rec: PodRecord) -> bool:
+        """Whether the whole-gang disruption is evicting the gang of `rec` now (asking again until
+        its members go)."""
+        if self.disruption is None:
+            return False
+        m = self.store.membership(rec)
+        return m.group is not None and self.disruption.evicting(m.group.key) is not None
+
+    def eviction_unanswered(self, pod: PodKey, uid: str) -> None:
+        """An eviction this service asked for got no answer (a cut connection, a timeout, a 5xx): it
+        may have landed. The pod counts as going a while (as a binding whose answer was lost), and a
+        preemption's victim is asked again (an eviction asked twice of a pod going is harmless)."""
+        self.ledger.note_evicted(pod, uid, for_s=UNCONFIRMED_S)
         self.gang_preemption.note_refused(uid)
+
+    def dropped(self, effects: Iterable[Effect]) -> None:
+        """Writes decided and never made (the Lease moved): an eviction among them is not going."""
+        for e in effects:
+            if e.kind == "evict":
+                self.eviction_refused(pod_key(e.namespace, e.name), str(e.data.get("uid", "")))
+
+    def eviction_refused(self, pod: PodKey, uid: str, *, by_api: bool = False) -> None:
+        """An eviction this service asked for did not happen: the pod is not going. `by_api`: the API
+        refused it (for now: a disruption budget), else it was never sent (failed first, dropped)."""
+        self.ledger.forget_evicted(pod, uid)
+        self.gang_preemption.note_refused(uid, by_api=by_api)
 
     def eviction_accepted(self, pod: PodKey, uid: str) -> None:
         """The API accepted an eviction this service asked for: the pod is going, whatever the watch
@@ -286,7 +308,7 @@ class Scheduler:
                 if owed is not None:
                     out.effects.append(owed)
         out.effects += self.telling.quorum_arrived()
-        out.effects += self.gang_preemption.tick()
+        out.effects += self.gang_preemption.tick(acting=acting)
         if synced:
             # on a partial cache every gang would look short of room: holds are chosen from a whole one
             out.effects += self.holding.tick()
@@ -310,6 +332,7 @@ class Scheduler:
         out.effects += self.telling.fresh_reasons()
         out.answers = self.ledger.take_answers()
         if not acting:
+            self.dropped(out.effects)
             out.effects = []
         return out
 

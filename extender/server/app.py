@@ -50,7 +50,7 @@ from extender.scheduling.scheduler import Scheduler
 from extender.server import wire
 from extender.server.metrics import Metrics
 from extender.server.passthrough import Passthrough
-from extender.state.source import BindError, ClusterSource, SourceFatalError
+from extender.state.source import BindError, ClusterSource, EvictionUnanswered, SourceFatalError
 from extender.state.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -614,6 +614,7 @@ async def _run_effects(app: web.Application, effects: list[Effect]) -> None:
             for dropped in effects[i:]:
                 if podgrouper is not None and dropped.kind.startswith("podgroup-"):
                     podgrouper.write_done(dropped, ok=False)  # type: ignore[attr-defined]
+            app[SCHEDULER].dropped(effects[i:])  # an eviction never asked is not going
             return
         try:
             if e.kind == "nudge":
@@ -748,9 +749,10 @@ def _retry_group_statuses(app: web.Application) -> None:
 
 async def _evict(app: web.Application, e: Effect) -> None:
     """Say why on the pod (a DisruptionTarget condition and an Event), then evict it. The condition comes
-    first: it is what a restarted service reads to know the eviction is under way. Whatever does not
-    end in an accepted eviction (refused, failed, the Lease moved) is told as refused: a preemption's
-    victim is asked again later, and is no longer counted as going meanwhile."""
+    first: it is what a restarted service reads to know the eviction is under way. An eviction whose
+    answer never came may have landed: the pod counts as going a while, and is asked again. Whatever
+    else does not end in an accepted eviction (refused, failed before it was sent, the Lease moved)
+    is told as refused: a preemption's victim is asked again later, and is not counted as going."""
     source = app[SOURCE]
     reason = str(e.data.get("reason", ""))
     uid = str(e.data.get("uid", ""))
@@ -761,7 +763,7 @@ async def _evict(app: web.Application, e: Effect) -> None:
         "reason": e.data.get("conditionReason") or PREEMPTED_BY_GANG,
         "message": reason,
     }
-    accepted = False
+    accepted = unanswered = sent = False
     try:
         await source.set_pod_condition(namespace=e.namespace, name=e.name, condition=condition)  # type: ignore[attr-defined]
         if not _acting(app):
@@ -777,13 +779,20 @@ async def _evict(app: web.Application, e: Effect) -> None:
         )
         if not _acting(app):
             return
-        accepted = await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason)  # type: ignore[attr-defined]
+        sent = True
+        try:
+            accepted = await source.evict_pod(namespace=e.namespace, name=e.name, uid=uid, reason=reason)  # type: ignore[attr-defined]
+        except (EvictionUnanswered, TimeoutError, OSError) as exc:
+            unanswered = True
+            log.warning("evicting %s/%s: %s; counted as going a while, asked again", e.namespace, e.name, exc)
     finally:
         if accepted:
             app[METRICS].evicted_pods.inc()
             app[SCHEDULER].eviction_accepted(key, uid)
-        else:  # refused for now (a disruption budget), failed, or not asked
-            app[SCHEDULER].eviction_refused(key, uid)
+        elif unanswered:
+            app[SCHEDULER].eviction_unanswered(key, uid)
+        else:  # refused for now (a disruption budget), failed before it was sent, or not asked
+            app[SCHEDULER].eviction_refused(key, uid, by_api=sent)
 
 
 def _now_rfc3339() -> str:

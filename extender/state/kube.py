@@ -35,7 +35,7 @@ from extender.model import labels
 from extender.model.keys import api_group, object_key
 from extender.state import heap, nesting
 from extender.state.projection import page_decoder, project
-from extender.state.source import BindError, SkippedObjects, SourceFatalError, one_line
+from extender.state.source import BindError, EvictionUnanswered, SkippedObjects, SourceFatalError, one_line
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -1271,5 +1271,7 @@ class KubeClusterSource:
                 reason,
             )
             return False
+        if not status or status >= 500:  # it may have landed: the caller counts the pod as going a while
+            raise EvictionUnanswered(f"no answer to {what}: {_status_message(status, data).message}")
         self._report(status, data, what)
         return False

@@ -31,6 +31,11 @@ class BindError(Exception):
         self.unknown = unknown
 
 
+class EvictionUnanswered(Exception):
+    """An eviction whose answer never came (the API server unreachable, a timeout, a 5xx after
+    every retry): it may have been applied all the same; the watch tells."""
+
+
 def _object_ref(obj: Any, kind: str) -> str:
     """ "Kind namespace/name" of an object, for a log line; bounded, whatever the object holds."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None

@@ -5,6 +5,7 @@ take."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,31 @@ from tests.scheduling.test_preemptor import settle
 def bound_copy(pod: dict, node: str) -> dict:
     """The pod as the watch shows it once its binding landed on `node`."""
     return {**pod, "spec": {**pod["spec"], "nodeName": node}}
+
+
+async def lo_preempted_by_hi(make_service, evictions: type) -> tuple[Any, Any]:
+    """hi (two whole nodes in one rack) preempting gang lo on rack r00, x and y running in r01, with
+    `evictions` (called with the cluster) standing in for the Eviction API: the service and it."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    ev = svc.cluster.evict_pod = evictions(svc.cluster)
+    await svc.filter("hi-0")
+    await settle()
+    return svc, ev
+
+
+async def replace_preemptor_pods(svc, names: tuple[str, ...] = ("hi-0", "hi-1")) -> None:
+    """The preemptor's Job replaces its pods (deleted, then created again under new uids): its
+    preemption is forgotten (every member left at once) and the new pods start afresh."""
+    pods = [svc.pod(name) for name in names]
+    for pod in pods:
+        svc.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+    await settle()
+    assert svc.scheduler.ledger.preemption("default/hi") is None
+    for pod in pods:
+        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "uid": pod["metadata"]["name"] + "-again"}})
+    await settle()
 
 
 # ------------------------------------------------------------------ 1: a single pod's lost reply
@@ -134,26 +160,14 @@ async def test_a_victim_whose_accepted_eviction_the_watch_shows_late_is_not_a_vi
     its way: lo's room counts as coming and hi waits for it; the queue book counts lo as leaving
     meanwhile. Seed 2853 of the interleavings under hash seed 9 (a preemption ended by a node's
     change)."""
-    from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, victim_gang
 
-    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
-    evictions = AcceptedSeenLate(svc.cluster)
-    svc.cluster.evict_pod = evictions
-    await svc.filter("hi-0")
-    await settle()
+    svc, evictions = await lo_preempted_by_hi(make_service, AcceptedSeenLate)
     assert sorted(evictions.calls) == ["lo-0", "lo-1"]
     ledger = svc.scheduler.ledger
     await svc.expire(ledger.preemption("default/hi").hold_s + 1)
     await settle()
     assert ledger.preemption("default/hi") is not None  # past its hold, its victims going: held on
-    pods = [svc.pod(name) for name in ("hi-0", "hi-1")]
-    for pod in pods:  # its Job replaces its pods: the preemption is forgotten
-        svc.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
-    await settle()
-    assert ledger.preemption("default/hi") is None
-    for pod in pods:
-        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "uid": pod["metadata"]["name"] + "-again"}})
-    await settle()
+    await replace_preemptor_pods(svc)  # its Job replaces its pods: the preemption is forgotten
     assert sorted(ledger.victims_in_flight()) == ["default/lo-0", "default/lo-1"]  # leaving their queue
     doc = await svc.filter("hi-0")
     await settle()
@@ -204,15 +218,7 @@ async def test_an_eviction_still_unanswered_when_its_preemption_ends_is_not_aske
     await svc.filter("hi-0")
     await settle()
     assert evictions.calls == ["lo-0"]  # asked, not answered yet (the next waits its turn)
-    ledger = svc.scheduler.ledger
-    pods = [svc.pod(name) for name in ("hi-0", "hi-1")]
-    for pod in pods:
-        svc.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
-    await settle()
-    assert ledger.preemption("default/hi") is None
-    for pod in pods:
-        svc.cluster.apply({**pod, "metadata": {**pod["metadata"], "uid": pod["metadata"]["name"] + "-again"}})
-    await settle()
+    await replace_preemptor_pods(svc)  # its Job replaces its pods: the preemption is forgotten
     await svc.filter("hi-0")
     await settle()
     evictions.answer()

@@ -1,0 +1,190 @@
+"""A pod counted as going (its eviction asked, accepted, or unanswered; marked by the whole-gang
+disruption) where features meet: the Lease moving with evictions queued or to be asked again, an
+eviction's answer lost, a disruption's mark nobody pursues, a budget that never lets a marked pod go.
+Each was found by a review of the change that counts them (1bac503) and failed on it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from extender.scheduling.leadership import Role
+from tests.builders import make_kai_podgroup
+from tests.scheduling.test_api_faults_mid_work import (
+    AcceptedSeenLate,
+    lo_preempted_by_hi,
+    replace_preemptor_pods,
+)
+from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, settle, victim_gang
+
+
+class Gated:
+    """The Eviction API answering only when `answer()` is called, accepting and deleting at once."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.calls: list[str] = []
+        self.gate = asyncio.Event()
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        await self.gate.wait()
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+async def test_an_eviction_dropped_when_the_lease_moved_is_not_counted_as_going(make_service, monkeypatch):
+    """hi preempts lo in r00: lo-0's eviction is in flight when the Lease moves, and lo-1's is
+    dropped (never asked). lo-1 was counted going from the decision: a dropped write is told as
+    refused, so it is no longer going, and once the Lease is back it is asked (or the preemption
+    ends), never held on for as an eviction nobody asked."""
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    ev = Gated(svc.cluster)
+    svc.cluster.evict_pod = ev
+    await svc.filter("hi-0")
+    await settle()
+    assert ev.calls == ["lo-0"]
+    real_role = svc.scheduler.role
+    monkeypatch.setattr(svc.scheduler, "role", lambda now: (Role.FOLLOWER, "the Lease moved"))
+    ev.gate.set()
+    await settle()
+    await settle()
+    assert ev.calls == ["lo-0"]  # lo-1's eviction dropped: never asked
+    monkeypatch.setattr(svc.scheduler, "role", real_role)  # the Lease is back
+    await svc.expire(0.1)
+    ledger = svc.scheduler.ledger
+    rec = svc.store.pods["default/lo-1"]
+    going = ledger.eviction_under_way(rec.key, rec.uid)  # True: noted at the decision, never forgotten
+    for _ in range(10):  # well past the preemption's hold (60 s), below EVICTED_UNSEEN_S
+        await svc.expire(30.0)
+        await settle()
+    assert "lo-1" in ev.calls or ledger.preemption("default/hi") is None, (
+        f"the preemption holds on for lo-1, whose eviction nobody asks (counted going: {going})"
+    )
+
+
+class Accepting:
+    """The Eviction API accepting every eviction and deleting the pod at once."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+def _disrupted(pod: dict) -> dict:
+    pod.setdefault("status", {}).setdefault("conditions", []).append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "GangDisrupted", "message": "below quorum"}
+    )
+    return pod
+
+
+async def test_a_gang_disrupted_mark_nobody_pursues_gives_no_room_forever(make_service):
+    """lo (on r00) carries our GangDisrupted mark, but its PodGroup was edited to minMember 1: no
+    gang, the whole-gang disruption pursues nothing, nobody asks those evictions again. hi (priority
+    1000, a whole rack) must not wait on their room as if it were coming: it preempts."""
+    lo = victim_gang("lo", ["n000", "n001"], 10)
+    lo[0] = make_kai_podgroup("lo", min_member=1)
+    lo[1:] = [_disrupted(p) for p in lo[1:]]
+    svc = await make_service(cluster(lo, FULL_R01, preemptor()))
+    ev = Accepting(svc.cluster)
+    svc.cluster.evict_pod = ev
+    for _ in range(10):
+        for name in ("hi-0", "hi-1"):
+            await svc.filter(name)
+        await settle()
+        await svc.expire(30.0)
+        await settle()
+    assert ev.calls, "hi waited 300 s on room of marked pods nobody evicts; it asked no eviction"
+
+
+class LostAnswer(AcceptedSeenLate):
+    """The Eviction API taking every eviction (shown by the watch only at `show()`), but lo-1's answer
+    is lost: the client times out after the API server took the request."""
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        await super().__call__(namespace=namespace, name=name, uid=uid, reason=reason)
+        if name == "lo-1":
+            raise TimeoutError("no answer from the API server")
+        return True
+
+
+async def test_an_eviction_whose_answer_was_lost_is_not_asked_again_by_the_next_preemption(make_service):
+    """hi preempts lo in r00. lo-1's eviction reaches the API server but its answer is lost (a
+    timeout). hi's Job replaces its pods, which ends the preemption; the watch has not shown the
+    evictions yet. lo-1 may be going (as a binding whose answer was lost may have landed): counted
+    as going a while, so the new hi-0's filter evicts no second set, x and y in r01."""
+
+    svc, ev = await lo_preempted_by_hi(make_service, LostAnswer)
+    assert sorted(ev.calls) == ["lo-0", "lo-1"]
+    await replace_preemptor_pods(svc)  # its Job replaces its pods: the preemption is forgotten
+    await svc.filter("hi-0")
+    await settle()
+    assert sorted(ev.calls) == ["lo-0", "lo-1"], f"a second set of victims (or lo-1 asked twice): {ev.calls}"
+
+
+class Budget:
+    """A PodDisruptionBudget that never allows `refuse` to go (429 forever); others go at once."""
+
+    def __init__(self, cluster, refuse: set[str]) -> None:
+        self.cluster, self.refuse = cluster, refuse
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        if name in self.refuse:
+            return False
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+async def test_a_marked_pod_a_budget_never_lets_go_does_not_starve_a_preemptor_for_good(make_service):
+    """lo (minMember 2) lost lo-0; the whole-gang disruption marks lo-1 (n001) GangDisrupted and asks
+    its eviction every RETRY_S, a budget refusing it for good. hi (priority 1000, a whole rack) waits
+    on lo-1's room one preemption hold at most, then preempts r01's x and y (priority 50), as
+    kube-scheduler passes over victims a budget protects."""
+    lo = victim_gang("lo", ["n000", "n001"], 10)
+    lo = [lo[0], _disrupted(lo[2])]  # lo-0 gone, lo-1 marked
+    svc = await make_service(cluster(lo, FULL_R01, preemptor()))
+    ev = Budget(svc.cluster, {"lo-1"})
+    svc.cluster.evict_pod = ev
+    for _ in range(20):  # 600 s
+        for name in ("hi-0", "hi-1"):
+            await svc.filter(name)
+        await settle()
+        await svc.expire(30.0)
+        await settle()
+    assert "lo-1" in ev.calls  # the disruption asks it, and asks it again
+    others = [c for c in ev.calls if c != "lo-1"]
+    assert others, f"hi waited 600 s on lo-1's room, which a budget never lets go: {ev.calls}"
+
+
+async def test_a_refused_victim_re_asked_while_following_is_asked_again_once_leading(
+    make_service, monkeypatch
+):
+    """hi preempts lo: lo-0 goes, a budget refuses lo-1 once (429). The Lease moves before RETRY_S:
+    a follower asks nothing again. The Lease comes back: lo-1 is asked again then (or the preemption
+    ends), never counted as going while nobody asks it."""
+    from tests.scheduling.test_api_faults_mid_work import RefusedOnce
+
+    svc = await make_service(cluster(victim_gang("lo", ["n000", "n001"], 10), FULL_R01, preemptor()))
+    ev = RefusedOnce(svc.cluster, refuse="lo-1")
+    svc.cluster.evict_pod = ev
+    await svc.filter("hi-0")
+    await settle()
+    assert sorted(ev.calls) == ["lo-0", "lo-1"]
+    real_role = svc.scheduler.role
+    monkeypatch.setattr(svc.scheduler, "role", lambda now: (Role.FOLLOWER, "the Lease moved"))
+    await svc.expire(15.0)  # past RETRY_S, while following
+    await settle()
+    monkeypatch.setattr(svc.scheduler, "role", real_role)  # the Lease is back
+    for _ in range(10):  # well past the preemption's hold (60 s), below EVICTED_UNSEEN_S
+        await svc.expire(30.0)
+        await settle()
+    ledger = svc.scheduler.ledger
+    assert ev.calls.count("lo-1") >= 2 or ledger.preemption("default/hi") is None, (
+        f"lo-1 never asked again, the preemption held on for it: {ev.calls}"
+    )
