@@ -22,7 +22,8 @@ nowhere (its candidates' lowest-priority victims offered, the chosen node's vict
 nominated there); a pending or planned gang pod's pod-group-name annotation edited (to another gang,
 or to a PodGroup that does not exist), a pending ownerless plain pod annotated into a gang; bound
 pods turning Succeeded and later deleted; evicted and preempted pods that run out a grace period
-(Terminating, still bound and using their node, deleted at a later step); a large JobSet beside the
+(Terminating, still bound and using their node, deleted at a later step); evictions a disruption
+budget refuses for now (429: asked again, or passed over, never counted as asked); a large JobSet beside the
 gangs (1000 replicatedJobs with their child Jobs, or one suspended replicatedJob of 1000 replicas)
 whose Jobs are relabelled and whose replicatedJobs are scaled; a KAI PodGroup's minMember (or a
 subgroup's) lowered in place, or raised while none of its gang runs; one gang, at times, a 1.37
@@ -176,6 +177,9 @@ SEEDS = (
 STEPS = int(os.environ.get("INTERLEAVING_STEPS", "60"))
 SETTLE_ROUNDS = 12
 SKIP = set(filter(None, os.environ.get("INTERLEAVING_SKIP", "").split(",")))
+REFUSED_GRACE_S = 45.0
+"""How long a pod whose eviction a disruption budget refused may run on in a gang evicted in part:
+the service asks again every RETRY_S (10 s), at its next tick after that."""
 
 
 class _ErrorsLogged(logging.Handler):
@@ -409,6 +413,7 @@ class FlakyCluster(EmbeddedCluster):
         self.on_evict_request: Callable[[str, str, str], None] = lambda name, uid, why: None  # each one asked
         self.graceful: Callable[[dict], bool] | None = None  # the driver: runs out a grace period?
         self.lagging: Callable[[dict], bool] | None = None  # the driver: is the eviction seen later?
+        self.refusing: Callable[[dict], bool] | None = None  # the driver: does a budget refuse it now?
         self.nudged: set[str] = set()  # pods the service nudged: kube-scheduler requeues them at once
         self.on_write: Callable[[str], None] = lambda what: None  # the driver hears of each own write
         for method in _OWN_WRITES:
@@ -429,6 +434,14 @@ class FlakyCluster(EmbeddedCluster):
 
     async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
         pod = self.get("", "Pod", namespace, name)
+        if (
+            pod is not None
+            and not self.dead
+            and self.refusing is not None
+            and (not uid or pod["metadata"].get("uid") == uid)
+            and self.refusing(pod)
+        ):
+            return False  # 429: the API evicted nothing, so it is no ask the pod went by
         self.on_evict_request(name, uid, reason)
         if (
             pod is not None
@@ -921,6 +934,11 @@ class Driver:
         # is bound there or decided to bind there, so an over-commit is the service's
         self.node_rng = random.Random(seed * 1000003 + 43)
         self.node_edits = features and "node-edit" not in SKIP and self.node_rng.random() < 0.4
+        # a PodDisruptionBudget refusing an eviction for now (429; its own stream): the service asks
+        # again (a preemption's victim, a disrupted gang's member) or passes over it
+        self.refuse_rng = random.Random(seed * 2750159 + 7)
+        self.refuse_p = 0.0 if not features or "budget" in SKIP else self.refuse_rng.choice((0.0, 0.3))
+        self.refused_at: dict[str, tuple[str, float]] = {}  # pod -> (uid, when) its last eviction was refused
         self.shrunk: dict[str, dict] = {}  # node -> its allocatable before it was lowered
         self.picky: set[str] = set()
         if features and "picky" not in SKIP and self.picky_rng.random() < 0.4:
@@ -1000,6 +1018,7 @@ class Driver:
         cluster.on_evict_request = self.note_evict_request
         cluster.graceful = self.graceful
         cluster.lagging = self.lagging
+        cluster.refusing = self.refusing
         if self.trust_fit:
             self.svc.scheduler.filtering.exact_refusals_max = 0
         decide = self.svc.scheduler.bind
@@ -1651,6 +1670,16 @@ class Driver:
         self.lines.append(f"      {pod['metadata']['name']}'s eviction is accepted; the watch shows it later")
         return True
 
+    def refusing(self, pod: dict) -> bool:
+        """Whether a disruption budget refuses the eviction of a bound, running pod for now (429)."""
+        if not pod["spec"].get("nodeName") or leaving(pod) or self.refuse_rng.random() >= self.refuse_p:
+            return False
+        self.lines.append(
+            f"      {pod['metadata']['name']}'s eviction is refused by its disruption budget (429)"
+        )
+        self.refused_at[pod["metadata"]["name"]] = (pod["metadata"]["uid"], self.clock.now)
+        return True
+
     def evictions_unseen(self) -> set[str]:
         """Pods evicted as the API's store has it already, whose watch event has not come yet."""
         return {name for name, _ in self.unseen_evictions}
@@ -2236,8 +2265,10 @@ class Driver:
         bound: dict[str, str],
         pods: dict[str, dict],
     ) -> list[str]:
-        """What is wrong with each gang a disruption hit since the last check that still runs short."""
-        going = self.evictions_unseen()
+        """What is wrong with each gang a disruption hit since the last check that still runs short. A
+        member whose eviction a budget refused within REFUSED_GRACE_S runs on for now: the service
+        asks again every RETRY_S (one refused longer ago than that was not asked again)."""
+        going = self.evictions_unseen() | self.refused_recently(pods)
         wrong = []
         for g in self.gangs:
             running = [
@@ -2263,6 +2294,14 @@ class Driver:
                     by = sorted({f"{n} by {who}" for n, gang, who in self.evicted if gang == g.name})
                     wrong.append(f"gang {g.name} is partly evicted ({by}): {why}")
         return wrong
+
+    def refused_recently(self, pods: dict[str, dict]) -> set[str]:
+        """Pods whose eviction a budget refused within REFUSED_GRACE_S: asked again before it ends."""
+        return {
+            n
+            for n, (uid, at) in self.refused_at.items()
+            if n in pods and pods[n]["metadata"].get("uid") == uid and self.clock.now - at < REFUSED_GRACE_S
+        }
 
     def binding_gangs(self) -> set[str]:
         """Gangs with a member's binding on its way: at the API server, or a bind call kube-scheduler
@@ -2355,9 +2394,12 @@ class Driver:
         }
         # the garbage collector deletes a gang whose Job is deleted a few pods at a time: partial meanwhile
         collected = self.owned.name if self.owned is not None and self.collecting() else None
+        # a gang evicted in part while a budget refuses a member: asked again within REFUSED_GRACE_S
+        refusing = {self.pod_gang.get(n) for n in self.refused_recently(pods) if n in bound}
         for g in self.gangs:
             if (
                 g.name in hit
+                or g.name in refusing
                 or g.name in self.api.excused
                 or (not final and g.name in self.api.gang_inflight)
                 or g.name == collected
