@@ -32,13 +32,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from extender.grouping import kai
 from extender.grouping.membership import WORKLOAD_KINDS
 from extender.grouping.owners import MAX_OWNER_DEPTH
-from extender.model.group import Disruption, GroupSpec, MembershipState
+from extender.model.group import Disruption, GroupSpec, MembershipState, Source
 from extender.model.keys import GroupKey, PodKey, api_group, pod_key
 from extender.model.timestamps import parse_time_s
 from extender.scheduling.decisions import Effect, pod_ref
 from extender.scheduling.ledger import GangLedger
+from extender.scheduling.status import RUNNING
 from extender.state.store import (
     GANG_DISRUPTED,
     POD,
@@ -356,12 +358,14 @@ class GangDisruption:
                 self.decisions[key] = "healthy: at its quorum"
                 return self._broken_subgroup(view, evictable, now)
         # a member still running with our own condition was judged (by this process or one before
-        # it) bound whole and below its quorum: that eviction is finished, whoever began it (a
-        # restart after the others went loses who was bound: a partial gang kept running for good)
+        # it) bound whole and below its quorum: that eviction is finished, whoever began it. The
+        # group's own status, written when its quorum was bound, says so after a restart too (the
+        # members gone, and a survivor's mark never written: it would run alone for good)
         whole = (
             key in self._whole
             or spec.ready_leaves(view.ever_bound) is not None
             or any(_ours(r.obj) for r in view.running)
+            or self._recorded_whole(spec)
         )
         candidates = evictable
         if view.signals and (spec.disruption is Disruption.ALL or (below and whole)):
@@ -390,6 +394,22 @@ class GangDisruption:
             self.decisions[key] = "healthy: at its quorum"
             return None
         return self._stale(view, whole, candidates, now)
+
+    def _recorded_whole(self, spec: GroupSpec) -> bool:
+        """Whether the gang's group object records that its quorum was bound (status.py writes it):
+        a KAI PodGroup's phase Running, a scheduling.k8s.io PodGroup's Scheduled condition."""
+        if spec.source is Source.KAI_PODGROUP or spec.source is Source.KAI_DERIVED:
+            obj = self.store.get(*kai.KAI_PODGROUP, spec.namespace, spec.name) or {}
+            return (obj.get("status") or {}).get("phase") == RUNNING
+        if spec.source is Source.K8S_PODGROUP:
+            obj = self.store.get("scheduling.k8s.io", "PodGroup", spec.namespace, spec.name) or {}
+            return any(
+                isinstance(c, dict)
+                and c.get("type") in ("PodGroupScheduled", "PodGroupInitiallyScheduled")
+                and c.get("status") == "True"
+                for c in (obj.get("status") or {}).get("conditions") or ()
+            )
+        return False
 
     def _broken_subgroup(self, view: _View, candidates: list[PodRecord], now: float) -> GangEviction | None:
         """A gang still at its quorum through its other subgroups, one of whose subgroups, bound whole,

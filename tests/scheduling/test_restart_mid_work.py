@@ -343,3 +343,69 @@ async def test_restart_while_kube_schedulers_victim_terminates_keeps_the_retry_a
         "after a restart the refusal of p's nominated node is final: kube-scheduler, its cache showing "
         f"no terminating victim on n0, preempts again (w): {doc}"
     )
+
+
+# ------------------------------------------------------------------ whole-gang disruption mid-way
+from extender.server.app import DISRUPTION  # noqa: E402
+
+
+class Recorder:
+    """The API's eviction as the embedded cluster does it (the pod goes at once), recorded."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(f"{namespace}/{name}")
+        pod = self.cluster.get("", "Pod", namespace, name)
+        if pod is not None and (not uid or pod["metadata"].get("uid") == uid):
+            self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+def _bound_gang(name: str, n: int) -> list[dict]:
+    group = make_kai_podgroup(name, min_member=n)
+    group["status"] = {"phase": "Running", "running": n, "pending": 0}  # as its release wrote it
+    pods = []
+    for i in range(n):
+        pod = gang_pod(f"{name}-{i}", name, cpu="8", node=f"n00{i}")
+        pod["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+        pod["status"] = {"phase": "Running"}
+        pods.append(pod)
+    return [group, *pods]
+
+
+async def test_restart_mid_whole_gang_disruption_leaves_no_survivor_running(make_service):
+    """A gang of 4 bound whole; x-0 is deleted (its node drained). The first process evicts x-1, x-2
+    and x-3 whole; x-1 and x-2 go, the PATCH of x-3's condition fails (the API server busy), so x-3
+    is to be retried after RETRY_S. The process restarts first. The new one must still evict x-3:
+    the KAI PodGroup's status says the gang ran whole (found by a review: with no member left to
+    say so, x-3 was judged 'never bound whole' and ran alone for good)."""
+    first = await make_service([*rack_cluster(racks=1, nodes_per_rack=4), *_bound_gang("x", 4)])
+    ev = Recorder(first.cluster)
+    first.cluster.evict_pod = ev
+    real = first.cluster.set_pod_condition
+
+    async def flaky(*, namespace: str, name: str, condition: dict) -> None:
+        if name == "x-3":
+            raise RuntimeError("the server is currently unable to handle the request")
+        await real(namespace=namespace, name=name, condition=condition)
+
+    first.cluster.set_pod_condition = flaky
+    await first.expire(0.1)
+    first.cluster.delete("", "Pod", "default", "x-0")
+    await first.expire(0.1)
+    await settle()
+    assert sorted(ev.calls) == ["default/x-1", "default/x-2"], ev.calls
+    assert first.pod("x-3") is not None
+
+    second = await restart(make_service, first)
+    second.cluster.evict_pod = Recorder(second.cluster)
+    for _ in range(10):  # well past RETRY_S and --stale-gang-grace-s (60s)
+        await second.expire(10)
+        await settle()
+    assert second.pod("x-3") is None, (
+        f"x-3 runs alone for good: {second.app[DISRUPTION].describe('default/x')}"
+    )
+    second.check_no_partial_gang()
