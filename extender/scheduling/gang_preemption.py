@@ -318,7 +318,10 @@ class GangPreemption:
     def counts_marked_room(self, gang: GroupKey) -> bool:
         """Whether the room of pods the disruption is evicting counts as coming for `gang` now (see
         `_marked_since`)."""
-        if self._pursued is None or not self.store.marked_to_go():
+        if self._pursued is None:
+            return True
+        if not any(self._pursued(r) for r in self.store.marked_to_go()):
+            self._marked_since.pop(gang, None)  # none going: the next disruption is waited on afresh
             return True
         now = self.ledger.clock()
         return now - self._marked_since.setdefault(gang, now) < self.hold_s
@@ -328,6 +331,8 @@ class GangPreemption:
         victims are all gone (kube-scheduler does not retry a pod because others were deleted).
         Refused evictions are asked again only `acting` (a follower's writes are dropped)."""
         effects: list[Effect] = []
+        if self._marked_since and not any(self._pursued(r) for r in self.store.marked_to_go()):
+            self._marked_since.clear()  # no disruption under way: the next one is waited on afresh
         for gang in [g for g in self._marked_since if not self.store.group_size(g)]:
             del self._marked_since[gang]  # bounded memory
         if self._protected:
@@ -379,9 +384,8 @@ class GangPreemption:
                 if rec is None or rec.uid != v.uid or not is_live(rec.obj):
                     continue  # gone, or going: its deletion is under way
                 self._asked[v.uid] = (now, asked[1])
-                self._refused.discard(v.uid)
-                self.ledger.note_evicted(pk, v.uid)
-                out.append(asked[1])
+                self._refused.discard(v.uid)  # not noted going: its last answer said it is not, or
+                out.append(asked[1])  # gave none (noted for UNCONFIRMED_S then, not renewed here)
         self._asked = {uid: a for uid, a in self._asked.items() if uid in live}
         self._refused &= live
         return out

@@ -194,13 +194,15 @@ class GangLedger:
         API server may have applied it: its hold (the reservation, which says where) stays until the
         watch tells, or until no request the API server took can still land (UNCONFIRMED_S), so its
         room is never free twice."""
-        self._evicted: dict[PodKey, tuple[str, float]] = {}
-        """pod -> (uid, until): an eviction a preemption asked (from the decision on: its call may be
-        queued or unanswered yet), or one the API server accepted, that the watch has not shown (the
-        cache holds the pod live): it is going, so no preemption takes it as a victim again, even
-        once the one that asked it ended, and its room counts as coming, as a Terminating pod's
-        does. Forgotten when the watch shows it going, when the eviction is refused or fails
-        (`forget_evicted`), or after EVICTED_UNSEEN_S (bounded memory)."""
+        self._evicted: dict[PodKey, tuple[str, float, bool]] = {}
+        """pod -> (uid, until, accepted): an eviction a preemption asked (from the decision on: its
+        call may be queued or unanswered yet), or one the API server accepted, that the watch has
+        not shown (the cache holds the pod live): it is going, so no preemption takes it as a victim
+        again, even once the one that asked it ended, and its room counts as coming, as a
+        Terminating pod's does. Forgotten when the watch shows it going, when the eviction is
+        refused or fails (`forget_evicted`), or after EVICTED_UNSEEN_S (bounded memory). Only an
+        accepted one holds a preemption on past its hold (`terminating`): one unanswered again and
+        again is no eviction under way."""
         self.rejected: set[PodKey] = set()
         self.short_of_pods: dict[GroupKey, GroupSpec] = {}
         self.short_of_group: set[PodKey] = set()
@@ -317,6 +319,10 @@ class GangLedger:
         shown it going yet (`_evicted`)."""
         seen = self._evicted.get(pod)
         return seen is not None and seen[0] == uid
+
+    def _accepted(self, pod: PodKey, uid: str) -> bool:
+        seen = self._evicted.get(pod)
+        return seen is not None and seen[0] == uid and seen[2]
 
     def evictions_under_way(self) -> list[PodKey]:
         """The pods of `eviction_under_way`."""
@@ -870,16 +876,15 @@ class GangLedger:
 
     def terminating(self, p: Preemption) -> list[PodKey]:
         """The victims of `p` still terminating: evicted (a deletion under way, or an eviction the API
-        server accepted that the watch has not shown yet), not gone yet."""
+        server accepted that the watch has not shown yet: only asked, or unanswered, is not), not
+        gone yet."""
         out = []
         for pk, v in p.victims.items():
             if pk in p.held:
                 continue
             rec = self.store.pods.get(pk)
             if rec is not None and (not v.uid or rec.uid == v.uid) and not is_terminal(rec.obj):
-                if (rec.obj.get("metadata") or {}).get("deletionTimestamp") or self.eviction_under_way(
-                    pk, rec.uid
-                ):
+                if (rec.obj.get("metadata") or {}).get("deletionTimestamp") or self._accepted(pk, rec.uid):
                     out.append(pk)
         return out
 
@@ -933,17 +938,19 @@ class GangLedger:
             del self._evicted[pod]
             self.gen += 1
 
-    def note_evicted(self, pod: PodKey, uid: str, *, for_s: float = EVICTED_UNSEEN_S) -> None:
+    def note_evicted(
+        self, pod: PodKey, uid: str, *, for_s: float = EVICTED_UNSEEN_S, accepted: bool = False
+    ) -> None:
         """The eviction of `pod` (of `uid`) is asked by a preemption, or the API server accepted it,
         or its answer was lost (`for_s`: UNCONFIRMED_S, as long as a request taken may still land):
         see `_evicted`."""
         rec = self.store.pods.get(pod)
         if rec is not None and rec.uid == uid and is_live(rec.obj):
-            self._evicted[pod] = (uid, self.clock() + for_s)
+            self._evicted[pod] = (uid, self.clock() + for_s, accepted)
             self.gen += 1
 
     def _expire_unconfirmed(self, now: float) -> None:
-        for pod, (_, until) in list(self._evicted.items()):
+        for pod, (_, until, _) in list(self._evicted.items()):
             if now >= until:
                 del self._evicted[pod]
                 self.gen += 1

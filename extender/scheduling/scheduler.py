@@ -192,7 +192,7 @@ class Scheduler:
     def eviction_accepted(self, pod: PodKey, uid: str) -> None:
         """The API accepted an eviction this service asked for: the pod is going, whatever the watch
         shows yet (no preemption takes it again; its room is coming)."""
-        self.ledger.note_evicted(pod, uid)
+        self.ledger.note_evicted(pod, uid, accepted=True)
 
     def names_known(self, array: bytes) -> bool:
         """Whether a NodeNames array, as the request's raw bytes, is a list of names the cache holds

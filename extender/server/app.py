@@ -50,7 +50,13 @@ from extender.scheduling.scheduler import Scheduler
 from extender.server import wire
 from extender.server.metrics import Metrics
 from extender.server.passthrough import Passthrough
-from extender.state.source import BindError, ClusterSource, EvictionUnanswered, SourceFatalError
+from extender.state.source import (
+    BindError,
+    ClusterSource,
+    EvictionFailed,
+    EvictionUnanswered,
+    SourceFatalError,
+)
 from extender.state.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -785,6 +791,8 @@ async def _evict(app: web.Application, e: Effect) -> None:
         except (EvictionUnanswered, TimeoutError, OSError) as exc:
             unanswered = True
             log.warning("evicting %s/%s: %s; counted as going a while, asked again", e.namespace, e.name, exc)
+        except EvictionFailed:
+            sent = False  # no budget's "not now": nothing to pass it over for (logged by the source)
     finally:
         if accepted:
             app[METRICS].evicted_pods.inc()

@@ -35,7 +35,14 @@ from extender.model import labels
 from extender.model.keys import api_group, object_key
 from extender.state import heap, nesting
 from extender.state.projection import page_decoder, project
-from extender.state.source import BindError, EvictionUnanswered, SkippedObjects, SourceFatalError, one_line
+from extender.state.source import (
+    BindError,
+    EvictionFailed,
+    EvictionUnanswered,
+    SkippedObjects,
+    SourceFatalError,
+    one_line,
+)
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -1235,14 +1242,15 @@ class KubeClusterSource:
     async def evict_pod(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
         """POST pods/{name}/eviction for the pod of that uid. 404 (gone) and 409 (replaced by another
         pod of that name) are moot: True. 429 is a PodDisruptionBudget refusing for now: False, the
-        caller asks again on a later pass."""
+        caller asks again on a later pass. No answer (EvictionUnanswered) may have landed; any other
+        refusal, or no Eviction API to ask, is EvictionFailed."""
         what = f"evict pod {namespace}/{name}"
         try:
             api_version = await self._eviction_api_version()
         except (TimeoutError, aiohttp.ClientError, OSError, ApiStatusError) as exc:
             self._count_write_error("evict", getattr(exc, "status", 0))
             log.warning("cannot %s: API discovery of policy failed: %s", what, exc)
-            return False
+            raise EvictionFailed(f"cannot {what}: API discovery of policy failed: {exc}") from exc
         body: dict[str, Any] = {
             "apiVersion": api_version,
             "kind": "Eviction",
@@ -1274,4 +1282,4 @@ class KubeClusterSource:
         if not status or status >= 500:  # it may have landed: the caller counts the pod as going a while
             raise EvictionUnanswered(f"no answer to {what}: {_status_message(status, data).message}")
         self._report(status, data, what)
-        return False
+        raise EvictionFailed(f"cannot {what}: {_status_message(status, data).message}")

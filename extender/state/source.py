@@ -31,6 +31,11 @@ class BindError(Exception):
         self.unknown = unknown
 
 
+class EvictionFailed(Exception):
+    """An eviction that was not asked (the Eviction API not found) or that the API refused for good
+    (403, 422): no disruption budget's "not now", so nothing protects the pod from the next ask."""
+
+
 class EvictionUnanswered(Exception):
     """An eviction whose answer never came (the API server unreachable, a timeout, a 5xx after
     every retry): it may have been applied all the same; the watch tells."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from extender.scheduling.leadership import Role
+from extender.state.source import EvictionUnanswered
 from tests.builders import make_kai_podgroup
 from tests.scheduling.test_api_faults_mid_work import (
     AcceptedSeenLate,
@@ -188,3 +189,120 @@ async def test_a_refused_victim_re_asked_while_following_is_asked_again_once_lea
     assert ev.calls.count("lo-1") >= 2 or ledger.preemption("default/hi") is None, (
         f"lo-1 never asked again, the preemption held on for it: {ev.calls}"
     )
+
+
+class AlwaysUnanswered:
+    """lo-1's eviction answered 500 every time (a pod two PodDisruptionBudgets cover: the Eviction API
+    answers 500 for it, for good); every other eviction accepted, the pod deleted at once."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        if name == "lo-1":
+            raise EvictionUnanswered(
+                "no answer to evict pod default/lo-1: 500 more than one PodDisruptionBudget"
+            )
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+async def test_an_eviction_unanswered_every_time_does_not_hold_a_preemption_on_for_ever(make_service):
+    """hi preempts lo in r00: lo-0 goes, lo-1's eviction is answered 500 every time (never lands). It
+    counts as going for UNCONFIRMED_S after each answer and is asked again every RETRY_S, but only
+    an accepted eviction holds a preemption on past its hold: the preemption ends, hi looks again,
+    and lo-1 stops counting as leaving its queue (a review found it held on for ever)."""
+    svc, ev = await lo_preempted_by_hi(make_service, AlwaysUnanswered)
+    ledger = svc.scheduler.ledger
+    assert sorted(ev.calls) == ["lo-0", "lo-1"]
+    for _ in range(40):  # 1200 s: twenty preemption holds, two EVICTED_UNSEEN_S
+        await svc.expire(30.0)
+        await settle()
+    rec = svc.store.pods["default/lo-1"]
+    assert ledger.preemption("default/hi") is None, (
+        f"hi's preemption held on 1200 s for lo-1, whose eviction never lands "
+        f"(asked {ev.calls.count('lo-1')} times; "
+        f"counted going: {ledger.eviction_under_way(rec.key, rec.uid)}; "
+        f"leaving its queue: {'default/lo-1' in ledger.victims_in_flight()})"
+    )
+
+
+class BudgetWhile:
+    """A PodDisruptionBudget refusing the evictions of `refuse` (429) while `refusing`; every other
+    eviction accepted, the pod deleted at once."""
+
+    def __init__(self, cluster, refuse: set[str]) -> None:
+        self.cluster, self.refuse, self.refusing = cluster, refuse, True
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        if name in self.refuse and self.refusing:
+            return False
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+def _marked_gang_on_r00(name: str) -> list[dict]:
+    """Gang `name` (priority 10, minMember 2) that lost its member on n000: the one on n001 carries
+    the whole-gang disruption's mark, created a while ago."""
+    group, _, second = victim_gang(name, ["n000", "n001"], 10)
+    second["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    return [group, _disrupted(second)]
+
+
+async def test_a_preemptor_meeting_a_new_disruption_waits_on_its_room_as_on_the_first(make_service):
+    """Episode 1: lo on r00 lost lo-0, the disruption evicts lo-1 (a budget refuses it 10 s); hi
+    (a whole rack) waits on lo-1's room, gets r00 and runs. Episode 2, minutes later: hi's Job
+    replaces its pods, and lo2 (now on r00) is disrupted likewise, its lo2-1 marked this very
+    moment. hi waits on lo2-1's room one hold, as it did on lo-1's: the wait's clock starts again
+    once no marked pod is going (a review found it kept episode 1's start, and hi evicted x and y
+    in r01 at once)."""
+    svc = await make_service(cluster(_marked_gang_on_r00("lo"), FULL_R01, preemptor()))
+    ev = svc.cluster.evict_pod = BudgetWhile(svc.cluster, {"lo-1", "lo2-1"})
+    await svc.expire(1.0)
+    await settle()
+    assert svc.scheduler.disruption.evicting("default/lo") is not None
+    for name in ("hi-0", "hi-1"):
+        await svc.filter(name)
+    await settle()
+    assert ev.calls == ["lo-1"], ev.calls  # hi waits on lo-1's room
+    ev.refusing = False  # the budget lets lo-1 go
+    await svc.expire(15.0)
+    await settle()
+    assert svc.pod("lo-1") is None, ev.calls
+    for name in ("hi-0", "hi-1"):
+        node, reason = await svc.schedule(name)
+        assert node in ("n000", "n001"), reason
+        assert await svc.bind(name, node) == ""
+    await settle()
+    assert {svc.node_of("hi-0"), svc.node_of("hi-1")} == {"n000", "n001"}
+    await svc.expire(300.0)  # hi runs a few minutes
+    await settle()
+
+    # episode 2: hi's pods replaced, lo2 on r00 disrupted now
+    ev.refusing = True
+    pods = [svc.pod(n) for n in ("hi-0", "hi-1")]
+    for pod in pods:
+        svc.cluster.delete("", "Pod", "default", pod["metadata"]["name"])
+    await settle()
+    for obj in _marked_gang_on_r00("lo2"):
+        svc.cluster.apply(obj)
+    for pod in pods:
+        spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+        meta = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "creationTimestamp")}
+        svc.cluster.apply(
+            {**pod, "metadata": {**meta, "uid": meta["name"] + "-again"}, "spec": spec, "status": {}}
+        )
+    await settle()
+    await svc.expire(1.0)
+    await settle()
+    assert svc.scheduler.disruption.evicting("default/lo2") is not None
+    before = list(ev.calls)
+    for name in ("hi-0", "hi-1"):
+        await svc.filter(name)
+    await settle()
+    second = [c for c in ev.calls[len(before) :] if c in ("x", "y")]
+    assert not second, f"hi evicted {second} the moment lo2-1 was marked, waiting no hold on its room"
