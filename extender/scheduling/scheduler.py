@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from extender.gang.entry import Phase
-from extender.model.group import MembershipState
+from extender.model.group import GroupSpec, MembershipState
 from extender.model.keys import GroupKey, PodKey, pod_key
 from extender.placement import api as placement
 from extender.scheduling import leadership, planning, preemption, queues
@@ -55,7 +55,7 @@ from extender.scheduling.podgrouper import Podgrouper
 from extender.scheduling.pooling import PoolMap
 from extender.scheduling.reasons import ReasonsTold
 from extender.scheduling.repair import ConditionRepair
-from extender.scheduling.status import status_now
+from extender.scheduling.status import counts_now, status_now
 from extender.scheduling.telling import Telling
 from extender.scheduling.view import View, pod_identity
 from extender.state.store import NODE, POD, ClusterStore, PodRecord, is_terminal
@@ -123,6 +123,9 @@ class Scheduler:
         self.podgrouper = podgrouper
         self.disruption = disruption
         self._startup_nudged = False
+        self._counts_moved: dict[
+            GroupKey, GroupSpec
+        ] = {}  # gangs a pod bound or gone touched since the last tick
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
         self.filtering = Filtering(
@@ -325,6 +328,11 @@ class Scheduler:
                         out.effects += self.telling.gang_events(
                             eviction.spec, None, "GangEvicted", eviction.reason, "Warning"
                         )
+            moved, self._counts_moved = self._counts_moved, {}
+            for gang in sorted(moved):
+                recount = counts_now(self.store, self.ledger, moved[gang])
+                if recount is not None:
+                    out.effects.append(recount)
             out.effects += self.admission.queue_status()
             out.effects += self.admission.holds_over()
             out.effects += self.gang_preemption.reclaims_tick()
@@ -359,6 +367,10 @@ class Scheduler:
         deleted = event == "DELETED"
         if not (node or deleted):
             return  # still pending: nothing here follows it until it binds or goes
+        if not self.store.is_plain(obj):
+            m = self.store.membership_of(obj)
+            if m.state is MembershipState.MEMBER and m.group is not None and m.group.is_gang():
+                self._counts_moved[m.group.key] = m.group  # a Running gang's counts moved
         self.repair.on_pod(event, obj)
         pk = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
         if node and not deleted and not is_terminal(obj):

@@ -107,3 +107,24 @@ def status_now(store: ClusterStore, ledger: GangLedger, gang: GroupKey) -> Effec
     if (obj.get("status") or {}).get("phase") == phase:
         return None
     return group_status(store, spec, phase, reason)
+
+
+def counts_now(store: ClusterStore, ledger: GangLedger, spec: GroupSpec) -> Effect | None:
+    """The status write for a gang whose KAI PodGroup says Running with counts that moved since they
+    were written (members bound as they come beyond the quorum, created or gone since): running and
+    pending say what the cluster holds, as KAI's own status does (the phase is left to the writes
+    that decide it). None when nothing moved, or no KAI PodGroup of ours says Running. O(the
+    gang's members), read only for a Running one."""
+    if spec.source not in (Source.KAI_PODGROUP, Source.KAI_DERIVED):
+        return None
+    obj = store.get(*kai.KAI_PODGROUP, spec.namespace, spec.name) or {}
+    status = obj.get("status") or {}
+    if status.get("phase") != RUNNING:
+        return None
+    want = kai_status(store, spec, RUNNING, "")
+    if (status.get("running"), status.get("pending")) == (want["running"], want["pending"]):
+        return None
+    entry = ledger.entry(spec.key)
+    return group_status(
+        store, spec, RUNNING, entry.last_reason if entry and entry.last_reason else "quorum bound"
+    )

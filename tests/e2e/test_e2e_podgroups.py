@@ -123,11 +123,13 @@ def test_a_derived_podgroup_appears_gets_status_and_goes_with_its_workload(
     wait_all_bound(api, namespace, pod_count, selector)
 
     def running() -> dict[str, Any] | None:
+        # the counts follow members bound after the quorum (the controller may create them late)
         status = (read_podgroup(api, namespace, name) or {}).get("status") or {}
-        return status if status.get("phase") == "Running" else None
+        counted = status.get("running", 0) + status.get("pending", 0) == pod_count
+        return status if status.get("phase") == "Running" and counted else None
 
     try:
-        status = wait_until(running, timeout_s=30, what=f"PodGroup {name} phase Running")
+        status = wait_until(running, timeout_s=30, what=f"PodGroup {name} phase Running, every pod counted")
     except AssertionError as exc:
         writes = "\n".join(cluster.plane.status_writes("podgroups", name))
         raise AssertionError(f"{exc}\nstatus writes (audit log):\n{writes}") from None
