@@ -397,7 +397,11 @@ class GangDisruption:
 
     def _recorded_whole(self, spec: GroupSpec) -> bool:
         """Whether the gang's group object records that its quorum was bound (status.py writes it):
-        a KAI PodGroup's phase Running, a scheduling.k8s.io PodGroup's Scheduled condition."""
+        a KAI PodGroup's phase Running, a scheduling.k8s.io PodGroup's Scheduled condition. Read
+        only where this process knows nothing newer of the gang (after a restart): one it is
+        planning or binding may be its workload's new pods, under a status of the old ones."""
+        if self.ledger is not None and self.ledger.entry(spec.key) is not None:
+            return False
         if spec.source is Source.KAI_PODGROUP or spec.source is Source.KAI_DERIVED:
             obj = self.store.get(*kai.KAI_PODGROUP, spec.namespace, spec.name) or {}
             return (obj.get("status") or {}).get("phase") == RUNNING
@@ -582,8 +586,10 @@ class GangDisruption:
         *,
         incident: float,
     ) -> GangEviction | None:
-        """Evicts `targets`, none of them going with its owner; each is asked once until retried."""
-        due = [r for r in targets if r.uid not in self._sent]
+        """Evicts `targets`, none of them going with its owner; each is asked once until retried. One
+        whose eviction the API server already accepted (the watch has not shown it yet) is going:
+        never asked again."""
+        due = [r for r in targets if r.uid not in self._sent and not self._accepted(r)]
         self.decisions[spec.key] = f"evicting {len(targets)} member(s) ({why.value}): {reason}"
         if not due:
             return None
@@ -594,6 +600,9 @@ class GangDisruption:
             self._sent[r.uid] = now
             self._evicting.add(r.uid)
         return GangEviction(spec, why, reason, tuple(Victim(r.key, r.uid) for r in due), fresh)
+
+    def _accepted(self, rec: PodRecord) -> bool:
+        return self.ledger is not None and self.ledger.eviction_accepted(rec.key, rec.uid)
 
     def _forget(self, key: GroupKey) -> None:
         """No member runs: the incident (if any) is over."""

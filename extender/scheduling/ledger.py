@@ -320,7 +320,9 @@ class GangLedger:
         seen = self._evicted.get(pod)
         return seen is not None and seen[0] == uid
 
-    def _accepted(self, pod: PodKey, uid: str) -> bool:
+    def eviction_accepted(self, pod: PodKey, uid: str) -> bool:
+        """Whether the API server accepted the eviction of `pod` (of `uid`) and the watch has not
+        shown it going yet: it is never asked again, by any feature."""
         seen = self._evicted.get(pod)
         return seen is not None and seen[0] == uid and seen[2]
 
@@ -884,7 +886,9 @@ class GangLedger:
                 continue
             rec = self.store.pods.get(pk)
             if rec is not None and (not v.uid or rec.uid == v.uid) and not is_terminal(rec.obj):
-                if (rec.obj.get("metadata") or {}).get("deletionTimestamp") or self._accepted(pk, rec.uid):
+                if (rec.obj.get("metadata") or {}).get("deletionTimestamp") or self.eviction_accepted(
+                    pk, rec.uid
+                ):
                     out.append(pk)
         return out
 
@@ -934,8 +938,8 @@ class GangLedger:
 
     def forget_evicted(self, pod: PodKey, uid: str) -> None:
         """The eviction of `pod` (of `uid`) asked did not happen (refused, failed): it is not going."""
-        if self.eviction_under_way(pod, uid):
-            del self._evicted[pod]
+        if self.eviction_under_way(pod, uid) and not self.eviction_accepted(pod, uid):
+            del self._evicted[pod]  # an accepted one stands, whatever a later ask met
             self.gen += 1
 
     def note_evicted(
@@ -946,7 +950,10 @@ class GangLedger:
         see `_evicted`."""
         rec = self.store.pods.get(pod)
         if rec is not None and rec.uid == uid and is_live(rec.obj):
-            self._evicted[pod] = (uid, self.clock() + for_s, accepted)
+            until, was = self.clock() + for_s, self._evicted.get(pod)
+            if was is not None and was[0] == uid and was[2]:  # accepted: never shortened nor undone
+                until, accepted = max(until, was[1]), True
+            self._evicted[pod] = (uid, until, accepted)
             self.gen += 1
 
     def _expire_unconfirmed(self, now: float) -> None:

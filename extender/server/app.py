@@ -792,7 +792,7 @@ async def _evict(app: web.Application, e: Effect) -> None:
             unanswered = True
             log.warning("evicting %s/%s: %s; counted as going a while, asked again", e.namespace, e.name, exc)
         except EvictionFailed:
-            sent = False  # no budget's "not now": nothing to pass it over for (logged by the source)
+            pass  # refused for good (403), or no Eviction API: passed over as a budget's 429 is (logged)
     finally:
         if accepted:
             app[METRICS].evicted_pods.inc()

@@ -818,6 +818,9 @@ class VictimLedger:
     def entry(self, gang: str) -> None:
         return None
 
+    def eviction_accepted(self, pod: str, uid: str) -> bool:
+        return False
+
 
 @pytest.mark.parametrize(
     ("victims", "evicted", "decision"),

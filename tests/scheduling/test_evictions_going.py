@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 
 from extender.scheduling.leadership import Role
-from extender.state.source import EvictionUnanswered
-from tests.builders import make_kai_podgroup
+from extender.server.app import DISRUPTION
+from extender.state.source import EvictionFailed, EvictionUnanswered
+from tests.builders import gang_pod, make_kai_podgroup, rack_cluster
 from tests.scheduling.test_api_faults_mid_work import (
     AcceptedSeenLate,
     lo_preempted_by_hi,
     replace_preemptor_pods,
 )
 from tests.scheduling.test_preemptor import FULL_R01, cluster, preemptor, settle, victim_gang
+from tests.scheduling.test_restart_mid_work import fail_conditions_of
 
 
 class Gated:
@@ -306,3 +308,167 @@ async def test_a_preemptor_meeting_a_new_disruption_waits_on_its_room_as_on_the_
     await settle()
     second = [c for c in ev.calls[len(before) :] if c in ("x", "y")]
     assert not second, f"hi evicted {second} the moment lo2-1 was marked, waiting no hold on its room"
+
+
+# ---------------------------------------------------------------- a review of the whole chain
+class ShownOneByOne(AcceptedSeenLate):
+    """Accepts every eviction; the watch shows each deletion only when `show_one(name)` is called."""
+
+    def show_one(self, name: str) -> None:
+        self.cluster.delete("", "Pod", "default", name)
+        self._unseen = [u for u in self._unseen if u[1] != name]
+
+
+async def test_an_accepted_eviction_is_not_asked_again_by_the_disruption(make_service):
+    """hi preempts gang lo (lo-0, lo-1); both evictions are accepted, the watch shows only lo-0's.
+    hi's Job replaces its pods (its preemption ends). lo-1's eviction was accepted: it is going.
+    The whole-gang disruption, seeing lo below its quorum, must not ask lo-1's eviction again (nor
+    overwrite its condition): found by a review, it never consulted the ledger's record."""
+    svc, ev = await lo_preempted_by_hi(make_service, ShownOneByOne)
+    assert sorted(ev.calls) == ["lo-0", "lo-1"]
+    await replace_preemptor_pods(svc)
+    ev.show_one("lo-0")
+    await settle()
+    for _ in range(8):  # past RETRY_S and the stale grace (60 s), well below EVICTED_UNSEEN_S
+        await svc.expire(11.0)
+        await settle()
+    assert sorted(ev.calls) == ["lo-0", "lo-1"], f"an accepted eviction asked again: {ev.calls}"
+
+
+# ------------------------------------------------------------------ _recorded_whole after a Job restart
+class HeldBinds:
+    """The embedded cluster's bind; binds of pods named in `held` wait for the gate."""
+
+    def __init__(self, cluster, held: set[str]) -> None:
+        self.real = cluster.bind_pod
+        self.held = held
+        self.gate = asyncio.Event()
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, node: str, persist_s: float = 0.0):
+        if name in self.held:
+            await self.gate.wait()
+        await self.real(namespace=namespace, name=name, uid=uid, node=node)
+
+
+async def test_a_restarted_jobs_gang_mid_release_is_not_evicted_for_its_old_running_status(make_service):
+    """Gang x (4 pods) is bound whole: its PodGroup's status is written Running. Its Job restarts
+    (every pod deleted, new pods created). The new gang is planned and released: x-0 and x-1 land,
+    x-2's and x-3's binds are in flight; then x-1 is deleted. This gang was never bound whole; its
+    status is still the old Running (the API server did not take the Pending of its new plan yet:
+    retried in 10 s). It must not be evicted at once (the stale grace applies, as it does when the
+    Pending landed): `_recorded_whole` takes the old run's status for this one's."""
+    from extender.grouping import kai
+
+    group = make_kai_podgroup("x", min_member=4)
+    pods = [gang_pod(f"x-{i}", "x", cpu="8") for i in range(4)]
+    svc = await make_service([*rack_cluster(racks=1, nodes_per_rack=4), group, *pods])
+    ev = svc.cluster.evict_pod = Accepting(svc.cluster)
+    await svc.expire(0.1)
+    node, reason = await svc.schedule("x-0")
+    assert node, reason
+    assert await svc.bind("x-0", node) == ""
+    await settle()
+    await svc.expire(0.1)
+    await settle()
+    assert all(svc.node_of(f"x-{i}") for i in range(4))
+
+    def status() -> dict:
+        return (svc.store.get(*kai.KAI_PODGROUP, "default", "x") or {}).get("status") or {}
+
+    assert status().get("phase") == "Running", status()
+
+    async def unanswered(**kw) -> bool:
+        return False  # the API server busy: the new gang's Pending is written again in 10 s
+
+    svc.cluster.patch_group_status = unanswered
+    for i in range(4):  # the Job restarts: its pods deleted at once, new ones created
+        svc.cluster.delete("", "Pod", "default", f"x-{i}")
+    await settle()
+    await svc.expire(0.1)
+    await settle()
+    for p in pods:
+        svc.cluster.apply({**p, "metadata": {**p["metadata"], "uid": p["metadata"]["name"] + "-again"}})
+    await settle()
+    await svc.expire(0.1)
+    held = svc.cluster.bind_pod = HeldBinds(svc.cluster, {"x-2", "x-3"})
+    node, reason = await svc.schedule("x-0")
+    assert node, reason
+    bind = asyncio.create_task(svc.bind("x-0", node))  # the release: x-0, x-1 land, x-2, x-3 wait
+    await settle()
+    await settle()
+    assert [n for n in ("x-0", "x-1", "x-2", "x-3") if svc.node_of(n)] == ["x-0", "x-1"]
+    phase = status().get("phase")
+    svc.cluster.delete("", "Pod", "default", "x-1")
+    await settle()
+    await svc.expire(0.1)
+    await settle()
+    decision = svc.app[DISRUPTION].describe("default/x")["decision"]
+    held.gate.set()
+    await settle()
+    await asyncio.wait_for(bind, 2)
+    assert ev.calls == [], f"a gang being assembled evicted (status phase {phase}): {ev.calls}, {decision}"
+
+
+async def test_a_failed_re_ask_does_not_forget_an_accepted_eviction(make_service):
+    """As above: lo-1's eviction (hi's preemption) was accepted, the watch shows only lo-0 gone, and
+    hi's preemption ended. The disruption asks lo-1 again; that ask fails before it is sent (the
+    PATCH of its condition refused: the API server busy). `_evict` tells it refused, and
+    `forget_evicted` drops the record of the eviction the API server accepted: lo-1 is no longer
+    going, and the new hi-0's filter takes lo-1 as a victim again (asked a second time)."""
+    svc, ev = await lo_preempted_by_hi(make_service, ShownOneByOne)
+    ledger = svc.scheduler.ledger
+    await replace_preemptor_pods(svc)
+    ev.show_one("lo-0")
+    await settle()
+    real = svc.cluster.set_pod_condition
+    fail_conditions_of(svc, "lo-1")
+    rec = svc.store.pods["default/lo-1"]
+    for _ in range(8):  # the disruption's ask (at once, or after the stale grace)
+        await svc.expire(11.0)
+        await settle()
+    going = ledger.eviction_under_way(rec.key, rec.uid)
+    svc.cluster.set_pod_condition = real  # the API server answers again
+    await svc.filter("hi-0")
+    await settle()
+    assert going and ev.calls.count("lo-1") == 1, (
+        f"lo-1's accepted eviction forgotten ({going=}), lo-1 a victim again: {ev.calls}"
+    )
+
+
+class Forbidden:
+    """The Eviction API refusing `name`'s eviction for good (403: EvictionFailed), accepting and
+    deleting every other pod at once."""
+
+    def __init__(self, cluster, name: str) -> None:
+        self.cluster, self.name = cluster, name
+        self.calls: list[str] = []
+
+    async def __call__(self, *, namespace: str, name: str, uid: str, reason: str) -> bool:
+        self.calls.append(name)
+        if name == self.name:
+            raise EvictionFailed(f"cannot evict pod {namespace}/{name}: forbidden")
+        self.cluster.delete("", "Pod", namespace, name)
+        return True
+
+
+async def test_a_victim_whose_eviction_is_forbidden_for_good_does_not_starve_the_preemptor(make_service):
+    """hi (two whole nodes in one rack) may preempt plain pods a, b (priority 10, rack r00) or x, y
+    (priority 50, rack r01). a's eviction is forbidden for good (403, a webhook's no): EvictionFailed.
+    Since the change, only a 429 passes a victim over: a (and r00) is chosen again at every look,
+    its preemption given up each hold, and hi never runs, though r01 is there to take."""
+    from tests.scheduling.test_preemptor import FULL_R01, cluster, plain, preemptor
+
+    svc = await make_service(cluster([plain("a", "n000", 10), plain("b", "n001", 10)], FULL_R01, preemptor()))
+    ev = svc.cluster.evict_pod = Forbidden(svc.cluster, "a")
+    placed = None
+    for _ in range(30):  # 10 minutes of looks, 20 s apart
+        node, _reason = await svc.schedule("hi-0")
+        if node is not None:
+            placed = node
+            break
+        await settle()
+        await svc.expire(20.0)
+        await settle()
+    assert placed is not None, (
+        f"hi starved: a chosen again and again ({ev.calls.count('a')} asks): {ev.calls[-6:]}"
+    )

@@ -121,6 +121,9 @@ class _Ledger:
     def entry(self, key):
         return None
 
+    def eviction_accepted(self, pod, uid) -> bool:
+        return False
+
 
 def test_a_member_on_its_way_at_a_second_loss_is_a_survivor_of_it():
     """Elastic KAI gang x (4 bound, quorum 3). x-0 is lost: 3 still run (survivors noted: x-1..x-3).

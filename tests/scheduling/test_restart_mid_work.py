@@ -364,6 +364,18 @@ class Recorder:
         return True
 
 
+def fail_conditions_of(svc, pod: str) -> None:
+    """Every condition PATCH of `pod` fails (the API server busy): its eviction is never asked."""
+    real = svc.cluster.set_pod_condition
+
+    async def busy(*, namespace: str, name: str, condition: dict) -> None:
+        if name == pod:
+            raise RuntimeError("the server is currently unable to handle the request")
+        await real(namespace=namespace, name=name, condition=condition)
+
+    svc.cluster.set_pod_condition = busy
+
+
 def _bound_gang(name: str, n: int) -> list[dict]:
     group = make_kai_podgroup(name, min_member=n)
     group["status"] = {"phase": "Running", "running": n, "pending": 0}  # as its release wrote it
@@ -385,14 +397,7 @@ async def test_restart_mid_whole_gang_disruption_leaves_no_survivor_running(make
     first = await make_service([*rack_cluster(racks=1, nodes_per_rack=4), *_bound_gang("x", 4)])
     ev = Recorder(first.cluster)
     first.cluster.evict_pod = ev
-    real = first.cluster.set_pod_condition
-
-    async def flaky(*, namespace: str, name: str, condition: dict) -> None:
-        if name == "x-3":
-            raise RuntimeError("the server is currently unable to handle the request")
-        await real(namespace=namespace, name=name, condition=condition)
-
-    first.cluster.set_pod_condition = flaky
+    fail_conditions_of(first, "x-3")
     await first.expire(0.1)
     first.cluster.delete("", "Pod", "default", "x-0")
     await first.expire(0.1)
