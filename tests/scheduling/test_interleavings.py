@@ -2268,9 +2268,15 @@ class Driver:
         """What is wrong with each gang a disruption hit since the last check that still runs short. A
         member whose eviction a budget refused within REFUSED_GRACE_S runs on for now: the service
         asks again every RETRY_S (one refused longer ago than that was not asked again)."""
-        going = self.evictions_unseen() | self.refused_recently(pods)
+        refused = self.refused_recently(pods)
+        going = self.evictions_unseen() | refused
+        # a gang (or a subgroup of it) left short while a budget refuses a member's eviction: asked
+        # again within REFUSED_GRACE_S, it runs short meanwhile
+        refusing = {self.pod_gang.get(n) for n in refused if n in bound}
         wrong = []
         for g in self.gangs:
+            if g.name in refusing:
+                continue
             running = [
                 n
                 for n in bound
