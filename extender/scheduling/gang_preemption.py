@@ -318,20 +318,22 @@ class GangPreemption:
     def counts_marked_room(self, gang: GroupKey) -> bool:
         """Whether the room of pods the disruption is evicting counts as coming for `gang` now (see
         `_marked_since`)."""
-        if self._pursued is None:
-            return True
-        if not any(self._pursued(r) for r in self.store.marked_to_go()):
+        if not self._marks_going():
             self._marked_since.pop(gang, None)  # none going: the next disruption is waited on afresh
             return True
         now = self.ledger.clock()
         return now - self._marked_since.setdefault(gang, now) < self.hold_s
+
+    def _marks_going(self) -> bool:
+        """Whether any pod the whole-gang disruption marked is being evicted by it now."""
+        return self._pursued is not None and any(self._pursued(r) for r in self.store.marked_to_go())
 
     def tick(self, *, acting: bool = True) -> list[Effect]:
         """Give up preemptions whose hold ended, and bring back the members of a preemptor whose
         victims are all gone (kube-scheduler does not retry a pod because others were deleted).
         Refused evictions are asked again only `acting` (a follower's writes are dropped)."""
         effects: list[Effect] = []
-        if self._marked_since and not any(self._pursued(r) for r in self.store.marked_to_go()):
+        if self._marked_since and not self._marks_going():
             self._marked_since.clear()  # no disruption under way: the next one is waited on afresh
         for gang in [g for g in self._marked_since if not self.store.group_size(g)]:
             del self._marked_since[gang]  # bounded memory

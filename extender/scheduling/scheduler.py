@@ -123,9 +123,8 @@ class Scheduler:
         self.podgrouper = podgrouper
         self.disruption = disruption
         self._startup_nudged = False
-        self._counts_moved: dict[
-            GroupKey, GroupSpec
-        ] = {}  # gangs a pod bound or gone touched since the last tick
+        # gangs a pod bound or gone touched since the last tick: their KAI counts may have moved
+        self._counts_moved: dict[GroupKey, GroupSpec] = {}
         self.preempt_effects: list[Effect] = []
         """Writes decided by the preempt verb (it answers candidates only), for the server to run."""
         self.filtering = Filtering(
